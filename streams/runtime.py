@@ -1,0 +1,107 @@
+"""Run every Tideway process in one event loop until asked to stop.
+
+``tideway up`` and ``tideway demo`` use this: resolve services (starting embedded ones),
+migrate, provision streams, then run the ingest consumer, the session intake, the batch
+workers and the HTTP API side by side. In a production deployment each of those runs as its
+own command (``tideway ingest``, ``tideway worker``...) and scales as separate pods; here they
+share one process, which is also what chDB needs (one engine per process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from streams import migrate
+from streams.config import Settings
+from streams.embedded import Started, embedded_services, quiet_platformdirs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Component:
+    """One long-running part of the system."""
+
+    name: str
+    run: Callable[[Settings, asyncio.Event], Awaitable[None]]
+
+
+async def prepare(settings: Settings) -> None:
+    """Migrate Postgres and provision streams, buckets and ClickHouse (all idempotent)."""
+    await asyncio.to_thread(migrate.upgrade, settings.postgres())
+    from streams.ingest.provision import provision
+    from streams.sessions.intake import provision_sessions
+
+    await provision(settings)
+    await provision_sessions(settings)
+
+
+def components(settings: Settings) -> list[Component]:
+    """Every process that exists, wired to ``settings``."""
+    from streams.api.server import run_api
+    from streams.ingest.consumer import run_consumer
+    from streams.jobs.worker import run_worker
+    from streams.sessions.executors import default_executors
+    from streams.sessions.intake import run_intake
+
+    executors = default_executors(settings)
+    return [
+        Component(name="ingest", run=lambda s, stop: run_consumer(s, stop=stop)),
+        Component(name="intake", run=lambda s, stop: run_intake(s, stop=stop)),
+        Component(
+            name="worker",
+            run=lambda s, stop: run_worker(
+                s, executors=executors, pool=None, concurrency=s.worker.concurrency, stop=stop
+            ),
+        ),
+        Component(name="api", run=lambda s, stop: run_api(s, stop=stop)),
+    ]
+
+
+@contextlib.asynccontextmanager
+async def system(settings: Settings) -> AsyncIterator[tuple[Settings, Started, asyncio.Event]]:
+    """Start services and every component; stop them all when the block exits.
+
+    Yields the resolved settings, what was started, and the ``stop`` event that ends the
+    components (set it, or leave the block). SIGINT/SIGTERM set it too.
+    """
+    quiet_platformdirs()
+    async with embedded_services(settings) as (resolved, started):
+        await prepare(resolved)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        tasks = {
+            asyncio.create_task(c.run(resolved, stop), name=c.name): c.name
+            for c in components(resolved)
+        }
+        watcher = asyncio.create_task(_stop_on_crash(tasks, stop))
+        try:
+            yield resolved, started, stop
+        finally:
+            stop.set()
+            done, pending = await asyncio.wait(tasks, timeout=30)
+            for task in pending:
+                task.cancel()
+            watcher.cancel()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+
+
+async def _stop_on_crash(tasks: dict[asyncio.Task[None], str], stop: asyncio.Event) -> None:
+    """A component that dies takes the system down with it, loudly, rather than limping on."""
+    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        if not stop.is_set():
+            exc = None if task.cancelled() else task.exception()
+            log.error("component %s stopped unexpectedly: %r", tasks[task], exc)
+    stop.set()
