@@ -100,9 +100,7 @@ GNSS_SCHEMA: Final = _schema(
         ("sats", pa.int16(), True),
     ],
 )
-IMU_SCHEMA: Final = _schema(
-    IMU, [(n, pa.float64(), False) for n in CANONICAL_UNITS[IMU]]
-)
+IMU_SCHEMA: Final = _schema(IMU, [(n, pa.float64(), False) for n in CANONICAL_UNITS[IMU]])
 AUX_SCHEMA: Final = _schema(AUX, [("channel", pa.string(), False), ("value", pa.float64(), False)])
 
 SCHEMAS: Final[Mapping[str, pa.Schema]] = {GNSS: GNSS_SCHEMA, IMU: IMU_SCHEMA, AUX: AUX_SCHEMA}
