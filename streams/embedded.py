@@ -110,10 +110,10 @@ def start_nats(data: Path, started: Started) -> str:
         )
         + "\n"
     )
-    log = open(data / "nats.log", "ab")  # noqa: SIM115 - owned by the child process
-    proc = subprocess.Popen(
-        [nats_server_binary(), "-c", str(conf)], stdout=log, stderr=log, start_new_session=True
-    )
+    with open(data / "nats.log", "ab") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [nats_server_binary(), "-c", str(conf)], stdout=log, stderr=log, start_new_session=True
+        )
     started._stops.append(_terminate(proc))
     _wait_port(port, proc, "nats-server")
     url = f"nats://127.0.0.1:{port}"
@@ -142,20 +142,12 @@ def redis_server_binary() -> str:
 def start_redis(data: Path, started: Started) -> str:
     data.mkdir(parents=True, exist_ok=True)
     port = free_port(6379)
-    log = open(data / "redis.log", "ab")  # noqa: SIM115 - owned by the child process
-    proc = subprocess.Popen(
-        [
-            redis_server_binary(),
-            "--port", str(port),
-            "--bind", "127.0.0.1",
-            "--dir", str(data),
-            "--appendonly", "yes",
-            "--save", "",
-        ],
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--dir", str(data)]
+    args += ["--appendonly", "yes", "--save", ""]
+    with open(data / "redis.log", "ab") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [redis_server_binary(), *args], stdout=log, stderr=log, start_new_session=True
+        )
     started._stops.append(_terminate(proc))
     _wait_port(port, proc, "redis-server")
     url = f"redis://127.0.0.1:{port}/0"

@@ -1,0 +1,53 @@
+"""The embedded launcher starts real servers for unset URLs and stops them afterwards."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import asyncpg
+import nats
+import redis.asyncio as aioredis
+
+from streams.clickhouse import ClickHouse
+from streams.config import Settings
+from streams.embedded import embedded_services, quiet_platformdirs
+
+
+def _port_open(url: str) -> bool:
+    parts = urlsplit(url)
+    with socket.socket() as s:
+        return s.connect_ex((parts.hostname or "127.0.0.1", parts.port or 0)) == 0
+
+
+async def test_starts_everything_unset_and_stops_it(tmp_path: Path) -> None:
+    quiet_platformdirs()
+    async with embedded_services(Settings(data_dir=tmp_path)) as (s, started):
+        assert set(started.services) >= {"nats", "postgres", "redis", "clickhouse"}
+        nc = await nats.connect(s.nats())
+        info = await nc.jetstream().account_info()
+        assert info.limits is not None  # JetStream is on
+        await nc.close()
+        conn = await asyncpg.connect(s.postgres())
+        assert await conn.fetchval("SELECT 1") == 1
+        await conn.close()
+        r = aioredis.from_url(s.redis())
+        assert await r.ping() is True
+        await r.aclose()
+        ch = ClickHouse(s.clickhouse(), "probe")
+        await ch.ensure_database()
+        assert await ch.query_rows("SELECT 1 + 1") == [(2,)]
+        nats_url, redis_url = s.nats(), s.redis()
+    assert not _port_open(nats_url)
+    assert not _port_open(redis_url)
+    assert (tmp_path / "postgres" / "pgdata" / "PG_VERSION").exists()
+
+
+async def test_configured_urls_are_used_as_they_are(tmp_path: Path, nats_url: str) -> None:
+    configured = Settings(data_dir=tmp_path, nats_url=nats_url, redis_url="redis://127.0.0.1:6379/0",
+                          postgres_dsn="postgresql://postgres@127.0.0.1:5432/postgres",
+                          clickhouse_dsn="chdb://" + str(tmp_path / "ch"))
+    async with embedded_services(configured) as (s, started):
+        assert started.services == {}
+        assert s.nats() == nats_url
