@@ -1,0 +1,83 @@
+"""Errors of the expression language, with stable codes.
+
+Two families: :class:`ExprCompileError` when a schema is applied (the expression is rejected and
+never runs) and :class:`ExprEvalError` when one evaluation fails on one envelope's data (division
+by zero, a math domain error, a result that does not fit its declared type). Both are
+:class:`~stages.errors.StageError`, so the runtime treats them like any other stage failure.
+"""
+
+from __future__ import annotations
+
+from stages.errors import StageError
+
+# Compile-time codes (the expression is rejected when the schema is applied).
+SYNTAX = "EXPR_SYNTAX"
+TOO_LONG = "EXPR_TOO_LONG"
+TOO_DEEP = "EXPR_TOO_DEEP"
+TOO_MANY_NODES = "EXPR_TOO_MANY_NODES"
+FORBIDDEN = "EXPR_FORBIDDEN"
+DUNDER = "EXPR_DUNDER"
+UNKNOWN_NAME = "EXPR_UNKNOWN_NAME"
+UNKNOWN_FUNCTION = "EXPR_UNKNOWN_FUNCTION"
+ARITY = "EXPR_ARITY"
+TYPE = "EXPR_TYPE"
+LITERAL = "EXPR_LITERAL"
+CYCLE = "EXPR_CYCLE"
+
+# Evaluation codes (one evaluation on one envelope failed).
+DIVISION_BY_ZERO = "EVAL_DIVISION_BY_ZERO"
+DOMAIN = "EVAL_DOMAIN"
+OVERFLOW = "EVAL_OVERFLOW"
+NOT_FINITE = "EVAL_NOT_FINITE"
+CONVERSION = "EVAL_CONVERSION"
+STRING_TOO_LONG = "EVAL_STRING_TOO_LONG"
+MISSING_INPUT = "EVAL_MISSING_INPUT"
+EVAL_FAILED = "EVAL_FAILED"
+
+
+class ExprError(StageError):
+    """Root of the expression language's errors."""
+
+    code = "EXPR_ERROR"
+
+
+class ExprCompileError(ExprError):
+    """The expression text is not a valid, safe, well-typed expression.
+
+    ``column`` is the 1-based column in the expression text where the problem was found, when
+    known.
+    """
+
+    code = SYNTAX
+
+    def __init__(self, message: str, *, code: str, column: int | None = None):
+        if column is not None:
+            message = f"{message} (column {column})"
+        super().__init__(message, code=code)
+        self.column = column
+
+
+class ExprEvalError(ExprError):
+    """One evaluation failed on the given data; the expression itself is fine."""
+
+    code = EVAL_FAILED
+
+
+def translate_eval_error(exc: BaseException) -> ExprEvalError:
+    """Map an exception raised while evaluating generated code to a stable-coded error.
+
+    The generated code only calls whitelisted helpers and operators on values of checked types,
+    so the Python exceptions that can reach here are the arithmetic ones; anything else is still
+    reported (never re-raised) so one hostile envelope cannot crash a consumer.
+    """
+    if isinstance(exc, ExprEvalError):
+        return exc
+    if isinstance(exc, ZeroDivisionError):
+        return ExprEvalError("division by zero", code=DIVISION_BY_ZERO)
+    if isinstance(exc, OverflowError):
+        return ExprEvalError(f"numeric overflow: {exc}", code=OVERFLOW)
+    if isinstance(exc, ValueError):
+        return ExprEvalError(f"math domain error: {exc}", code=DOMAIN)
+    if isinstance(exc, KeyError):
+        return ExprEvalError(f"input {exc} is not present", code=MISSING_INPUT)
+    return ExprEvalError(f"evaluation failed ({type(exc).__name__}: {exc})", code=EVAL_FAILED)

@@ -1,0 +1,246 @@
+"""A schema file compiled into one ready-to-run program per topic.
+
+``compile_schema`` does all the work that does not depend on an envelope, once per schema
+version: it resolves each measured parameter's source path and type coercion, compiles every
+``mutate`` and ``derived`` expression (names, types, safety), orders derived parameters so each
+runs after the ones it reads, and refuses the whole schema if anything is wrong, listing every
+problem with the file, topic and parameter it belongs to. The resulting :class:`TopicProgram`
+is immutable and holds only plain tuples and compiled functions, so the per-envelope stages
+(:mod:`validate`, :mod:`mutate`, :mod:`derive`) are tight loops over precomputed data, and a
+program can be cached and shared freely (by schema version id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from schemas.device_schema import ParameterDef, SchemaFile, TopicDef
+from stages.errors import StageError
+from stages.expr import (
+    CONSTANTS,
+    CompiledExpression,
+    ExprCompileError,
+    ExprType,
+    compile_expression,
+    dependencies,
+)
+from stages.expr import errors as expr_errors
+from stages.ingest.validate import COERCERS
+
+RESERVED_NAMES = frozenset({"value", *CONSTANTS})
+"""Names a parameter cannot take: ``value`` (a mutation's own input) and the literal names."""
+
+RESERVED = "SCHEMA_RESERVED_NAME"
+
+Extractor = tuple[str, str, tuple[str, ...] | None, Callable[[Any], Any], float | None,
+                  float | None, bool, bool]
+"""``(name, key, path, coerce, min, max, required, critical)`` — one measured parameter."""
+
+Step = tuple[str, Callable[[Mapping[str, Any]], Any]]
+"""``(parameter name, compiled function)`` — one mutation or derivation."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParameterSpec:
+    """The compiled view of one parameter (for callers that describe or display it)."""
+
+    name: str
+    type: ExprType
+    unit: str | None
+    source: str | None
+    required: bool
+    critical: bool
+    min: float | None
+    max: float | None
+    mutate: CompiledExpression | None
+    derived: CompiledExpression | None
+
+    @property
+    def depends_on(self) -> frozenset[str]:
+        """Parameters a derived parameter reads (empty for measured ones)."""
+        return self.derived.reads if self.derived is not None else frozenset()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopicProgram:
+    """Everything needed to validate, mutate and derive one topic's envelopes."""
+
+    schema: str
+    tenant: str
+    topic: str
+    filename: str
+    content_hash: str
+    parameters: tuple[ParameterSpec, ...]
+    """All parameters in file order."""
+    extractors: tuple[Extractor, ...]
+    """Measured parameters in file order (see :data:`Extractor`)."""
+    mutations: tuple[Step, ...]
+    """Measured parameters with a ``mutate`` expression, in file order."""
+    derivations: tuple[Step, ...]
+    """Derived parameters, each after every parameter it reads."""
+
+    @property
+    def measured_names(self) -> tuple[str, ...]:
+        """Names of the measured parameters (the keys of ``extracted``)."""
+        return tuple(e[0] for e in self.extractors)
+
+    @property
+    def derived_names(self) -> tuple[str, ...]:
+        """Names of the derived parameters, in evaluation order."""
+        return tuple(step[0] for step in self.derivations)
+
+    def parameter(self, name: str) -> ParameterSpec:
+        """The parameter called ``name`` (``KeyError`` if there is none)."""
+        for spec in self.parameters:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchemaProblem:
+    """One reason a schema was refused, located in the file."""
+
+    filename: str
+    topic: str
+    parameter: str
+    field: str
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return (f"{self.filename}: topic '{self.topic}', parameter '{self.parameter}' "
+                f"({self.field}): {self.message} [{self.code}]")
+
+
+class SchemaCompileError(StageError):
+    """The schema cannot be compiled; ``problems`` lists every reason (at least one).
+
+    ``code`` is the first problem's code (``EXPR_*`` or ``SCHEMA_RESERVED_NAME``).
+    """
+
+    def __init__(self, problems: list[SchemaProblem]):
+        self.problems = tuple(problems)
+        super().__init__("\n".join(str(p) for p in problems), code=problems[0].code)
+
+
+def compile_schema(schema: SchemaFile, *, filename: str = "<schema>") -> dict[str, TopicProgram]:
+    """Compile every topic of ``schema``; raises :class:`SchemaCompileError` listing problems."""
+    problems: list[SchemaProblem] = []
+    programs: dict[str, TopicProgram] = {}
+    content_hash = schema.content_hash()
+    for topic in schema.topics:
+        compiler = _TopicCompiler(topic, filename)
+        program = compiler.compile(schema, content_hash)
+        problems += compiler.problems
+        if program is not None:
+            programs[topic.name] = program
+    if problems:
+        raise SchemaCompileError(problems)
+    return programs
+
+
+class _TopicCompiler:
+    def __init__(self, topic: TopicDef, filename: str) -> None:
+        self.topic = topic
+        self.filename = filename
+        self.problems: list[SchemaProblem] = []
+        self.types = {p.name: ExprType(p.type) for p in topic.parameters}
+        self.derived_names = {p.name for p in topic.parameters if p.is_derived}
+
+    def problem(self, param: ParameterDef, field: str, code: str, message: str) -> None:
+        self.problems.append(SchemaProblem(filename=self.filename, topic=self.topic.name,
+                                           parameter=param.name, field=field, code=code,
+                                           message=message))
+
+    def compile(self, schema: SchemaFile, content_hash: str) -> TopicProgram | None:
+        specs = [self.parameter(p) for p in self.topic.parameters]
+        order = self.derivation_order(specs)
+        if self.problems or order is None:
+            return None
+        by_name = {s.name: s for s in specs}
+        return TopicProgram(
+            schema=schema.name, tenant=schema.tenant, topic=self.topic.name,
+            filename=self.filename, content_hash=content_hash, parameters=tuple(specs),
+            extractors=tuple(_extractor(p, by_name[p.name]) for p in self.topic.parameters
+                             if not p.is_derived),
+            mutations=tuple((s.name, s.mutate.function) for s in specs if s.mutate is not None),
+            derivations=tuple((name, by_name[name].derived.function)  # type: ignore[union-attr]
+                              for name in order),
+        )
+
+    def parameter(self, param: ParameterDef) -> ParameterSpec:
+        if param.name in RESERVED_NAMES:
+            self.problem(param, "name", RESERVED,
+                         f"'{param.name}' is reserved in expressions; choose another name")
+        declared = self.types[param.name]
+        mutate = derived = None
+        if param.mutate is not None:
+            env = {n: t for n, t in self.types.items() if n not in self.derived_names}
+            env["value"] = declared
+            mutate = self.expression(param, "mutate", param.mutate, env, {"value": param.name})
+        if param.derived is not None:
+            derived = self.expression(param, "derived", param.derived, self.types, None)
+        return ParameterSpec(
+            name=param.name, type=declared, unit=param.unit, source=param.source,
+            required=param.required, critical=param.critical, min=param.min, max=param.max,
+            mutate=mutate, derived=derived,
+        )
+
+    def expression(self, param: ParameterDef, field: str, source: str,
+                   env: Mapping[str, ExprType], keys: Mapping[str, str] | None,
+                   ) -> CompiledExpression | None:
+        shown = source if len(source) <= 80 else source[:77] + "..."
+        try:
+            if field == "mutate":
+                late = sorted(dependencies(source) & self.derived_names)
+                if late:
+                    raise ExprCompileError(
+                        f"'{late[0]}' is a derived parameter; a mutation sees only measured "
+                        "values (use a derived parameter instead)", code=expr_errors.UNKNOWN_NAME)
+            return compile_expression(source, env, result_type=self.types[param.name], keys=keys)
+        except ExprCompileError as exc:
+            self.problem(param, field, exc.code, f"{exc.message} in {shown!r}")
+            return None
+
+    def derivation_order(self, specs: list[ParameterSpec]) -> list[str] | None:
+        """Derived parameters in dependency order (file order breaks ties), or None on a cycle."""
+        graph = {s.name: sorted(s.depends_on & self.derived_names) for s in specs
+                 if s.derived is not None}
+        if len(graph) != len(self.derived_names):
+            return None  # an expression failed to compile; already reported
+        done: list[str] = []
+        placed: set[str] = set()
+        pending = [s.name for s in specs if s.name in graph]
+        while pending:
+            ready = [n for n in pending if all(d in placed for d in graph[n])]
+            if not ready:
+                self.report_cycle(graph, pending)
+                return None
+            for name in ready:
+                done.append(name)
+                placed.add(name)
+            pending = [n for n in pending if n not in placed]
+        return done
+
+    def report_cycle(self, graph: dict[str, list[str]], pending: list[str]) -> None:
+        # Walk from the first stuck parameter along unplaced dependencies until a name repeats.
+        path = [pending[0]]
+        while True:
+            following = next(d for d in graph[path[-1]] if d in pending)
+            if following in path:
+                cycle = [*path[path.index(following):], following]
+                break
+            path.append(following)
+        param = next(p for p in self.topic.parameters if p.name == cycle[0])
+        self.problem(param, "derived", expr_errors.CYCLE,
+                     "dependency cycle: " + " -> ".join(cycle))
+
+
+def _extractor(param: ParameterDef, spec: ParameterSpec) -> Extractor:
+    source = param.source or param.name
+    path = tuple(source.split(".")) if "." in source else None
+    return (param.name, source, path, COERCERS[param.type], spec.min, spec.max,
+            param.required, param.critical)
