@@ -1,0 +1,245 @@
+"""materialise_clickhouse: load a run's query datasets from Parquet into ClickHouse, idempotently.
+
+Theory of operation
+-------------------
+Parquet on the object store is canonical; ClickHouse is a cache for interactive reads
+(spec 000 §4.1 stage 5). Each materialised dataset name ``<name>`` has one ClickHouse table
+``session_<name>`` (lower case) whose columns are the dataset's own plus four keys::
+
+    tenant LowCardinality(String), session_id UUID, run_id UUID, row_no UInt64
+
+``row_no`` is the row's position in the Parquet file, so ``(run_id, row_no)`` identifies a row.
+Loading is idempotent per ``(table, run_id)``: when the table already holds exactly the
+dataset's row count for the run nothing is written; when it holds some other count (an earlier
+attempt died mid-insert) those rows are deleted first; then the dataset is inserted. Running the
+job twice therefore leaves one copy. A row per loaded dataset goes to
+``session_materialisations`` (ReplacingMergeTree on ``(run_id, dataset)``) as the
+materialisation record.
+
+Not everything is loaded: the raw level (``*_L0``) and the pre-downsample canonical streams
+(``gnss``, ``imu``, ``aux``) stay Parquet-only; every other dataset of the run is materialised.
+Tables are created on first use from the Arrow schema; a later schema that adds columns adds
+them (``ADD COLUMN IF NOT EXISTS``), a conflicting type fails the job with a stable code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from streams.clickhouse import ClickHouse, ident
+from streams.errors import PermanentError
+from streams.objects import ObjectStore
+from streams.sessions.datasets import DatasetFile, read_table
+
+__all__ = ["RECORD_TABLE", "clickhouse_type", "is_materialised", "materialise_run", "table_name"]
+
+RECORD_TABLE = "session_materialisations"
+_PARQUET_ONLY = frozenset({"gnss", "imu", "aux"})
+_KEYS = ("tenant", "session_id", "run_id", "row_no")
+_KEY_DDL = "tenant LowCardinality(String), session_id UUID, run_id UUID, row_no UInt64"
+
+
+def is_materialised(name: str) -> bool:
+    """Whether dataset ``name`` is loaded into ClickHouse (see the module docstring)."""
+    return name not in _PARQUET_ONLY and not name.endswith("_L0")
+
+
+def table_name(dataset: str) -> str:
+    """The ClickHouse table of dataset ``dataset``."""
+    return ident(f"session_{dataset.lower()}")
+
+
+def clickhouse_type(field: pa.Field) -> str:
+    """The ClickHouse column type for an Arrow field (Nullable when the field is)."""
+    base = _base_type(field.type)
+    if field.nullable and not base.startswith(("Array", "LowCardinality")):
+        return f"Nullable({base})"
+    if field.nullable and base == "LowCardinality(String)":
+        return "LowCardinality(Nullable(String))"
+    return base
+
+
+def _base_type(t: pa.DataType) -> str:
+    simple = {
+        pa.float64(): "Float64",
+        pa.float32(): "Float32",
+        pa.int8(): "Int8",
+        pa.int16(): "Int16",
+        pa.int32(): "Int32",
+        pa.int64(): "Int64",
+        pa.uint8(): "UInt8",
+        pa.uint16(): "UInt16",
+        pa.uint32(): "UInt32",
+        pa.uint64(): "UInt64",
+        pa.bool_(): "Bool",
+        pa.string(): "String",
+        pa.large_string(): "String",
+        pa.date32(): "Date32",
+    }
+    if t in simple:
+        return simple[t]
+    if pa.types.is_timestamp(t):
+        precision = {"s": 0, "ms": 3, "us": 6, "ns": 9}[t.unit]
+        return f"DateTime64({precision}, 'UTC')"
+    if pa.types.is_dictionary(t) and pa.types.is_string(t.value_type):
+        return "LowCardinality(String)"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"Array({_base_type(t.value_type)})"
+    raise PermanentError(f"no ClickHouse type for Arrow {t}", code="MATERIALISE_UNSUPPORTED_TYPE")
+
+
+async def _ensure_table(ch: ClickHouse, table: str, schema: pa.Schema) -> None:
+    cols = [f"`{ident(f.name)}` {clickhouse_type(f)}" for f in schema if f.name not in _KEYS]
+    ddl = (
+        f"CREATE TABLE IF NOT EXISTS {ch.database}.{table} ({_KEY_DDL}"
+        + "".join(", " + c for c in cols)
+        + ") ENGINE = MergeTree ORDER BY (session_id, run_id, row_no)"
+    )
+    await ch.command(ddl)
+    existing = dict(
+        await ch.query_rows(
+            "SELECT name, type FROM system.columns"
+            " WHERE database = {db:String} AND table = {t:String}",
+            {"db": ch.database, "t": table},
+        )
+    )
+    for f in schema:
+        if f.name in _KEYS:
+            continue
+        want = clickhouse_type(f)
+        have = existing.get(f.name)
+        if have is None:
+            await ch.command(
+                f"ALTER TABLE {ch.database}.{table} ADD COLUMN IF NOT EXISTS `{f.name}` {want}"
+            )
+        elif have != want:
+            raise PermanentError(
+                f"{table}.{f.name} is {have} in ClickHouse but {want} in the dataset",
+                code="MATERIALISE_SCHEMA_CONFLICT",
+            )
+
+
+async def _ensure_record_table(ch: ClickHouse) -> None:
+    await ch.command(
+        f"CREATE TABLE IF NOT EXISTS {ch.database}.{RECORD_TABLE} ("
+        "tenant LowCardinality(String), session_id UUID, run_id UUID, dataset String, "
+        "table String, rows UInt64, content_hash String, schema_version String, "
+        "loaded_at DateTime64(3, 'UTC') DEFAULT now64(3)"
+        ") ENGINE = ReplacingMergeTree(loaded_at) ORDER BY (run_id, dataset)"
+    )
+
+
+def _with_keys(table: pa.Table, *, tenant: str, session_id: str, run_id: str) -> pa.Table:
+    n = table.num_rows
+    keys = {
+        "tenant": pa.array([tenant] * n, pa.string()),
+        "session_id": pa.array([session_id] * n, pa.string()),
+        "run_id": pa.array([run_id] * n, pa.string()),
+        "row_no": pa.array(range(n), pa.uint64()),
+    }
+    data = table.drop_columns([c for c in _KEYS if c in table.column_names])
+    for i, (name, arr) in enumerate(keys.items()):
+        data = data.add_column(i, name, arr)
+    return data
+
+
+async def _load_one(
+    ch: ClickHouse,
+    store: ObjectStore,
+    ds: DatasetFile,
+    *,
+    tenant: str,
+    session_id: str,
+    run_id: str,
+) -> dict[str, Any]:
+    table = table_name(ds.name)
+    data = await asyncio.to_thread(read_table, store, ds.url, sha256=ds.sha256)
+    await _ensure_table(ch, table, data.schema)
+    where = "run_id = {run:UUID}"
+    params = {"run": run_id}
+    rows = await ch.query_rows(f"SELECT count() FROM {ch.database}.{table} WHERE {where}", params)
+    present = int(rows[0][0])
+    action = "skipped"
+    if present != data.num_rows:
+        if present:
+            await ch.command(f"DELETE FROM {ch.database}.{table} WHERE {where}", params)
+        await ch.insert_arrow(
+            table, _with_keys(data, tenant=tenant, session_id=session_id, run_id=run_id)
+        )
+        action = "reloaded" if present else "inserted"
+    return {
+        "dataset": ds.name,
+        "table": table,
+        "rows": data.num_rows,
+        "content_hash": ds.sha256,
+        "schema_version": ds.schema_version,
+        "action": action,
+    }
+
+
+async def materialise_run(
+    ch: ClickHouse,
+    store: ObjectStore,
+    *,
+    tenant: str,
+    session_id: str,
+    run_id: str,
+    datasets: Iterable[DatasetFile],
+) -> Mapping[str, Any]:
+    """Load every materialised dataset of a run; returns the job summary (tables, rows)."""
+    await ch.ensure_database()
+    await _ensure_record_table(ch)
+    chosen = sorted((d for d in datasets if is_materialised(d.name)), key=lambda d: d.name)
+    loaded: list[dict[str, Any]] = []
+    for ds in chosen:
+        loaded.append(
+            await _load_one(ch, store, ds, tenant=tenant, session_id=session_id, run_id=run_id)
+        )
+    await _record(ch, loaded, tenant=tenant, session_id=session_id, run_id=run_id)
+    return {
+        "database": ch.database,
+        "tables": {e["table"]: e["rows"] for e in loaded},
+        "loaded": loaded,
+    }
+
+
+async def _record(
+    ch: ClickHouse,
+    loaded: Sequence[Mapping[str, Any]],
+    *,
+    tenant: str,
+    session_id: str,
+    run_id: str,
+) -> None:
+    if not loaded:
+        return
+    await ch.insert_rows(
+        RECORD_TABLE,
+        [
+            [
+                tenant,
+                session_id,
+                run_id,
+                e["dataset"],
+                e["table"],
+                e["rows"],
+                e["content_hash"],
+                e["schema_version"],
+            ]
+            for e in loaded
+        ],
+        column_names=[
+            "tenant",
+            "session_id",
+            "run_id",
+            "dataset",
+            "table",
+            "rows",
+            "content_hash",
+            "schema_version",
+        ],
+    )

@@ -1,0 +1,120 @@
+"""materialise_clickhouse: Parquet datasets into ClickHouse (chDB), twice = one copy."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from streams.clickhouse import ClickHouse
+from streams.errors import PermanentError
+from streams.objects import ObjectStore
+from streams.sessions.datasets import write_outputs
+from streams.sessions.materialise import RECORD_TABLE, materialise_run, table_name
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def _series(n: int) -> pa.Table:
+    ts = pa.array(
+        [T0 + timedelta(milliseconds=100 * i) for i in range(n)], pa.timestamp("us", "UTC")
+    )
+    return pa.table(
+        {
+            "ts": ts,
+            "speed_mps": pa.array([float(i % 17) if i % 5 else None for i in range(n)]),
+            "fix_quality": pa.array([1] * n, pa.int8()),
+        }
+    )
+
+
+def _laps() -> pa.Table:
+    return pa.table({"lap": pa.array([1, 2], pa.int32()), "lap_time_s": [61.5, 60.25]})
+
+
+@pytest.fixture
+def ch(chdb_dsn: str) -> ClickHouse:
+    return ClickHouse(chdb_dsn, f"t_{uuid.uuid4().hex[:10]}")
+
+
+async def test_materialising_twice_leaves_one_copy(ch: ClickHouse, tmp_path: Path) -> None:
+    store = ObjectStore(str(tmp_path))
+    out = write_outputs(
+        store,
+        "datasets/r/x",
+        tables={"gnss_L1": _series(250), "gnss_L0": _series(900), "laps": _laps()},
+        summary={},
+        header={},
+    )
+    run, session = str(uuid.uuid4()), str(uuid.uuid4())
+    first = await materialise_run(
+        ch, store, tenant="acme", session_id=session, run_id=run, datasets=out.datasets
+    )
+    assert first["tables"] == {"session_gnss_l1": 250, "session_laps": 2}  # L0 stays Parquet-only
+    again = await materialise_run(
+        ch, store, tenant="acme", session_id=session, run_id=run, datasets=out.datasets
+    )
+    assert [e["action"] for e in again["loaded"]] == ["skipped", "skipped"]
+    db = ch.database
+    rows = await ch.query_rows(
+        f"SELECT count(), uniqExact(row_no), countIf(speed_mps IS NULL), min(ts) "
+        f"FROM {db}.session_gnss_l1 WHERE run_id = {{r:UUID}}",
+        {"r": run},
+    )
+    count, unique, nulls, first_ts = rows[0]
+    assert (count, unique, nulls) == (250, 250, 50)
+    assert first_ts.replace(tzinfo=UTC) == T0
+    laps = await ch.query_rows(
+        f"SELECT lap, lap_time_s, tenant FROM {db}.session_laps ORDER BY lap"
+    )
+    assert laps == [(1, 61.5, "acme"), (2, 60.25, "acme")]
+    records = await ch.query_rows(f"SELECT dataset, rows FROM {db}.{RECORD_TABLE} FINAL ORDER BY 1")
+    assert records == [("gnss_L1", 250), ("laps", 2)]
+
+
+async def test_a_partial_earlier_load_is_replaced(ch: ClickHouse, tmp_path: Path) -> None:
+    store = ObjectStore(str(tmp_path))
+    out = write_outputs(store, "d/y", tables={"laps": _laps()}, summary={}, header={})
+    run, session = str(uuid.uuid4()), str(uuid.uuid4())
+    await materialise_run(
+        ch, store, tenant="acme", session_id=session, run_id=run, datasets=out.datasets
+    )
+    # Simulate an attempt that died after inserting one extra (duplicate) row.
+    await ch.command(
+        f"INSERT INTO {ch.database}.session_laps SELECT * FROM {ch.database}.session_laps LIMIT 1"
+    )
+    again = await materialise_run(
+        ch, store, tenant="acme", session_id=session, run_id=run, datasets=out.datasets
+    )
+    assert again["loaded"][0]["action"] == "reloaded"
+    rows = await ch.query_rows(f"SELECT count() FROM {ch.database}.session_laps")
+    assert rows == [(2,)]
+
+
+async def test_a_conflicting_column_type_fails_closed(ch: ClickHouse, tmp_path: Path) -> None:
+    store = ObjectStore(str(tmp_path))
+    first = write_outputs(store, "d/a", tables={"laps": _laps()}, summary={}, header={})
+    await materialise_run(
+        ch,
+        store,
+        tenant="a",
+        session_id=str(uuid.uuid4()),
+        run_id=str(uuid.uuid4()),
+        datasets=first.datasets,
+    )
+    bad = pa.table({"lap": pa.array(["one"]), "lap_time_s": [1.0]})
+    second = write_outputs(store, "d/b", tables={"laps": bad}, summary={}, header={})
+    with pytest.raises(PermanentError) as err:
+        await materialise_run(
+            ch,
+            store,
+            tenant="a",
+            session_id=str(uuid.uuid4()),
+            run_id=str(uuid.uuid4()),
+            datasets=second.datasets,
+        )
+    assert err.value.code == "MATERIALISE_SCHEMA_CONFLICT"
+    assert table_name("gnss_L1") == "session_gnss_l1"
