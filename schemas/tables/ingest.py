@@ -1,0 +1,158 @@
+"""The streaming half's tables: one record per received envelope, its stage logs, the
+telemetry it produced and the dead letters an operator can redrive.
+
+Identity. Every JetStream message Tideway receives gets exactly one ``ingestion_messages``
+row, identified by its *receipt* ``(stream_seq, received_at)`` — the stream sequence and the
+time JetStream stored it, both stable across redeliveries and replays. The spec's
+``source_deduplication_key`` is unique among the rows that own a key; a dedupe hit is recorded
+as its own row with status ``duplicate``, no key, and ``duplicate_of`` pointing at the owner.
+
+Speed. These are the hot-path tables (thousands of rows per second), so they carry no foreign
+keys to the registry — registry rows are never deleted (devices are deactivated, schema
+versions are immutable), so the ids stay meaningful — and as few indexes as their readers
+need. ``status`` and ``processing_state`` are not indexed so their updates stay HOT.
+
+The status and processing-state machines (``stages.ingest.status`` and
+``stages.ingest.processing_state``) are enforced in SQL by triggers created in migration
+``0002_ingest``; the CHECKs here only bound the vocabularies.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+from schemas.tables.base import created_at, metadata, updated_at
+
+_TS = sa.DateTime(timezone=True)
+
+STATUSES = (
+    "queued",
+    "processing",
+    "completed",
+    "failed_validation",
+    "inactive_skipped",
+    "failed_terminal",
+    "duplicate",
+)
+PROCESSING_STATES = ("processed", "invalid", "inactive_skipped", "publish_failed")
+STAGES = ("ingress", "validate", "mutate", "derive", "persist", "publish")
+STAGE_STATUSES = ("ok", "failed")
+DEAD_LETTER_STATES = ("open", "resolved")
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+ingestion_messages = sa.Table(
+    "ingestion_messages",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    # Spec 001's dedupe key; NULL on the rows that record a dedupe hit.
+    sa.Column("source_deduplication_key", sa.Text, unique=True),
+    sa.Column("duplicate_of", sa.BigInteger),
+    # The receipt: JetStream stream sequence + the time the stream stored the message.
+    sa.Column("stream_seq", sa.BigInteger, nullable=False),
+    sa.Column("received_at", _TS, nullable=False),
+    sa.Column("subject", sa.Text, nullable=False),
+    sa.Column("msg_id", sa.Text),
+    sa.Column("traceparent", sa.Text),
+    sa.Column("payload_bytes", sa.Integer, nullable=False),
+    # What the subject named, and what the registry resolved it to (NULL when unknown).
+    sa.Column("tenant", sa.Text),
+    sa.Column("device", sa.Text),
+    sa.Column("topic", sa.Text),
+    sa.Column("tenant_id", pg.UUID(as_uuid=True)),
+    sa.Column("device_id", pg.UUID(as_uuid=True)),
+    sa.Column("schema_version_id", pg.UUID(as_uuid=True)),
+    sa.Column("schema_topic_id", pg.UUID(as_uuid=True)),
+    sa.Column("measured_at", _TS),
+    sa.Column("seq", sa.BigInteger),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("error_code", sa.Text),
+    sa.Column("error_message", sa.Text),
+    # Processing passes: 1 on first receipt, +1 on every resume or redrive.
+    sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("1")),
+    created_at(),
+    updated_at(),
+    sa.Column("finished_at", _TS),
+    sa.UniqueConstraint("stream_seq", "received_at", name="uq_ingestion_messages_receipt"),
+    sa.CheckConstraint(_in("status", STATUSES), name="status_known"),
+    sa.CheckConstraint(
+        "(status = 'duplicate') = (duplicate_of IS NOT NULL)"
+        " AND (status = 'duplicate') = (source_deduplication_key IS NULL)",
+        name="duplicate_shape",
+    ),
+    postgresql_with={"fillfactor": "85"},
+)
+
+ingestion_stage_logs = sa.Table(
+    "ingestion_stage_logs",
+    metadata,
+    sa.Column("message_id", sa.BigInteger, primary_key=True),
+    sa.Column("attempt", sa.Integer, primary_key=True),
+    sa.Column("stage", sa.Text, primary_key=True),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("duration_us", sa.Integer, nullable=False),
+    sa.Column("error_code", sa.Text),
+    sa.Column("error_message", sa.Text),
+    # Only when capture_stage_snapshots is on (spec 001's snapshot switch).
+    sa.Column("input_snapshot", pg.JSONB),
+    sa.Column("output_snapshot", pg.JSONB),
+    created_at(),
+    sa.CheckConstraint(_in("stage", STAGES), name="stage_known"),
+    sa.CheckConstraint(_in("status", STAGE_STATUSES), name="status_known"),
+)
+
+device_telemetry_logs = sa.Table(
+    "device_telemetry_logs",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    sa.Column("ingestion_message_id", sa.BigInteger, nullable=False, unique=True),
+    sa.Column("tenant_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("device_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("schema_version_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("topic", sa.Text, nullable=False),
+    sa.Column("measured_at", _TS, nullable=False),
+    sa.Column("seq", sa.BigInteger),
+    sa.Column("received_at", _TS, nullable=False),
+    sa.Column("processing_state", sa.Text, nullable=False),
+    # Final values when processed / publish_failed; extracted values when invalid or
+    # inactive_skipped (the stages that did not run produced nothing).
+    sa.Column("parameter_values", pg.JSONB, nullable=False),
+    sa.Column("validation_issues", pg.JSONB),
+    created_at(),
+    updated_at(),
+    sa.CheckConstraint(_in("processing_state", PROCESSING_STATES), name="state_known"),
+    sa.Index("ix_device_telemetry_logs_device_measured", "device_id", "measured_at"),
+    postgresql_with={"fillfactor": "90"},
+)
+
+dead_letters = sa.Table(
+    "dead_letters",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    sa.Column(
+        "ingestion_message_id",
+        sa.BigInteger,
+        sa.ForeignKey("ingestion_messages.id", ondelete="RESTRICT"),
+        nullable=False,
+        unique=True,
+    ),
+    sa.Column("tenant", sa.Text),
+    sa.Column("subject", sa.Text, nullable=False),
+    # The original envelope exactly as received: body and transport headers.
+    sa.Column("headers", pg.JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("payload", sa.LargeBinary, nullable=False),
+    sa.Column("reason_code", sa.Text, nullable=False),
+    # Every failure, oldest first: [{"at", "stage", "code", "message", "attempt"}].
+    sa.Column("failures", pg.JSONB, nullable=False),
+    sa.Column("redrive_count", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.Column("state", sa.Text, nullable=False, server_default=sa.text("'open'")),
+    sa.Column("first_seen_at", _TS, nullable=False, server_default=sa.func.now()),
+    sa.Column("last_seen_at", _TS, nullable=False, server_default=sa.func.now()),
+    sa.Column("resolved_at", _TS),
+    sa.CheckConstraint(_in("state", DEAD_LETTER_STATES), name="state_known"),
+    sa.Index("ix_dead_letters_state_first_seen", "state", "first_seen_at"),
+)
