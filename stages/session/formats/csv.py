@@ -133,12 +133,13 @@ def read(data: bytes) -> ParsedSession:
         "partial_imu_rows": partial,
         "aux_values": aux.num_rows,
     }
+    streams = {canonical.AUX: canonical.conform(canonical.AUX, aux)}
+    if {"lat_deg", "lon_deg"} <= set(by_stream[canonical.GNSS]):
+        streams[canonical.GNSS] = canonical.conform(canonical.GNSS, gnss)
+    if set(imu_cols) == set(IMU_COLS):
+        streams[canonical.IMU] = canonical.conform(canonical.IMU, imu)
     return ParsedSession(
-        streams={
-            canonical.GNSS: canonical.conform(canonical.GNSS, gnss),
-            canonical.IMU: canonical.conform(canonical.IMU, imu),
-            canonical.AUX: canonical.conform(canonical.AUX, aux),
-        },
+        streams=streams,
         units={k: v for k, v in units.items() if v},
         imu_frame=layout.imu_frame,
         stats=stats,

@@ -133,6 +133,8 @@ def read(data: bytes) -> ParsedSession:
         (canonical.IMU, _IMU_COLS, _IMU_COLS),
     ):
         part = rows.filter(pc.equal(topic, stream))
+        if part.num_rows == 0:
+            continue
         values = part.column("values")
         out: dict[str, Any] = {"ts": part.column("ts").cast(canonical.TS_TYPE)}
         for col in cols:

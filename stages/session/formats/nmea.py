@@ -63,6 +63,7 @@ class _Epoch:
         "lon",
         "mode_q",
         "sats",
+        "simulated",
         "speed",
         "tod",
         "valid",
@@ -76,6 +77,7 @@ class _Epoch:
         self.gll_pos: tuple[float, float] | None = None
         self.valid = False
         self.invalid = False
+        self.simulated = False
         self.lat: float | None = None
         self.lon: float | None = None
         self.alt: float | None = None
@@ -160,6 +162,7 @@ class _Reader:
         if date is not None:
             ep.date = date
         mode = f[12] if len(f) > 12 else b""
+        ep.simulated |= mode == b"S"
         ok = f[2] == b"A" and mode not in _NO_FIX_MODES
         ok = self.position(ep, _angle(f[3], f[4], 90.0), _angle(f[5], f[6], 180.0), ok)
         ep.valid |= ok
@@ -176,6 +179,7 @@ class _Reader:
         ep = self.epoch(tod)
         ep.gll_only = False
         quality = int(f[6]) if f[6] else 0
+        ep.simulated |= quality == 8
         ok = 1 <= quality <= 6
         ok = self.position(ep, _angle(f[2], f[3], 90.0), _angle(f[4], f[5], 180.0), ok)
         ep.valid |= ok
@@ -337,6 +341,7 @@ def read(data: bytes) -> ParsedSession:
         "epochs": sum(1 for e in epochs if not e.gll_only) or len(epochs),
         "fix_epochs": len(fixes),
         "conflicting_epochs": sum(1 for e in fixes if e.invalid),
+        "simulated_epochs": sum(1 for e in epochs if e.simulated),
         "date_source": date_source,
     }
     return ParsedSession(
