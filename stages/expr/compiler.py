@@ -9,7 +9,7 @@ and no per-call allocation beyond Python's own frame.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from stages.expr import errors
@@ -17,7 +17,18 @@ from stages.expr.checker import check
 from stages.expr.codegen import FUNCTION_NAME, generate
 from stages.expr.errors import ExprCompileError, translate_eval_error
 from stages.expr.functions import function_globals
-from stages.expr.nodes import Node, names_in
+from stages.expr.nodes import (
+    Binary,
+    Call,
+    Compare,
+    Conditional,
+    Const,
+    Logic,
+    Name,
+    Node,
+    Unary,
+    names_in,
+)
 from stages.expr.parser import parse
 from stages.expr.runtime import GLOBALS
 from stages.expr.types import ExprType
@@ -74,7 +85,7 @@ def compile_expression(
     ``keys`` renames what a name reads from the values mapping (a mutation maps ``value`` to
     its parameter's key). Raises :class:`ExprCompileError` for every rejected expression.
     """
-    checked = check(parse(source), env)
+    checked = fold_constants(check(parse(source), env))
     inferred = checked.type
     assert inferred is not None
     if not result_type.accepts(inferred):
@@ -86,13 +97,6 @@ def compile_expression(
             code=errors.TYPE,
         )
     python = generate(checked, result=result_type, keys=keys)
-    namespace = dict(_NAMESPACE)
-    try:
-        code = compile(python, "<tideway-expression>", "exec")
-    except (SyntaxError, RecursionError, MemoryError, ValueError) as exc:  # pragma: no cover
-        raise ExprCompileError(f"expression is too complex to compile ({exc})",
-                               code=errors.TOO_DEEP) from None
-    exec(code, namespace)  # the source was generated from the whitelisted, checked tree
     names = names_in(checked)
     mapping = keys or {}
     return CompiledExpression(
@@ -102,5 +106,49 @@ def compile_expression(
         names=names,
         reads=frozenset(mapping.get(n, n) for n in names),
         python=python,
-        function=namespace[FUNCTION_NAME],
+        function=_load(python),
     )
+
+
+def _load(python: str) -> Callable[[Mapping[str, Any]], Any]:
+    namespace = dict(_NAMESPACE)
+    try:
+        code = compile(python, "<tideway-expression>", "exec")
+    except (SyntaxError, RecursionError, MemoryError, ValueError) as exc:  # pragma: no cover
+        raise ExprCompileError(f"expression is too complex to compile ({exc})",
+                               code=errors.TOO_DEEP) from None
+    exec(code, namespace)  # the source was generated from the whitelisted, checked tree
+    function: Callable[[Mapping[str, Any]], Any] = namespace[FUNCTION_NAME]
+    return function
+
+
+def fold_constants(node: Node) -> Node:
+    """Replace every sub-expression without names by its value, computed once now.
+
+    Besides sparing the work per envelope, this rejects constant parts that can never succeed
+    (``9 ** 9 ** 9``, ``1 / 0``, a constant that overflows) when the schema is applied, with
+    ``EXPR_CONSTANT``, instead of on every envelope.
+    """
+    if isinstance(node, Const | Name):
+        return node
+    if not names_in(node):
+        assert node.type is not None
+        try:
+            value = _load(generate(node, result=node.type))({})
+        except Exception as exc:  # a constant that cannot be computed is a schema error
+            failure = translate_eval_error(exc)
+            raise ExprCompileError(f"constant part cannot be computed: {failure.message}",
+                                   code=errors.CONSTANT, column=node.offset) from None
+        return Const(offset=node.offset, value=value, type=node.type)
+    if isinstance(node, Unary):
+        return replace(node, operand=fold_constants(node.operand))
+    if isinstance(node, Binary):
+        return replace(node, left=fold_constants(node.left), right=fold_constants(node.right))
+    if isinstance(node, Compare | Logic):
+        return replace(node, operands=tuple(fold_constants(o) for o in node.operands))
+    if isinstance(node, Conditional):
+        return replace(node, test=fold_constants(node.test), body=fold_constants(node.body),
+                       orelse=fold_constants(node.orelse))
+    if isinstance(node, Call):
+        return replace(node, args=tuple(fold_constants(a) for a in node.args))
+    return node  # pragma: no cover - every node kind is handled above

@@ -23,6 +23,7 @@ ARITY = "EXPR_ARITY"
 TYPE = "EXPR_TYPE"
 LITERAL = "EXPR_LITERAL"
 CYCLE = "EXPR_CYCLE"
+CONSTANT = "EXPR_CONSTANT"
 
 # Evaluation codes (one evaluation on one envelope failed).
 DIVISION_BY_ZERO = "EVAL_DIVISION_BY_ZERO"
