@@ -26,8 +26,8 @@ FIX_EPOCHS = {
 }
 
 
-def _utc(*args: int) -> dt.datetime:
-    return dt.datetime(*args, tzinfo=dt.UTC)
+def _utc(y: int, mo: int, d: int, h: int, mi: int, s: int, us: int = 0) -> dt.datetime:
+    return dt.datetime(y, mo, d, h, mi, s, us, tzinfo=dt.UTC)
 
 
 def _row(name: str, index: int) -> dict[str, object]:
