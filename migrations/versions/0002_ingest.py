@@ -1,11 +1,12 @@
 """ingestion tables: messages, stage logs, device telemetry, dead letters
 
 Besides the tables, this revision installs the SQL half of the two streaming state machines
-(``stages.ingest.status`` and ``stages.ingest.processing_state``): a trigger per table whose
-``WHEN`` clause lets every legal insert and transition through without calling anything and
-raises ``check_violation`` for the rest. The pairs are spelled out here (a migration is a
-snapshot); ``tests/integration/ingest/test_state_guards.py`` walks every pair against the
-Python tables so the two cannot drift.
+(``stages.ingest.status`` and ``stages.ingest.processing_state``): a ``BEFORE UPDATE`` trigger
+per table whose ``WHEN`` clause lets every legal transition through without calling anything
+and raises ``check_violation`` for the rest (the CHECK constraints bound the vocabularies).
+The pairs are spelled out here (a migration is a snapshot);
+``tests/integration/ingest/test_state_guards.py`` walks every pair against the Python tables
+so the two cannot drift.
 
 Revision ID: 0002_ingest
 Revises: 0001
@@ -22,7 +23,6 @@ down_revision = "0001"
 branch_labels = None
 depends_on = None
 
-_STATUS_INSERTS = ("queued", "processing", "duplicate")
 _STATUS_MOVES = (
     "queued>processing",
     "queued>duplicate",
@@ -30,9 +30,8 @@ _STATUS_MOVES = (
     "processing>failed_validation",
     "processing>inactive_skipped",
     "processing>failed_terminal",
-    "failed_terminal>processing",
+    "failed_terminal>completed",
 )
-_STATE_INSERTS = ("processed", "invalid", "inactive_skipped")
 _STATE_MOVES = ("processed>publish_failed", "publish_failed>processed")
 
 
@@ -40,27 +39,19 @@ def _quoted(values: tuple[str, ...]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
-def _guard(table: str, column: str, inserts: tuple[str, ...], moves: tuple[str, ...]) -> None:
+def _guard(table: str, column: str, key: str, moves: tuple[str, ...]) -> None:
     fn = f"{table}_{column}_guard"
     op.execute(
         f"""
         CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            IF TG_OP = 'INSERT' THEN
-                RAISE EXCEPTION 'illegal initial {column} % for {table}', NEW.{column}
-                    USING ERRCODE = 'check_violation';
-            END IF;
             RAISE EXCEPTION 'illegal {column} transition % -> % for {table} id %',
-                OLD.{column}, NEW.{column}, OLD.id USING ERRCODE = 'check_violation';
+                OLD.{column}, NEW.{column}, OLD.{key} USING ERRCODE = 'check_violation';
         END
         $$
         """
     )
-    # The WHEN clauses are evaluated without a function call, so legal rows pay almost nothing.
-    op.execute(
-        f"CREATE TRIGGER {fn}_insert BEFORE INSERT ON {table} FOR EACH ROW "
-        f"WHEN (NEW.{column} NOT IN ({_quoted(inserts)})) EXECUTE FUNCTION {fn}()"
-    )
+    # The WHEN clause is evaluated without a function call, so legal updates pay almost nothing.
     op.execute(
         f"CREATE TRIGGER {fn}_update BEFORE UPDATE OF {column} ON {table} FOR EACH ROW "
         f"WHEN (OLD.{column} IS DISTINCT FROM NEW.{column} "
@@ -72,7 +63,6 @@ def _guard(table: str, column: str, inserts: tuple[str, ...], moves: tuple[str, 
 def _drop_guard(table: str, column: str) -> None:
     fn = f"{table}_{column}_guard"
     op.execute(f"DROP TRIGGER IF EXISTS {fn}_update ON {table}")
-    op.execute(f"DROP TRIGGER IF EXISTS {fn}_insert ON {table}")
     op.execute(f"DROP FUNCTION IF EXISTS {fn}()")
 
 
@@ -80,17 +70,13 @@ def upgrade() -> None:
     op.create_table(
         "ingestion_messages",
         sa.Column("id", sa.BigInteger(), sa.Identity(always=False), nullable=False),
-        sa.Column("source_deduplication_key", sa.Text(), nullable=True),
+        sa.Column("source_deduplication_key", sa.Text(collation="C"), nullable=True),
         sa.Column("duplicate_of", sa.BigInteger(), nullable=True),
         sa.Column("stream_seq", sa.BigInteger(), nullable=False),
         sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("subject", sa.Text(), nullable=False),
-        sa.Column("msg_id", sa.Text(), nullable=True),
         sa.Column("traceparent", sa.Text(), nullable=True),
         sa.Column("payload_bytes", sa.Integer(), nullable=False),
-        sa.Column("tenant", sa.Text(), nullable=True),
-        sa.Column("device", sa.Text(), nullable=True),
-        sa.Column("topic", sa.Text(), nullable=True),
         sa.Column("tenant_id", sa.UUID(), nullable=True),
         sa.Column("device_id", sa.UUID(), nullable=True),
         sa.Column("schema_version_id", sa.UUID(), nullable=True),
@@ -107,7 +93,6 @@ def upgrade() -> None:
         sa.Column(
             "updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
         ),
-        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.CheckConstraint(
             "(status = 'duplicate') = (duplicate_of IS NOT NULL)"
             " AND (status = 'duplicate') = (source_deduplication_key IS NULL)",
@@ -123,8 +108,13 @@ def upgrade() -> None:
             "source_deduplication_key",
             name=op.f("uq_ingestion_messages_source_deduplication_key"),
         ),
-        sa.UniqueConstraint("stream_seq", "received_at", name="uq_ingestion_messages_receipt"),
-        postgresql_with={"fillfactor": "85"},
+    )
+    op.create_index(
+        "uq_ingestion_messages_duplicate_receipt",
+        "ingestion_messages",
+        ["stream_seq", "received_at"],
+        unique=True,
+        postgresql_where=sa.text("duplicate_of IS NOT NULL"),
     )
     op.create_table(
         "ingestion_stage_logs",
@@ -147,13 +137,16 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "status IN ('ok', 'failed')", name=op.f("ck_ingestion_stage_logs_status_known")
         ),
-        sa.PrimaryKeyConstraint(
-            "message_id", "attempt", "stage", name=op.f("pk_ingestion_stage_logs")
-        ),
+    )
+    op.create_index(
+        "ix_ingestion_stage_logs_message_id",
+        "ingestion_stage_logs",
+        ["message_id"],
+        unique=False,
+        postgresql_using="brin",
     )
     op.create_table(
         "device_telemetry_logs",
-        sa.Column("id", sa.BigInteger(), sa.Identity(always=False), nullable=False),
         sa.Column("ingestion_message_id", sa.BigInteger(), nullable=False),
         sa.Column("tenant_id", sa.UUID(), nullable=False),
         sa.Column("device_id", sa.UUID(), nullable=False),
@@ -175,11 +168,7 @@ def upgrade() -> None:
             "processing_state IN ('processed', 'invalid', 'inactive_skipped', 'publish_failed')",
             name=op.f("ck_device_telemetry_logs_state_known"),
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_device_telemetry_logs")),
-        sa.UniqueConstraint(
-            "ingestion_message_id", name=op.f("uq_device_telemetry_logs_ingestion_message_id")
-        ),
-        postgresql_with={"fillfactor": "90"},
+        sa.PrimaryKeyConstraint("ingestion_message_id", name=op.f("pk_device_telemetry_logs")),
     )
     op.create_index(
         "ix_device_telemetry_logs_device_measured",
@@ -237,8 +226,10 @@ def upgrade() -> None:
         ["state", "first_seen_at"],
         unique=False,
     )
-    _guard("ingestion_messages", "status", _STATUS_INSERTS, _STATUS_MOVES)
-    _guard("device_telemetry_logs", "processing_state", _STATE_INSERTS, _STATE_MOVES)
+    _guard("ingestion_messages", "status", "id", _STATUS_MOVES)
+    _guard(
+        "device_telemetry_logs", "processing_state", "ingestion_message_id", _STATE_MOVES
+    )
 
 
 def downgrade() -> None:
@@ -248,5 +239,11 @@ def downgrade() -> None:
     op.drop_table("dead_letters")
     op.drop_index("ix_device_telemetry_logs_device_measured", table_name="device_telemetry_logs")
     op.drop_table("device_telemetry_logs")
+    op.drop_index("ix_ingestion_stage_logs_message_id", table_name="ingestion_stage_logs")
     op.drop_table("ingestion_stage_logs")
+    op.drop_index(
+        "uq_ingestion_messages_duplicate_receipt",
+        table_name="ingestion_messages",
+        postgresql_where=sa.text("duplicate_of IS NOT NULL"),
+    )
     op.drop_table("ingestion_messages")
