@@ -14,7 +14,8 @@ rows holding its minimum and maximum. A peak is therefore never lost: the top sp
 interval in L1/L2 equals the top speed in L0 (the peak row and its timestamp survive).
 
 Config (optional): ``config["downsample"] = {"L1_bucket_s": 0.5, "L2_bucket_s": 5.0}``.
-Inputs: ``<stream>_L0`` if present, else ``<stream>`` (the ``time_align`` outputs).
+Inputs: ``<stream>_L0`` if present, else ``<stream>`` (the ``time_align`` outputs), and for
+L2 finally ``<stream>_L1`` (the DAG may feed L2 from L1 alone).
 Datasets: ``gnss_L0``/``imu_L0``/``aux_L0`` (and ``_L1``, ``_L2``).
 Summary: ``level``, ``bucket_s`` (per stream, None for L0), ``rows_in``, ``rows_out``.
 """
@@ -40,11 +41,17 @@ KEY_COLUMNS: Final = {
 }
 
 
-def _source(inp: StageInput, stream: str) -> pa.Table:
-    table = inp.datasets.get(canonical.level_name(stream, "L0"))
-    if table is None:
-        table = inp.datasets.get(stream)
-    return canonical.empty(stream) if table is None else canonical.conform(stream, table)
+def _source(inp: StageInput, stream: str, level: str) -> pa.Table:
+    # L2 may be fed L1 only (its DAG dependency): L1 buckets nest in L2 buckets and keep
+    # every bucket's extremes, so selecting from L1 keeps the same peaks.
+    names = [canonical.level_name(stream, "L0"), stream]
+    if level == "L2":
+        names.append(canonical.level_name(stream, "L1"))
+    for name in names:
+        table = inp.datasets.get(name)
+        if table is not None:
+            return canonical.conform(stream, table)
+    return canonical.empty(stream)
 
 
 def _bucket_s(config: Mapping[str, Any], level: str) -> float:
@@ -111,7 +118,7 @@ def _run(inp: StageInput, level: str) -> StageOutput:
     bucket: dict[str, float | None] = {}
     rows_in: dict[str, int] = {}
     for stream in canonical.STREAMS:
-        table = _source(inp, stream)
+        table = _source(inp, stream, level)
         rows_in[stream] = table.num_rows
         table = table.filter(pc.is_valid(table.column("ts")))
         ts = table.column("ts")

@@ -9,7 +9,9 @@ artifacts are concatenated in artifact order. Values keep the units the source u
 Datasets: ``gnss``, ``imu``, ``aux`` (always all three; a missing stream is an empty table).
 
 Summary: ``format`` (of the first artifact), ``formats``, ``rows`` (per stream),
-``capabilities`` (``gnss``/``imu``/``aux``: stream has rows), ``gnss_fix`` (at least one
+``capabilities`` (``gnss``/``imu``/``aux``: stream has rows; ``gnss_quality``:
+``insufficient`` below 10 fixes or median HDOP above 5, ``degraded`` above HDOP 2, else
+``good`` - the fusion gate reads it), ``gnss_fix`` (at least one
 valid fix), ``gnss_fix_reason`` (None, ``NO_GNSS_STREAM``, ``NO_FIX`` or ``SIMULATOR_ONLY``
 for demo-mode receivers), ``units``, ``imu_frame``, ``aux_channels``, ``readers`` (per
 artifact reader counters such as NMEA ``bad_checksum``/``truncated``). A log without a fix is
@@ -18,7 +20,7 @@ not an error here; stages that need a fix fail with ``NO_GNSS_FIX`` themselves.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,6 +30,10 @@ from stages.session.artifact_validate import Limits, plain_bytes
 from stages.session.contract import ErrorCode, SessionStageError, StageInput, StageOutput
 from stages.session.formats.parsed import FLU, ParsedSession
 from stages.session.formats.sniff import sniff
+
+MIN_FIXES: Final = 10
+DEGRADED_HDOP: Final = 2.0
+INSUFFICIENT_HDOP: Final = 5.0
 
 
 def _format_of(name: str, plain: bytes, classified: dict[str, Any]) -> str:
@@ -74,6 +80,18 @@ def _fix_reason(parts: list[ParsedSession], gnss_rows: int) -> str | None:
     return "NO_FIX"
 
 
+def gnss_quality(gnss: pa.Table) -> str:
+    """``good`` / ``degraded`` / ``insufficient`` for fusion gating, from fix count and HDOP."""
+    if gnss.num_rows < MIN_FIXES:
+        return "insufficient"
+    hdop = pc.approximate_median(gnss.column("hdop")).as_py()
+    if hdop is not None and hdop > INSUFFICIENT_HDOP:
+        return "insufficient"
+    if hdop is not None and hdop > DEGRADED_HDOP:
+        return "degraded"
+    return "good"
+
+
 def run(inp: StageInput) -> StageOutput:
     """Parse every artifact into the canonical stream set (see module docstring)."""
     if not inp.artifacts:
@@ -103,7 +121,10 @@ def run(inp: StageInput) -> StageOutput:
         "format": fmts[0],
         "formats": fmts,
         "rows": rows,
-        "capabilities": {s: n > 0 for s, n in rows.items()},
+        "capabilities": {
+            **{s: n > 0 for s, n in rows.items()},
+            "gnss_quality": gnss_quality(datasets[canonical.GNSS]),
+        },
         "gnss_fix": rows[canonical.GNSS] > 0,
         "gnss_fix_reason": _fix_reason(parts, rows[canonical.GNSS]),
         "units": units,

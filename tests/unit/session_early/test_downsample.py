@@ -122,3 +122,11 @@ def test_select_extremes_ignores_nan() -> None:
     values = np.array([1.0, np.nan, 5.0, 2.0, np.nan, np.nan, np.nan])
     keep = downsample.select_extremes(group, [values]).tolist()
     assert keep == [0, 2, 3, 4, 6]
+
+
+def test_l2_fed_by_l1_alone_keeps_the_peaks() -> None:
+    gnss, _ = _lap_series()
+    l1 = downsample.run_l1(StageInput(datasets={"gnss": gnss})).datasets
+    l2 = downsample.run_l2(StageInput(datasets=l1)).datasets["gnss_L2"]
+    assert l2.num_rows > 0
+    assert np.array_equal(_per_lap_max(l2), _per_lap_max(gnss))

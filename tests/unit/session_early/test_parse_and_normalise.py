@@ -168,3 +168,18 @@ def test_unknown_unit_is_refused() -> None:
             )
         )
     assert err.value.code == "UNSUPPORTED_FORMAT"
+
+
+@pytest.mark.parametrize(
+    ("name", "quality"),
+    [
+        ("navika-100-fix.log", "good"),  # HDOP 1.2
+        ("haicom-305N.log", "degraded"),  # median HDOP 2.3 (1.1 to 21.1)
+        ("foretrex-201.log", "insufficient"),  # only 7 fixes
+        ("garmin-geko201.log", "insufficient"),  # none at all
+    ],
+)
+def test_gnss_quality_capability(name: str, quality: str) -> None:
+    caps = _parse(name, log(name)).summary["capabilities"]
+    assert caps["gnss_quality"] == quality
+    assert caps["gnss"] is (name != "garmin-geko201.log")
