@@ -88,10 +88,16 @@ def upgrade() -> None:
         sa.Column("error_message", sa.Text(), nullable=True),
         sa.Column("attempts", sa.Integer(), server_default=sa.text("1"), nullable=False),
         sa.Column(
-            "created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.Column(
-            "updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "updated_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.CheckConstraint(
             "(status = 'duplicate') = (duplicate_of IS NOT NULL)"
@@ -128,7 +134,10 @@ def upgrade() -> None:
         sa.Column("input_snapshot", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column("output_snapshot", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column(
-            "created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.CheckConstraint(
             "stage IN ('ingress', 'validate', 'mutate', 'derive', 'persist', 'publish')",
@@ -159,10 +168,16 @@ def upgrade() -> None:
         sa.Column("parameter_values", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
         sa.Column("validation_issues", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column(
-            "created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.Column(
-            "updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "updated_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.CheckConstraint(
             "processing_state IN ('processed', 'invalid', 'inactive_skipped', 'publish_failed')",
@@ -227,9 +242,7 @@ def upgrade() -> None:
         unique=False,
     )
     _guard("ingestion_messages", "status", "id", _STATUS_MOVES)
-    _guard(
-        "device_telemetry_logs", "processing_state", "ingestion_message_id", _STATE_MOVES
-    )
+    _guard("device_telemetry_logs", "processing_state", "ingestion_message_id", _STATE_MOVES)
 
 
 def downgrade() -> None:

@@ -17,6 +17,7 @@ Like the ingestion status, a batch inserts each row with the state it ended in, 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from enum import StrEnum
 
@@ -76,5 +77,5 @@ def check_path(path: Sequence[ProcessingState]) -> None:
     """Raise unless ``path`` starts in an initial state and every step is legal."""
     if not path or path[0] not in INITIAL:
         raise IllegalStateTransition("a processing-state path must start in an initial state")
-    for current, new in zip(path, path[1:], strict=False):
+    for current, new in itertools.pairwise(path):
         check_transition(current, new)

@@ -18,6 +18,7 @@ migration ``0002_ingest`` refuses every other ``UPDATE`` of ``status``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from enum import StrEnum
 
@@ -94,5 +95,5 @@ def check_path(path: Sequence[Status]) -> None:
     """Raise unless ``path`` starts at :data:`INITIAL` and every step is legal."""
     if not path or path[0] is not INITIAL:
         raise IllegalTransition(f"a status path must start at {INITIAL}")
-    for current, new in zip(path, path[1:], strict=False):
+    for current, new in itertools.pairwise(path):
         check_transition(current, new)
