@@ -35,7 +35,7 @@ def mutate(program: TopicProgram, extracted: dict[str, Any]) -> MutationResult:
         for name, function in program.mutations:
             after = function(extracted)
             before = extracted[name]
-            if after != before or type(after) is not type(before):
+            if after != before:
                 values[name] = after
                 change_set[name] = (before, after)
     except Exception as exc:  # an evaluation failed: report it with its stable code

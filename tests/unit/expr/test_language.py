@@ -154,3 +154,11 @@ def test_compile_error_reports_the_column() -> None:
         compile_expression("x + tmep", {**ENV, "temp": N}, result_type=N)
     assert caught.value.column == 5
     assert "did you mean 'temp'" in caught.value.message
+
+
+def test_reference_documents_every_function() -> None:
+    from pathlib import Path
+
+    reference = (Path(__file__).resolve().parents[3] / "docs" / "expressions.md").read_text()
+    for function in FUNCTIONS.values():
+        assert f"| `{function.signature}` | {function.doc} |" in reference, function.name
