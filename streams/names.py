@@ -66,6 +66,18 @@ class Names:
         return self._p("intake")
 
     @property
+    def sessions_dead_letter_stream(self) -> str:
+        """Session notices intake could not accept (bad body, unknown object...)."""
+        return self._p("SESSIONS_DLQ")
+
+    @property
+    def sessions_dead_letter_subjects(self) -> str:
+        return self._s("dlq.sessions.>")
+
+    def sessions_dead_letter_subject(self, tenant: str, device: str) -> str:
+        return self._s(f"dlq.sessions.{tenant}.{device}")
+
+    @property
     def session_bucket(self) -> str:
         """JetStream object-store bucket devices upload session files into."""
         return self._p("session-uploads").replace("_", "-").lower()

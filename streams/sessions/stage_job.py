@@ -1,0 +1,173 @@
+"""The body of one pure-stage job, run whole in a worker process (or thread).
+
+Theory of operation
+-------------------
+The async executor (``executors``) gathers what a job needs from Postgres - the run's
+artifacts, the upstream datasets (URL + sha256), upstream summaries, config and the job's
+idempotency key - into a picklable :class:`StageJob` and hands it to a pool. The body then:
+
+1. looks for outputs already promoted under the key (a retry after a crash): if found and
+   every file verifies, they are returned as they are and the stage does not run again;
+2. reads the artifacts (sha256-verified) and builds a :class:`StageInput` whose ``datasets``
+   mapping loads each upstream Parquet file lazily, verifying it, on first access - a stage
+   reads only the inputs it uses;
+3. runs the stage, then writes every output table as Parquet plus a manifest to a temporary
+   directory and promotes it atomically (``datasets.write_outputs``).
+
+Only small values cross the process boundary (the spec in, URLs, hashes and the summary out).
+Errors cross it as :class:`StageFailure` values, because exceptions with keyword-only
+constructor arguments do not survive pickling; the executor raises them again on its side.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from stages.errors import StageError
+from stages.session.contract import ArtifactBlob, StageInput, StageOutput
+from streams.errors import TidewayError, TransientError
+from streams.objects import ObjectStore
+from streams.sessions.datasets import JobOutputs, load_outputs, read_table, write_outputs
+
+__all__ = ["InputRef", "LazyDatasets", "StageFailure", "StageJob", "StageRun", "run_stage_job"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputRef:
+    """A stored file a job reads: its stage-local name, URL and recorded sha256."""
+
+    name: str
+    url: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageJob:
+    """Everything the body needs; picklable."""
+
+    store_root: str
+    run_id: str
+    job_name: str
+    job_type: str
+    stage: str  # "package.module:function"
+    key: str  # the idempotency key (spec 000 §8.1)
+    prefix: str  # where outputs are promoted (derived from run, job and key)
+    artifacts: tuple[InputRef, ...] = ()
+    inputs: tuple[InputRef, ...] = ()  # nearest upstream first; the first of a name wins
+    summaries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+    atomic_rename: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageFailure:
+    """A failure carried back across the pool as a value."""
+
+    code: str
+    message: str
+    retriable: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageRun:
+    """The body's result: outputs (or a failure) and where the time went."""
+
+    outputs: JobOutputs | None = None
+    failure: StageFailure | None = None
+    timings: Mapping[str, float] = field(default_factory=dict)
+    inputs_read: tuple[str, ...] = ()
+
+
+class LazyDatasets(Mapping[str, pa.Table]):
+    """Upstream datasets by name, each read and sha256-verified on first access."""
+
+    def __init__(self, store: ObjectStore, refs: tuple[InputRef, ...]) -> None:
+        self._store = store
+        self._refs: dict[str, InputRef] = {}
+        for ref in refs:
+            self._refs.setdefault(ref.name, ref)
+        self._cache: dict[str, pa.Table] = {}
+        self.read_s = 0.0
+
+    def __getitem__(self, name: str) -> pa.Table:
+        if name not in self._cache:
+            ref = self._refs[name]  # KeyError for unknown names, as a Mapping should
+            started = time.perf_counter()
+            self._cache[name] = read_table(self._store, ref.url, sha256=ref.sha256)
+            self.read_s += time.perf_counter() - started
+        return self._cache[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._refs)
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._refs
+
+    @property
+    def loaded(self) -> tuple[str, ...]:
+        return tuple(sorted(self._cache))
+
+
+def _stage(path: str) -> Any:
+    module, _, func = path.partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def run_stage_job(job: StageJob) -> StageRun:
+    """Run one job's body (see the module docstring). Never raises for expected failures."""
+    timings: dict[str, float] = {}
+    try:
+        store = ObjectStore(job.store_root, atomic_rename=job.atomic_rename)
+        started = time.perf_counter()
+        found = load_outputs(store, job.prefix)
+        timings["reuse_check_s"] = time.perf_counter() - started
+        if found is not None:
+            return StageRun(outputs=found, timings=timings)
+        started = time.perf_counter()
+        blobs = tuple(
+            ArtifactBlob(
+                name=a.name, data=store.read(store.key(a.url), sha256=a.sha256), sha256=a.sha256
+            )
+            for a in job.artifacts
+        )
+        timings["artifacts_s"] = time.perf_counter() - started
+        datasets = LazyDatasets(store, job.inputs)
+        inp = StageInput(
+            artifacts=blobs, datasets=datasets, summaries=job.summaries, config=job.config
+        )
+        started = time.perf_counter()
+        out: StageOutput = _stage(job.stage)(inp)
+        timings["stage_s"] = time.perf_counter() - started - datasets.read_s
+        timings["inputs_s"] = datasets.read_s
+        started = time.perf_counter()
+        outputs = write_outputs(
+            store,
+            job.prefix,
+            tables=dict(out.datasets),
+            summary=dict(out.summary),
+            header={"run_id": job.run_id, "job": job.job_name, "idempotency_key": job.key},
+        )
+        timings["write_s"] = time.perf_counter() - started
+        return StageRun(outputs=outputs, timings=timings, inputs_read=datasets.loaded)
+    except StageError as exc:
+        failure = StageFailure(code=exc.code, message=exc.message, retriable=exc.retriable)
+    except TidewayError as exc:
+        failure = StageFailure(
+            code=exc.code, message=exc.message, retriable=isinstance(exc, TransientError)
+        )
+    except (OSError, MemoryError) as exc:
+        failure = StageFailure(code="WORKER_RESOURCE", message=repr(exc), retriable=True)
+    except Exception as exc:  # a bug in a deterministic stage fails the same way every time
+        failure = StageFailure(
+            code="STAGE_CRASHED", message=f"{type(exc).__name__}: {exc}", retriable=False
+        )
+    return StageRun(failure=failure, timings=timings)

@@ -1,0 +1,111 @@
+"""The pure-stage job body: verified inputs, lazy datasets, reuse on retry, failures as values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streams.objects import ObjectStore
+from streams.sessions.datasets import output_prefix
+from streams.sessions.stage_job import InputRef, StageJob, run_stage_job
+
+NMEA = "ublox-zed-f9p-nmea.log"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ObjectStore:
+    return ObjectStore(str(tmp_path / "objects"))
+
+
+def _artifact(store: ObjectStore, data: bytes, name: str = NMEA) -> InputRef:
+    obj = store.put_artifact("acme", [data])
+    return InputRef(name=name, url=obj.url, sha256=obj.sha256)
+
+
+def _job(store: ObjectStore, name: str, stage: str, key: str, **kw: object) -> StageJob:
+    return StageJob(
+        store_root=store.root_url.removeprefix("file://"),
+        run_id="run-1",
+        job_name=name,
+        job_type=name,
+        stage=stage,
+        key=key,
+        prefix=output_prefix("run-1", name, key),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_parse_then_normalise_reads_verified_upstream(store: ObjectStore, shared_dir: Path) -> None:
+    art = _artifact(store, (shared_dir / "data" / "nmea" / NMEA).read_bytes())
+    parsed = run_stage_job(
+        _job(store, "parse_raw", "stages.session.parse_raw:run", "k" * 64, artifacts=(art,))
+    )
+    assert parsed.failure is None and parsed.outputs is not None
+    by_name = {d.name: d for d in parsed.outputs.datasets}
+    assert set(by_name) == {"gnss", "imu", "aux"}
+    assert by_name["gnss"].rows > 0
+    assert parsed.outputs.summary["capabilities"]["imu"] is False
+
+    inputs = tuple(
+        InputRef(name=d.name, url=d.url, sha256=d.sha256) for d in parsed.outputs.datasets
+    )
+    norm = run_stage_job(
+        _job(
+            store,
+            "normalise_units",
+            "stages.session.normalise_units:run",
+            "n" * 64,
+            inputs=inputs,
+            summaries={"parse_raw": parsed.outputs.summary},
+        )
+    )
+    assert norm.failure is None and norm.outputs is not None
+    assert {d.name for d in norm.outputs.datasets} == {"gnss", "imu", "aux"}
+    assert set(norm.inputs_read) == {"gnss", "imu", "aux"}
+
+
+def test_a_retry_reuses_promoted_outputs_without_running_the_stage(
+    store: ObjectStore, shared_dir: Path
+) -> None:
+    art = _artifact(store, (shared_dir / "data" / "nmea" / NMEA).read_bytes())
+    job = _job(store, "parse_raw", "stages.session.parse_raw:run", "r" * 64, artifacts=(art,))
+    first = run_stage_job(job)
+    second = run_stage_job(job)
+    assert first.outputs is not None and second.outputs is not None
+    assert not first.outputs.reused and second.outputs.reused
+    assert second.outputs.datasets == first.outputs.datasets
+    assert "stage_s" in first.timings and "stage_s" not in second.timings
+    assert len(store.list(job.prefix)) == 4  # three datasets and one manifest, written once
+
+
+def test_a_tampered_artifact_fails_non_retriably(store: ObjectStore, tmp_path: Path) -> None:
+    art = _artifact(store, b"$GPGGA,1\n")
+    (tmp_path / "objects" / store.key(art.url)).write_bytes(b"$GPGGA,2\n")
+    run = run_stage_job(
+        _job(
+            store,
+            "artifact_validate",
+            "stages.session.artifact_validate:run",
+            "v" * 64,
+            artifacts=(art,),
+        )
+    )
+    assert run.outputs is None and run.failure is not None
+    assert run.failure.code == "CHECKSUM_MISMATCH" and not run.failure.retriable
+
+
+def test_a_stage_error_keeps_its_code(store: ObjectStore) -> None:
+    art = _artifact(store, b"this is not a session file at all\n" * 20, name="notes.txt")
+    run = run_stage_job(
+        _job(
+            store,
+            "artifact_validate",
+            "stages.session.artifact_validate:run",
+            "u" * 64,
+            artifacts=(art,),
+        )
+    )
+    assert run.failure is not None
+    assert run.failure.code == "UNSUPPORTED_FORMAT" and not run.failure.retriable
+    assert store.list("datasets") == []  # nothing promoted for a failed job
