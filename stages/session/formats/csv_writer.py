@@ -19,6 +19,7 @@ import pyarrow.csv as pacsv
 from stages.session import canonical
 from stages.session.formats.csv_layout import AUX_PREFIX, CANONICAL, LAYOUTS, Layout
 from stages.session.formats.parsed import FRD
+from stages.session.formats.timeparse import iso_strings
 from stages.session.formats.units import from_canonical
 
 _FLIPPED_IN_FRD = frozenset(("ay_mps2", "az_mps2", "gy_rps", "gz_rps"))
@@ -48,9 +49,10 @@ def _wide(streams: Mapping[str, pa.Table]) -> pa.Table:
             ts = rows.column("ts").cast(pa.int64()).to_numpy()
             parts.append((ts, {AUX_PREFIX + channel: rows.column("value")}))
     for ts, _ in parts:
-        if len(np.unique(ts)) != len(ts):
+        if (np.diff(np.sort(ts)) == 0).any():
             raise ValueError("each stream needs unique timestamps to be written as CSV")
-    union = np.unique(np.concatenate([ts for ts, _ in parts])) if parts else np.zeros(0, np.int64)
+    union = np.sort(np.concatenate([ts for ts, _ in parts])) if parts else np.zeros(0, np.int64)
+    union = union[np.concatenate(([True], np.diff(union) != 0))]
     columns: dict[str, pa.Array] = {"ts": pa.array(union).cast(canonical.TS_TYPE)}
     for ts, cols in parts:
         pos = np.searchsorted(union, ts)
@@ -86,9 +88,7 @@ def write(streams: Mapping[str, pa.Table], *, layout: str = CANONICAL) -> bytes:
     lay = LAYOUTS[layout]
     wide = _wide(streams)
     if lay.name == CANONICAL:
-        table = wide.set_column(
-            0, "ts", pc.strftime(wide.column("ts"), format="%Y-%m-%dT%H:%M:%SZ")
-        )
+        table = wide.set_column(0, "ts", pa.array(iso_strings(wide.column("ts"))))
     else:
         table = _to_racelog(wide, lay)
     buf = io.BytesIO()

@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from stages.session import canonical
+from stages.session.formats.timeparse import iso_strings
 
 
 def _envelopes(stream: str, table: pa.Table) -> tuple[np.ndarray, list[bytes]]:
     ts_us = table.column("ts").cast(pa.int64()).to_numpy()
-    ts_text = pc.strftime(table.column("ts"), format="%Y-%m-%dT%H:%M:%SZ").to_pylist()
+    ts_text = iso_strings(table.column("ts")).tolist()
     lines: list[bytes] = []
     if stream == canonical.AUX:
         for ts, ch, v in zip(
@@ -35,6 +35,16 @@ def _envelopes(stream: str, table: pa.Table) -> tuple[np.ndarray, list[bytes]]:
         return ts_us, lines
     names = table.column_names[1:]
     columns = [table.column(n).to_pylist() for n in names]
+    if not any(table.column(n).null_count for n in names):
+        # No value to leave out: orjson serialises each whole column at once (numbers carry
+        # no commas) and one bytes template per row assembles the lines, ~5x faster than
+        # building a dict per row.
+        quoted_ts = orjson.dumps(ts_text)[1:-1].split(b",")
+        cells = [orjson.dumps(col)[1:-1].split(b",") for col in columns]
+        fields = b",".join(b'"%s":%%s' % n.encode() for n in names)
+        template = b'{"ts":%s,"topic":"' + stream.encode() + b'","values":{' + fields + b"}}"
+        lines = [template % row for row in zip(quoted_ts, *cells, strict=True)]
+        return ts_us, lines
     for i, ts in enumerate(ts_text):
         values: dict[str, Any] = {}
         for name, col in zip(names, columns, strict=True):

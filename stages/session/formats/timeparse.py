@@ -10,6 +10,9 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Final
 
+import numpy as np
+import pyarrow as pa
+
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _US: Final = dt.timedelta(microseconds=1)
 
@@ -41,3 +44,10 @@ def us_to_iso(us: int) -> str:
     stamp = _EPOCH + dt.timedelta(microseconds=us)
     frac = f"{stamp.microsecond // 1000:03d}" if us % 1000 == 0 else f"{stamp.microsecond:06d}"
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + frac + "Z"
+
+
+def iso_strings(ts: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """RFC 3339 strings (microseconds, ``Z``) for a UTC timestamp column, vectorised."""
+    us = ts.cast(pa.int64()).to_numpy(zero_copy_only=False).astype("datetime64[us]")
+    out: np.ndarray = np.char.add(np.datetime_as_string(us, unit="us"), "Z")
+    return out
