@@ -62,7 +62,15 @@ def _nominal_period(median: float) -> float:
 def timing(ts: np.ndarray) -> dict[str, Any]:
     """Rate, gaps, drift and jitter of strictly increasing epoch-microsecond ``ts``."""
     if len(ts) < 3:
-        return {"rate_hz": None, "drift_ppm": None, "jitter_rms_ms": None, "gap_count": 0}
+        return {
+            "rate_hz": None,
+            "nominal_hz": None,
+            "drift_ppm": None,
+            "jitter_rms_ms": None,
+            "jitter_max_ms": None,
+            "gap_count": 0,
+            "max_gap_s": 0.0,
+        }
     t = (ts - ts[0]) / 1e6
     dt = np.diff(t)
     median = float(np.median(dt))
