@@ -6,6 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stages.session import canonical, downsample
 from stages.session.contract import SessionStageError, StageInput
@@ -130,3 +132,21 @@ def test_l2_fed_by_l1_alone_keeps_the_peaks() -> None:
     l2 = downsample.run_l2(StageInput(datasets=l1)).datasets["gnss_L2"]
     assert l2.num_rows > 0
     assert np.array_equal(_per_lap_max(l2), _per_lap_max(gnss))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 5), min_size=1, max_size=60),
+    st.lists(st.floats(-1e6, 1e6) | st.just(float("nan")), min_size=60, max_size=60),
+)
+def test_select_extremes_keeps_every_groups_min_and_max(sizes: list[int], raw: list[float]) -> None:
+    group = np.sort(np.array(sizes))
+    values = np.array(raw[: len(group)])
+    kept = downsample.select_extremes(group, [values])
+    for g in np.unique(group):
+        members = values[group == g]
+        chosen = values[kept][group[kept] == g]
+        if np.isnan(members).all():
+            continue
+        assert np.nanmax(chosen) == np.nanmax(members)
+        assert np.nanmin(chosen) == np.nanmin(members)
