@@ -1,0 +1,503 @@
+"""The job queue API: claim, complete, fail, heartbeat, promote, reap and cancel.
+
+Every function takes an asyncpg connection made by ``streams.db`` (JSONB codecs installed) and
+an optional ``now`` (``None``: the database clock) so tests can move time. Functions that change
+state run in their own transaction (a savepoint inside a caller's) and return what happened to
+the job instead of raising when a guard refused: :class:`Outcome` ``LOST`` means the attempt is
+no longer this worker's (reaped, cancelled); ``CANCEL_REQUESTED`` means acknowledge it.
+
+Runs are created by :func:`streams.jobs.enqueue.enqueue_run` (re-exported here).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from stages.jobs.dag import DEFAULT_DAG, failed_reason
+from stages.jobs.errors import Code, ErrorSource, JobError, describe, recorded_severity
+from stages.jobs.gating import capabilities_of
+from stages.jobs.job_state import JobState
+from stages.jobs.retry import decide
+from stages.jobs.run_state import RunState
+from streams.errors import NotFoundError
+from streams.jobs import sql
+from streams.jobs.enqueue import EnqueuedRun, enqueue_run, retry_run
+from streams.jobs.model import ClaimedJob, FailOutcome, JobResult, Outcome
+from streams.jobs.settle import Closed, apply_gating, finalise, settle
+from streams.jobs.txn import atomically
+from streams.names import Names
+
+__all__ = [
+    "DEFAULT_CHANNEL",
+    "CancelSummary",
+    "EnqueuedRun",
+    "Reaped",
+    "acknowledge_cancel",
+    "cancel_job",
+    "cancel_requested",
+    "cancel_run",
+    "claim",
+    "complete",
+    "complete_many",
+    "enqueue_run",
+    "fail",
+    "heartbeat",
+    "promote",
+    "reap",
+    "retry_run",
+]
+
+DEFAULT_CHANNEL = Names().jobs_channel
+Now = datetime | None
+
+
+async def claim(
+    conn: asyncpg.Connection,
+    *,
+    worker_id: str,
+    limit: int,
+    tenant_max_running: int,
+    heavy_max_running: int,
+    pools: Sequence[str] | None = None,
+    job_types: Sequence[str] | None = None,
+    now: Now = None,
+) -> list[ClaimedJob]:
+    """Claim up to ``limit`` queued jobs (priority desc, then oldest) in one statement.
+
+    Only jobs of ``pools`` and ``job_types`` (``None``: any) are taken, never more than
+    ``tenant_max_running`` running jobs per tenant nor ``heavy_max_running`` heavy jobs in
+    total. Claims are serialised by an advisory lock so those limits hold under concurrency.
+    """
+    if limit <= 0:
+        return []
+
+    async def work(c: asyncpg.Connection) -> list[asyncpg.Record]:
+        await c.execute(sql.CLAIM_LOCK)
+        return await c.fetch(
+            sql.CLAIM,
+            now,
+            limit,
+            worker_id,
+            _list(pools),
+            _list(job_types),
+            tenant_max_running,
+            heavy_max_running,
+        )
+
+    return [ClaimedJob.from_row(row) for row in await atomically(conn, work)]
+
+
+async def complete(
+    conn: asyncpg.Connection,
+    job: ClaimedJob,
+    result: JobResult,
+    *,
+    now: Now = None,
+    channel: str = DEFAULT_CHANNEL,
+) -> Outcome:
+    """Record ``job``'s success, its datasets and attempt, release dependents - atomically."""
+    return (await complete_many(conn, [(job, result)], now=now, channel=channel))[job.id]
+
+
+async def complete_many(
+    conn: asyncpg.Connection,
+    items: Sequence[tuple[ClaimedJob, JobResult]],
+    *,
+    now: Now = None,
+    channel: str = DEFAULT_CHANNEL,
+) -> dict[uuid.UUID, Outcome]:
+    """Complete several jobs held by one worker in one transaction (group commit).
+
+    For each job: ``succeeded``, its attempt row and dataset rows, its dependents whose
+    dependencies are now all finished moved to ``queued`` (or ``skipped``), capability gating
+    from its summary, and the run finalised if this was its last open job.
+    """
+    if not items:
+        return {}
+    worker = items[0][0].locked_by
+    if any(job.locked_by != worker for job, _ in items):
+        raise ValueError("complete_many: all jobs must be held by the same worker")
+    jobs = [
+        {
+            "id": str(job.id),
+            "attempt": job.attempt,
+            "output": dict(result.summary),
+            "idempotency_key": result.idempotency_key,
+            "metrics": dict(result.metrics),
+        }
+        for job, result in items
+    ]
+    datasets = [d.as_json(job.id) for job, result in items for d in result.datasets]
+
+    async def work(c: asyncpg.Connection) -> set[uuid.UUID]:
+        row = await c.fetchrow(sql.COMPLETE, now, worker, jobs, datasets, channel)
+        assert row is not None
+        done = set(row["done"])
+        closed = [Closed.from_json(item, JobState.SKIPPED) for item in row["skipped"]]
+        finished = set(row["finished_runs"])
+        for job, result in items:
+            caps = capabilities_of(result.summary)
+            if job.id in done and caps:
+                gated, ended = await apply_gating(
+                    c, run_id=job.run_id, reporter=job.name, capabilities=caps, now=now
+                )
+                closed.extend(gated)
+                if ended:
+                    finished.add(job.run_id)
+        if closed or finished:
+            await settle(c, closed=closed, finished_runs=finished, now=now, channel=channel)
+        return done
+
+    done = await atomically(conn, work)
+    return {
+        job.id: Outcome.APPLIED if job.id in done else await _refusal(conn, job) for job, _ in items
+    }
+
+
+async def fail(
+    conn: asyncpg.Connection,
+    job: ClaimedJob,
+    error: JobError,
+    *,
+    schedule: Sequence[float],
+    u: float,
+    timed_out: bool = False,
+    now: Now = None,
+    channel: str = DEFAULT_CHANNEL,
+) -> FailOutcome:
+    """End ``job``'s attempt with ``error``: ``retry_wait`` (after backoff) or ``failed``.
+
+    The job type's policy (spec 000 §9.1) decides: non-retriable codes and exhausted attempts
+    fail for good. ``schedule`` is the configured backoff (``Settings.retry.job_backoff_s``)
+    unless the type has its own; ``u`` in [0, 1) is the random draw for the jitter.
+    """
+    spec = DEFAULT_DAG.get(job.job_type)
+    decision = decide(
+        code=error.code,
+        retriable=error.retriable,
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        non_retriable=spec.retry.non_retriable if spec else frozenset(),
+        schedule=spec.retry.backoff_s if spec and spec.retry.backoff_s else schedule,
+        u=u,
+    )
+    target = JobState.RETRY_WAIT if decision.retry else JobState.FAILED
+    return await atomically(
+        conn,
+        lambda c: _end_attempt(
+            c,
+            job.id,
+            worker=job.locked_by,
+            attempt=job.attempt,
+            expected=JobState.RUNNING,
+            target=target,
+            delay_s=decision.delay_s if decision.retry else None,
+            error=error,
+            critical=job.critical,
+            attempt_status="timed_out" if timed_out else "failed",
+            now=now,
+            channel=channel,
+        ),
+    )
+
+
+async def acknowledge_cancel(
+    conn: asyncpg.Connection, job: ClaimedJob, *, now: Now = None, channel: str = DEFAULT_CHANNEL
+) -> FailOutcome:
+    """The worker stopped ``job`` at a checkpoint: ``cancel_requested`` -> ``cancelled``."""
+    error = describe(
+        Code.CANCELLED,
+        "stopped at a checkpoint after cancellation was requested",
+        retriable=False,
+        source=ErrorSource.WORKER,
+    )
+    return await atomically(
+        conn,
+        lambda c: _end_attempt(
+            c,
+            job.id,
+            worker=job.locked_by,
+            attempt=job.attempt,
+            expected=JobState.CANCEL_REQUESTED,
+            target=JobState.CANCELLED,
+            delay_s=None,
+            error=error,
+            critical=job.critical,
+            attempt_status="cancelled",
+            now=now,
+            channel=channel,
+        ),
+    )
+
+
+async def heartbeat(
+    conn: asyncpg.Connection, *, worker_id: str, jobs: Sequence[ClaimedJob], now: Now = None
+) -> dict[uuid.UUID, JobState]:
+    """Refresh the heartbeat of ``jobs``; returns the ones still held and their state.
+
+    A job missing from the answer is lost (reaped or re-claimed); ``cancel_requested`` means
+    the worker should stop it at the next checkpoint.
+    """
+    if not jobs:
+        return {}
+    rows = await conn.fetch(
+        sql.HEARTBEAT, now, worker_id, [j.id for j in jobs], [j.attempt for j in jobs]
+    )
+    return {row["id"]: JobState(row["state"]) for row in rows}
+
+
+async def promote(
+    conn: asyncpg.Connection, *, now: Now = None, channel: str = DEFAULT_CHANNEL
+) -> int:
+    """Move ``retry_wait`` jobs whose time has come to ``queued``; returns how many."""
+    row = await conn.fetchrow(sql.PROMOTE, now, channel)
+    assert row is not None
+    return int(row["promoted"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reaped:
+    """One job the reaper took back from a silent or overdue worker."""
+
+    job_id: uuid.UUID
+    name: str
+    worker: str
+    previous: JobState
+    state: JobState
+    code: str
+
+
+async def reap(
+    conn: asyncpg.Connection,
+    *,
+    stale_after_s: float,
+    schedule: Sequence[float],
+    rand: Callable[[], float],
+    limit: int = 100,
+    now: Now = None,
+    channel: str = DEFAULT_CHANNEL,
+) -> list[Reaped]:
+    """Take back jobs whose worker stopped heartbeating or that passed their hard timeout.
+
+    A running job becomes ``retry_wait`` (``WORKER_LOST`` / ``HARD_TIMEOUT``, retriable) or
+    ``failed`` when its attempts are exhausted; a ``cancel_requested`` one becomes
+    ``cancelled``. Rows are locked ``FOR UPDATE SKIP LOCKED`` and every update names the
+    state, holder and attempt it expects, so a job that completed meanwhile is never touched.
+    """
+
+    async def work(c: asyncpg.Connection) -> list[Reaped]:
+        reaped: list[Reaped] = []
+        for row in await c.fetch(sql.REAP_CANDIDATES, now, stale_after_s, limit):
+            previous = JobState(row["state"])
+            if previous is JobState.CANCEL_REQUESTED:
+                code, target, status = Code.CANCELLED, JobState.CANCELLED, "cancelled"
+                error = describe(
+                    code,
+                    "worker lost after cancellation was requested",
+                    retriable=False,
+                    source=ErrorSource.REAPER,
+                )
+                delay: float | None = None
+            else:
+                hard = bool(row["hard_timed_out"])
+                code = Code.HARD_TIMEOUT if hard else Code.WORKER_LOST
+                status = "timed_out" if hard else "failed"
+                message = (
+                    "hard timeout passed"
+                    if hard
+                    else f"no heartbeat for {stale_after_s:g}s from {row['locked_by']}"
+                )
+                error = describe(code, message, retriable=True, source=ErrorSource.REAPER)
+                decision = decide(
+                    code=code,
+                    retriable=True,
+                    attempt=row["attempt_count"],
+                    max_attempts=row["max_attempts"],
+                    non_retriable=frozenset(),
+                    schedule=schedule,
+                    u=rand(),
+                )
+                target = JobState.RETRY_WAIT if decision.retry else JobState.FAILED
+                delay = decision.delay_s if decision.retry else None
+            result = await _end_attempt(
+                c,
+                row["id"],
+                worker=row["locked_by"],
+                attempt=row["attempt_count"],
+                expected=previous,
+                target=target,
+                delay_s=delay,
+                error=error,
+                critical=row["critical"],
+                attempt_status=status,
+                now=now,
+                channel=channel,
+            )
+            if result.outcome is Outcome.APPLIED:
+                reaped.append(
+                    Reaped(
+                        job_id=row["id"],
+                        name=row["name"],
+                        worker=row["locked_by"],
+                        previous=previous,
+                        state=target,
+                        code=code,
+                    )
+                )
+        return reaped
+
+    return await atomically(conn, work)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CancelSummary:
+    """What ``cancel_run`` did: jobs cancelled outright and running jobs asked to stop."""
+
+    run_id: uuid.UUID
+    cancelled: int
+    requested: int
+    status: RunState
+
+
+async def cancel_run(
+    conn: asyncpg.Connection,
+    run_id: uuid.UUID,
+    *,
+    now: Now = None,
+    channel: str = DEFAULT_CHANNEL,
+) -> CancelSummary:
+    """Cancel a run (spec 000 §10): status ``cancelled``, not-started jobs ``cancelled``,
+    running jobs ``cancel_requested`` (finalised when the last one acknowledges)."""
+
+    async def work(c: asyncpg.Connection) -> CancelSummary:
+        row = await c.fetchrow(
+            sql.STOP_RUN, now, run_id, RunState.CANCELLED.value, None, "RUN_CANCELLED"
+        )
+        if row is None:
+            raise NotFoundError(f"no run {run_id}")
+        if row["jobs_open"] == 0:
+            await finalise(c, run_id, now=now)
+        return CancelSummary(
+            run_id=run_id,
+            cancelled=row["stopped"],
+            requested=row["requested"],
+            status=RunState(row["status"]),
+        )
+
+    return await atomically(conn, work)
+
+
+async def cancel_job(
+    conn: asyncpg.Connection,
+    job_id: uuid.UUID,
+    *,
+    now: Now = None,
+    channel: str = DEFAULT_CHANNEL,
+) -> JobState:
+    """Cancel one job: not started -> ``cancelled`` (its dependents react as to a failure:
+    a critical job's run is cancelled), running -> ``cancel_requested``. Returns the state."""
+
+    async def work(c: asyncpg.Connection) -> JobState:
+        row = await c.fetchrow(sql.CANCEL_JOB, now, job_id)
+        if row is None:
+            current = await c.fetchrow(sql.JOB_HOLDER, job_id)
+            if current is None:
+                raise NotFoundError(f"no job {job_id}")
+            return JobState(current["state"])
+        state = JobState(row["state"])
+        if state is JobState.CANCELLED:
+            closed = Closed(
+                id=job_id,
+                run_id=row["run_id"],
+                name=row["name"],
+                critical=row["critical"],
+                state=state,
+                reason="CANCELLED",
+            )
+            finished = [row["run_id"]] if row["jobs_open"] == 0 else []
+            await settle(c, closed=[closed], finished_runs=finished, now=now, channel=channel)
+        return state
+
+    return await atomically(conn, work)
+
+
+async def cancel_requested(conn: asyncpg.Connection, job_id: uuid.UUID) -> bool:
+    """Whether cancellation of ``job_id`` has been requested (checked at checkpoints)."""
+    return bool(await conn.fetchval(sql.CANCEL_REQUESTED, job_id))
+
+
+async def _end_attempt(
+    conn: asyncpg.Connection,
+    job_id: uuid.UUID,
+    *,
+    worker: str,
+    attempt: int,
+    expected: JobState,
+    target: JobState,
+    delay_s: float | None,
+    error: JobError,
+    critical: bool,
+    attempt_status: str,
+    now: Now,
+    channel: str,
+) -> FailOutcome:
+    final = target in (JobState.FAILED, JobState.CANCELLED)
+    row = await conn.fetchrow(
+        sql.END_ATTEMPT,
+        now,
+        worker,
+        job_id,
+        attempt,
+        target.value,
+        delay_s,
+        error.code,
+        error.message,
+        attempt_status,
+        error.error_type.value,
+        error.source.value,
+        recorded_severity(error, final=final, critical=critical),
+        {},
+        expected.value,
+    )
+    if row is None:
+        return FailOutcome(outcome=await _holder_outcome(conn, job_id, worker, attempt))
+    if final:
+        reason = "CANCELLED" if target is JobState.CANCELLED else failed_reason(row["job_type"])
+        closed = Closed(
+            id=job_id,
+            run_id=row["run_id"],
+            name=row["name"],
+            critical=critical,
+            state=target,
+            reason=reason,
+        )
+        finished = [row["run_id"]] if row["jobs_open"] == 0 else []
+        await settle(conn, closed=[closed], finished_runs=finished, now=now, channel=channel)
+    return FailOutcome(outcome=Outcome.APPLIED, state=target)
+
+
+async def _refusal(conn: asyncpg.Connection, job: ClaimedJob) -> Outcome:
+    return await _holder_outcome(conn, job.id, job.locked_by, job.attempt)
+
+
+async def _holder_outcome(
+    conn: asyncpg.Connection, job_id: uuid.UUID, worker: str, attempt: int
+) -> Outcome:
+    row = await conn.fetchrow(sql.JOB_HOLDER, job_id)
+    if (
+        row is not None
+        and row["state"] == JobState.CANCEL_REQUESTED
+        and row["locked_by"] == worker
+        and row["attempt_count"] == attempt
+    ):
+        return Outcome.CANCEL_REQUESTED
+    return Outcome.LOST
+
+
+def _list(values: Sequence[str] | None) -> list[str] | None:
+    return None if values is None else list(values)

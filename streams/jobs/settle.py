@@ -1,0 +1,182 @@
+"""What follows a job's terminal transition, inside the same transaction.
+
+- A *critical* job that ends without success stops its run: the run becomes ``failed`` (or
+  ``cancelled`` when the job was cancelled), jobs not started are cancelled and running ones
+  are asked to stop (spec 000 §7.2: the run can no longer be published).
+- An *optional* job that ends without success resolves its dependents (``RESOLVE``): hard
+  dependents inherit its reason and are skipped once nothing else is pending, which cascades.
+- A run whose ``jobs_open`` reached 0 is finalised: the pure reducer derives its state and
+  feature flags from the job outcomes, and a succeeded or partial run takes the session's
+  active pointer unless a newer run already has it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from stages.jobs.dag import FEATURES
+from stages.jobs.gating import Candidate, evaluate
+from stages.jobs.job_state import JobState
+from stages.jobs.run_state import TERMINAL_RUN, JobOutcome, RunState, reduce_run
+from streams.jobs import sql
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Closed:
+    """A job that just ended without success; ``reason`` is what its dependents inherit."""
+
+    id: uuid.UUID
+    run_id: uuid.UUID
+    name: str
+    critical: bool
+    state: JobState
+    reason: str
+
+    @classmethod
+    def from_json(cls, item: Mapping[str, Any], state: JobState) -> Closed:
+        return cls(
+            id=uuid.UUID(str(item["id"])),
+            run_id=uuid.UUID(str(item["run_id"])),
+            name=item["name"],
+            critical=bool(item["critical"]),
+            state=state,
+            reason=item["reason"],
+        )
+
+
+async def settle(
+    conn: asyncpg.Connection,
+    *,
+    closed: Iterable[Closed] = (),
+    finished_runs: Iterable[uuid.UUID] = (),
+    now: Any,
+    channel: str,
+) -> None:
+    """Stop runs, cascade to dependents and finalise runs, until nothing is left to do."""
+    finished = set(finished_runs)
+    pending = list(closed)
+    while pending:
+        for job in (j for j in pending if j.critical):
+            status = RunState.CANCELLED if job.state is JobState.CANCELLED else RunState.FAILED
+            if (
+                await stop_run(
+                    conn,
+                    job.run_id,
+                    status=status,
+                    reason=f"{job.name}: {job.reason}",
+                    job_reason=f"RUN_{status.value.upper()}",
+                    now=now,
+                )
+                == 0
+            ):
+                finished.add(job.run_id)
+        optional = [{"id": str(j.id), "reason": j.reason} for j in pending if not j.critical]
+        if not optional:
+            break
+        row = await conn.fetchrow(sql.RESOLVE, now, optional, channel)
+        assert row is not None
+        finished.update(row["finished_runs"])
+        pending = [Closed.from_json(item, JobState.SKIPPED) for item in row["skipped"]]
+    for run_id in sorted(finished):
+        await finalise(conn, run_id, now=now)
+
+
+async def stop_run(
+    conn: asyncpg.Connection,
+    run_id: uuid.UUID,
+    *,
+    status: RunState,
+    reason: str | None,
+    job_reason: str,
+    now: Any,
+) -> int:
+    """Cancel what has not started, ask running jobs to stop; returns the run's open jobs."""
+    row = await conn.fetchrow(sql.STOP_RUN, now, run_id, status.value, reason, job_reason)
+    if row is None:
+        return -1
+    return int(row["jobs_open"])
+
+
+async def finalise(conn: asyncpg.Connection, run_id: uuid.UUID, *, now: Any) -> RunState | None:
+    """Derive the run's final state and flags once every job has ended."""
+    run = await conn.fetchrow(sql.RUN_FOR_UPDATE, run_id)
+    if run is None or run["jobs_open"] != 0:
+        return None
+    rows = await conn.fetch(sql.RUN_OUTCOMES, run_id)
+    outcomes = [
+        JobOutcome(
+            name=r["name"],
+            job_type=r["job_type"],
+            critical=r["critical"],
+            state=JobState(r["state"]),
+            skip_reason=r["skip_reason"],
+            error_code=r["last_error_code"],
+        )
+        for r in rows
+    ]
+    verdict = reduce_run(outcomes, cancelled=run["status"] == RunState.CANCELLED, features=FEATURES)
+    if verdict.state not in TERMINAL_RUN:
+        # jobs_open says every job ended but the jobs disagree: never finalise on a guess.
+        log.error("run %s: jobs_open is 0 but the reducer says %s", run_id, verdict.state)
+        return None
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        counts[outcome.state.value] = counts.get(outcome.state.value, 0) + 1
+    status = await conn.fetchval(
+        sql.FINALISE_RUN,
+        now,
+        run_id,
+        verdict.state.value,
+        verdict.failure_reason,
+        dict(verdict.features_available),
+        dict(verdict.feature_reasons),
+        {"jobs": counts},
+    )
+    final = RunState(status)
+    if final in (RunState.SUCCEEDED, RunState.PARTIAL):
+        await conn.execute(sql.POINT_SESSION, now, run["session_id"], run_id)
+    else:
+        await conn.execute(sql.SESSION_FAILED, run["session_id"])
+    return final
+
+
+async def apply_gating(
+    conn: asyncpg.Connection,
+    *,
+    run_id: uuid.UUID,
+    reporter: str,
+    capabilities: Mapping[str, Any],
+    now: Any,
+) -> tuple[list[Closed], bool]:
+    """Skip optional jobs that ``capabilities`` rule out; returns them and whether the run ended."""
+    rows = await conn.fetch(sql.GATE_CANDIDATES, run_id)
+    candidates = [Candidate(name=r["name"], job_type=r["job_type"]) for r in rows]
+    decisions = evaluate(candidates, capabilities=capabilities)
+    if not decisions:
+        return [], False
+    ids = {r["name"]: r["id"] for r in rows}
+    items = [{"id": str(ids[d.job]), "reason": d.reason} for d in decisions]
+    record = [{**d.as_json(), "reported_by": reporter} for d in decisions]
+    row = await conn.fetchrow(sql.GATE, now, run_id, items, record)
+    assert row is not None
+    names = {ids[d.job]: d.job for d in decisions}
+    skipped = [
+        Closed(
+            id=uuid.UUID(str(item["id"])),
+            run_id=run_id,
+            name=names[uuid.UUID(str(item["id"]))],
+            critical=False,
+            state=JobState.SKIPPED,
+            reason=item["reason"],
+        )
+        for item in row["skipped"]
+    ]
+    return skipped, row["jobs_open"] == 0

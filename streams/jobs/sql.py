@@ -1,0 +1,504 @@
+"""Every statement of the job engine, by name (asyncpg ``$n`` parameters).
+
+Conventions
+-----------
+- ``$1`` is always ``now`` (``NULL`` means the database clock), so tests can move time.
+- Every UPDATE that moves a job names the state it expects, and the ones made on behalf of a
+  worker also name ``locked_by`` and the attempt number: a reaped or cancelled attempt can never
+  overwrite what happened after it. The trigger from migration ``0003_jobs`` refuses any
+  transition outside ``stages.jobs.job_state`` on top of that.
+- A job reaching a terminal state decrements ``processing_runs.jobs_open`` in the same statement;
+  the transaction that brings it to 0 finalises the run (the counter update takes the run row's
+  lock, so exactly one transaction sees 0).
+- Dependents are released with a counter too (``jobs.deps_pending``): two dependencies finishing
+  in concurrent transactions both decrement the row under its lock, and whichever reaches 0
+  moves it to ``queued`` (or ``skipped`` when a hard dependency did not succeed).
+- Statements that make jobs runnable ``pg_notify`` the jobs channel with the pool name, so idle
+  workers wake within milliseconds; the notification is delivered at commit.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+NOW: Final = "SELECT coalesce($1::timestamptz, now()) AS now"
+
+# A transaction-level advisory lock taken before CLAIM: claims are serialised so the running
+# counts CLAIM reads (per tenant, heavy jobs) cannot be raced past the limits. The key is an
+# arbitrary constant ("TWCLAIM" in ASCII).
+CLAIM_LOCK: Final = "SELECT pg_advisory_xact_lock(6075895573793101)"
+
+# $2 limit, $3 worker id, $4 pools (NULL = any), $5 job types (NULL = any),
+# $6 running jobs allowed per tenant, $7 running heavy jobs allowed globally.
+CLAIM: Final = f"""
+WITH p AS ({NOW}),
+active AS (
+    SELECT tenant_id, count(*) AS n, count(*) FILTER (WHERE heavy) AS heavy_n
+    FROM jobs WHERE state IN ('running', 'cancel_requested')
+    GROUP BY tenant_id
+),
+heavy_free AS (SELECT $7::int - coalesce(sum(heavy_n), 0)::int AS n FROM active),
+candidates AS (
+    SELECT j.id, j.tenant_id, j.heavy, j.priority, j.created_at
+    FROM jobs j
+    WHERE j.state = 'queued'
+      AND j.attempt_count < j.max_attempts
+      AND ($4::text[] IS NULL OR j.pool = ANY($4::text[]))
+      AND ($5::text[] IS NULL OR j.job_type = ANY($5::text[]))
+      AND NOT EXISTS (SELECT 1 FROM active a WHERE a.tenant_id = j.tenant_id AND a.n >= $6)
+      AND (NOT j.heavy OR (SELECT n FROM heavy_free) > 0)
+    ORDER BY j.priority DESC, j.created_at
+    LIMIT $2::int * 2 + 8
+    FOR UPDATE OF j SKIP LOCKED
+),
+chosen AS (
+    SELECT id FROM (
+        SELECT c.id, c.heavy, c.priority, c.created_at,
+               coalesce(a.n, 0) + row_number() OVER (
+                   PARTITION BY c.tenant_id ORDER BY c.priority DESC, c.created_at, c.id
+               ) AS tenant_slot,
+               sum(c.heavy::int) OVER (ORDER BY c.priority DESC, c.created_at, c.id) AS heavy_slot
+        FROM candidates c LEFT JOIN active a ON a.tenant_id = c.tenant_id
+    ) ranked
+    WHERE tenant_slot <= $6 AND (NOT heavy OR heavy_slot <= (SELECT n FROM heavy_free))
+    ORDER BY priority DESC, created_at, id
+    LIMIT $2
+),
+claimed AS (
+    UPDATE jobs j
+    SET state = 'running', attempt_count = j.attempt_count + 1, locked_at = p.now,
+        locked_by = $3, heartbeat_at = p.now, next_run_at = NULL, updated_at = p.now
+    FROM chosen c, p
+    WHERE j.id = c.id AND j.state = 'queued'
+    RETURNING j.id, j.run_id, j.tenant_id, j.name, j.job_type, j.pool, j.critical, j.heavy,
+              j.priority, j.attempt_count, j.max_attempts, j.soft_timeout_s, j.hard_timeout_s,
+              j.locked_by, j.locked_at, j.payload, j.created_at
+),
+started AS (
+    UPDATE processing_runs r
+    SET status = 'running', started_at = coalesce(r.started_at, p.now), updated_at = p.now
+    FROM p
+    WHERE r.id IN (SELECT run_id FROM claimed) AND r.status = 'pending'
+)
+SELECT * FROM claimed ORDER BY priority DESC, created_at, id
+"""
+
+# $2 worker id, $3 jobs [{id, attempt, output, idempotency_key, metrics}],
+# $4 datasets [{job_id, name, dataset_type, storage_url, ...}], $5 notify channel.
+COMPLETE: Final = f"""
+WITH p AS ({NOW}),
+input AS (
+    SELECT * FROM jsonb_to_recordset($3::jsonb)
+        AS x(id uuid, attempt int, output jsonb, idempotency_key text, metrics jsonb)
+),
+done AS (
+    UPDATE jobs j
+    SET state = 'succeeded', output = i.output,
+        idempotency_key = coalesce(i.idempotency_key, j.idempotency_key),
+        heartbeat_at = NULL, finished_at = p.now, updated_at = p.now
+    FROM input i, p
+    WHERE j.id = i.id AND j.state = 'running' AND j.locked_by = $2 AND j.attempt_count = i.attempt
+    RETURNING j.id, j.run_id, j.attempt_count, j.locked_at, i.metrics, p.now
+),
+attempts AS (
+    INSERT INTO job_attempts
+        (job_id, attempt_number, worker_id, status, started_at, ended_at, metrics)
+    SELECT d.id, d.attempt_count, $2, 'succeeded', d.locked_at, d.now,
+           coalesce(d.metrics, '{{}}'::jsonb)
+           || jsonb_build_object('duration_s', extract(epoch FROM d.now - d.locked_at))
+    FROM done d
+),
+datasets AS (
+    INSERT INTO derived_datasets
+        (run_id, job_id, name, dataset_type, storage_url, content_hash, schema_version,
+         row_count, bytes, stats, time_range_start, time_range_end)
+    SELECT d.run_id, d.id, x.name, x.dataset_type, x.storage_url, x.content_hash,
+           x.schema_version, x.row_count, x.bytes, coalesce(x.stats, '{{}}'::jsonb),
+           x.time_range_start, x.time_range_end
+    FROM jsonb_to_recordset($4::jsonb) AS x(
+        job_id uuid, name text, dataset_type text, storage_url text, content_hash text,
+        schema_version text, row_count bigint, bytes bigint, stats jsonb,
+        time_range_start timestamptz, time_range_end timestamptz)
+    JOIN done d ON d.id = x.job_id
+),
+resolved AS (
+    SELECT e.job_id, count(*)::int AS n
+    FROM job_edges e JOIN done d ON d.id = e.depends_on_id
+    GROUP BY e.job_id
+),
+released AS (
+    UPDATE jobs j
+    SET deps_pending = j.deps_pending - r.n,
+        state = CASE WHEN j.deps_pending > r.n THEN 'created'
+                     WHEN j.skip_reason IS NULL THEN 'queued' ELSE 'skipped' END,
+        finished_at = CASE WHEN j.deps_pending = r.n AND j.skip_reason IS NOT NULL
+                           THEN p.now END,
+        updated_at = p.now
+    FROM resolved r, p
+    WHERE j.id = r.job_id AND j.state = 'created'
+    RETURNING j.id, j.run_id, j.name, j.critical, j.state, j.pool, j.skip_reason
+),
+closed AS (
+    SELECT run_id, count(*)::int AS n FROM (
+        SELECT run_id FROM done UNION ALL SELECT run_id FROM released WHERE state = 'skipped'
+    ) t GROUP BY run_id
+),
+runs AS (
+    UPDATE processing_runs r SET jobs_open = r.jobs_open - c.n, updated_at = p.now
+    FROM closed c, p WHERE r.id = c.run_id
+    RETURNING r.id, r.jobs_open
+),
+woken AS (
+    SELECT pg_notify($5, pool) FROM (SELECT DISTINCT pool FROM released WHERE state = 'queued') q
+)
+SELECT
+    (SELECT coalesce(array_agg(id), '{{}}') FROM done) AS done,
+    (SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'id', id, 'run_id', run_id, 'name', name, 'critical', critical, 'reason', skip_reason)),
+        '[]') FROM released WHERE state = 'skipped') AS skipped,
+    (SELECT coalesce(array_agg(id), '{{}}') FROM runs WHERE jobs_open = 0) AS finished_runs,
+    (SELECT count(*) FROM woken) AS woken
+"""
+
+# Dependents of jobs that ended without success. $2 [{id, reason}], $3 notify channel.
+# A hard edge passes the reason on (the dependent will be skipped); a soft edge only counts.
+RESOLVE: Final = f"""
+WITH p AS ({NOW}),
+input AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(id uuid, reason text)),
+resolved AS (
+    SELECT e.job_id, count(*)::int AS n, min(i.reason) FILTER (WHERE e.hard) AS reason
+    FROM job_edges e JOIN input i ON i.id = e.depends_on_id
+    GROUP BY e.job_id
+),
+released AS (
+    UPDATE jobs j
+    SET deps_pending = j.deps_pending - r.n,
+        skip_reason = coalesce(j.skip_reason, r.reason),
+        state = CASE WHEN j.deps_pending > r.n THEN 'created'
+                     WHEN coalesce(j.skip_reason, r.reason) IS NULL THEN 'queued'
+                     ELSE 'skipped' END,
+        finished_at = CASE WHEN j.deps_pending = r.n
+                                AND coalesce(j.skip_reason, r.reason) IS NOT NULL
+                           THEN p.now END,
+        updated_at = p.now
+    FROM resolved r, p
+    WHERE j.id = r.job_id AND j.state = 'created'
+    RETURNING j.id, j.run_id, j.name, j.critical, j.state, j.pool, j.skip_reason
+),
+closed AS (
+    SELECT run_id, count(*)::int AS n FROM released WHERE state = 'skipped' GROUP BY run_id
+),
+runs AS (
+    UPDATE processing_runs r SET jobs_open = r.jobs_open - c.n, updated_at = p.now
+    FROM closed c, p WHERE r.id = c.run_id
+    RETURNING r.id, r.jobs_open
+),
+woken AS (
+    SELECT pg_notify($3, pool) FROM (SELECT DISTINCT pool FROM released WHERE state = 'queued') q
+)
+SELECT
+    (SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'id', id, 'run_id', run_id, 'name', name, 'critical', critical, 'reason', skip_reason)),
+        '[]') FROM released WHERE state = 'skipped') AS skipped,
+    (SELECT coalesce(array_agg(id), '{{}}') FROM runs WHERE jobs_open = 0) AS finished_runs,
+    (SELECT count(*) FROM woken) AS woken
+"""
+
+# End one attempt without success: retry_wait, failed, or (acknowledging a cancellation)
+# cancelled. $2 expected locked_by, $3 job id, $4 expected attempt, $5 new state,
+# $6 seconds until the retry (NULL unless retry_wait), $7 code, $8 message, $9 attempt status,
+# $10 error type, $11 error source, $12 severity, $13 metrics, $14 expected state.
+END_ATTEMPT: Final = f"""
+WITH p AS ({NOW}),
+moved AS (
+    UPDATE jobs j
+    SET state = $5::text, next_run_at = p.now + $6::float8 * interval '1 second',
+        last_error_code = $7,
+        last_error_message = $8, heartbeat_at = NULL, updated_at = p.now,
+        finished_at = CASE WHEN $5::text IN ('failed', 'cancelled') THEN p.now END
+    FROM p
+    WHERE j.id = $3 AND j.state = $14::text AND j.locked_by = $2 AND j.attempt_count = $4
+    RETURNING j.id, j.run_id, j.name, j.job_type, j.critical, j.locked_at, p.now
+),
+attempt AS (
+    INSERT INTO job_attempts
+        (job_id, attempt_number, worker_id, status, started_at, ended_at, error_type,
+         error_source, error_sub_type, error_severity, error_message, metrics)
+    SELECT m.id, $4, $2, $9, m.locked_at, m.now, $10, $11, $7, $12, $8,
+           $13::jsonb || jsonb_build_object('duration_s', extract(epoch FROM m.now - m.locked_at))
+    FROM moved m
+),
+runs AS (
+    UPDATE processing_runs r SET jobs_open = r.jobs_open - 1, updated_at = p.now
+    FROM moved m, p
+    WHERE r.id = m.run_id AND $5::text IN ('failed', 'cancelled')
+    RETURNING r.jobs_open
+)
+SELECT m.run_id, m.name, m.job_type, m.critical, (SELECT jobs_open FROM runs) AS jobs_open
+FROM moved m
+"""
+
+# Where a job stands now (to explain why a guarded UPDATE matched nothing).
+JOB_HOLDER: Final = "SELECT state, locked_by, attempt_count FROM jobs WHERE id = $1"
+
+# Stop a whole run: not-started jobs are cancelled, running ones asked to stop.
+# $2 run id, $3 run status (failed | cancelled), $4 failure reason, $5 reason for the jobs.
+STOP_RUN: Final = f"""
+WITH p AS ({NOW}),
+stopped AS (
+    UPDATE jobs j
+    SET state = 'cancelled', skip_reason = coalesce(j.skip_reason, $5),
+        finished_at = p.now, updated_at = p.now
+    FROM p
+    WHERE j.run_id = $2 AND j.state IN ('created', 'queued', 'retry_wait')
+    RETURNING j.id
+),
+requested AS (
+    UPDATE jobs j SET state = 'cancel_requested', updated_at = p.now
+    FROM p
+    WHERE j.run_id = $2 AND j.state = 'running'
+    RETURNING j.id
+),
+run AS (
+    UPDATE processing_runs r
+    SET status = CASE WHEN r.status IN ('pending', 'running') THEN $3::text ELSE r.status END,
+        failure_reason = CASE WHEN r.status IN ('pending', 'running') THEN $4
+                              ELSE r.failure_reason END,
+        jobs_open = r.jobs_open - (SELECT count(*) FROM stopped),
+        updated_at = p.now
+    FROM p
+    WHERE r.id = $2
+    RETURNING r.jobs_open, r.status
+)
+SELECT (SELECT count(*) FROM stopped) AS stopped, (SELECT count(*) FROM requested) AS requested,
+       run.jobs_open, run.status
+FROM run
+"""
+
+# Cancel one job: not started -> cancelled, running -> cancel_requested. $2 job id.
+CANCEL_JOB: Final = f"""
+WITH p AS ({NOW}),
+moved AS (
+    UPDATE jobs j
+    SET state = CASE WHEN j.state = 'running' THEN 'cancel_requested' ELSE 'cancelled' END,
+        skip_reason = CASE WHEN j.state = 'running' THEN j.skip_reason
+                           ELSE coalesce(j.skip_reason, 'CANCELLED') END,
+        finished_at = CASE WHEN j.state = 'running' THEN NULL ELSE p.now END,
+        updated_at = p.now
+    FROM p
+    WHERE j.id = $2 AND j.state IN ('created', 'queued', 'retry_wait', 'running')
+    RETURNING j.id, j.run_id, j.name, j.critical, j.state
+),
+runs AS (
+    UPDATE processing_runs r SET jobs_open = r.jobs_open - 1, updated_at = p.now
+    FROM moved m, p WHERE r.id = m.run_id AND m.state = 'cancelled'
+    RETURNING r.jobs_open
+)
+SELECT m.run_id, m.name, m.critical, m.state, (SELECT jobs_open FROM runs) AS jobs_open
+FROM moved m
+"""
+
+# Gating at run time: skip jobs that have not started. $2 run id, $3 [{id, reason}],
+# $4 decisions to append to the run's gating record.
+GATE: Final = f"""
+WITH p AS ({NOW}),
+input AS (SELECT * FROM jsonb_to_recordset($3::jsonb) AS x(id uuid, reason text)),
+moved AS (
+    UPDATE jobs j
+    SET state = 'skipped', skip_reason = i.reason, finished_at = p.now, updated_at = p.now
+    FROM input i, p
+    WHERE j.id = i.id AND j.run_id = $2 AND j.state IN ('created', 'queued')
+    RETURNING j.id, j.skip_reason
+),
+run AS (
+    UPDATE processing_runs r
+    SET jobs_open = r.jobs_open - (SELECT count(*) FROM moved), gating = r.gating || $4::jsonb,
+        updated_at = p.now
+    FROM p WHERE r.id = $2
+    RETURNING r.jobs_open
+)
+SELECT (SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'reason', skip_reason)), '[]')
+        FROM moved) AS skipped,
+       (SELECT jobs_open FROM run) AS jobs_open
+"""
+
+# Gating candidates of a run: optional jobs not started yet.
+GATE_CANDIDATES: Final = """
+SELECT id, name, job_type FROM jobs
+WHERE run_id = $1 AND NOT critical AND state IN ('created', 'queued')
+"""
+
+# $2 worker id, $3 job ids, $4 their attempt numbers. Returns the jobs still held.
+HEARTBEAT: Final = f"""
+WITH p AS ({NOW})
+UPDATE jobs j SET heartbeat_at = p.now
+FROM p, unnest($3::uuid[], $4::int[]) AS x(id, attempt)
+WHERE j.id = x.id AND j.attempt_count = x.attempt AND j.locked_by = $2
+  AND j.state IN ('running', 'cancel_requested')
+RETURNING j.id, j.state
+"""
+
+# retry_wait -> queued for jobs whose next_run_at has come. $2 notify channel.
+PROMOTE: Final = f"""
+WITH p AS ({NOW}),
+due AS (
+    SELECT id FROM jobs
+    WHERE state = 'retry_wait' AND next_run_at <= (SELECT now FROM p)
+    ORDER BY next_run_at LIMIT 1000
+    FOR UPDATE SKIP LOCKED
+),
+promoted AS (
+    UPDATE jobs j SET state = 'queued', updated_at = p.now
+    FROM due d, p WHERE j.id = d.id
+    RETURNING j.pool
+),
+woken AS (SELECT pg_notify($2, pool) FROM (SELECT DISTINCT pool FROM promoted) q)
+SELECT (SELECT count(*) FROM promoted) AS promoted, (SELECT count(*) FROM woken) AS woken
+"""
+
+# Active jobs whose worker stopped heartbeating or that ran past their hard timeout.
+# $2 stale_after seconds, $3 limit. Locked until the reaper's transaction ends.
+REAP_CANDIDATES: Final = f"""
+WITH p AS ({NOW})
+SELECT j.id, j.run_id, j.name, j.job_type, j.state, j.attempt_count, j.max_attempts,
+       j.locked_by, j.critical,
+       j.locked_at + j.hard_timeout_s * interval '1 second' < p.now AS hard_timed_out
+FROM jobs j, p
+WHERE j.state IN ('running', 'cancel_requested')
+  AND (j.heartbeat_at < p.now - $2 * interval '1 second'
+       OR j.locked_at + j.hard_timeout_s * interval '1 second' < p.now)
+ORDER BY j.locked_at
+LIMIT $3
+FOR UPDATE OF j SKIP LOCKED
+"""
+
+RUN_FOR_UPDATE: Final = """
+SELECT id, session_id, status, jobs_open, created_at FROM processing_runs WHERE id = $1 FOR UPDATE
+"""
+
+RUN_OUTCOMES: Final = """
+SELECT name, job_type, critical, state, skip_reason, last_error_code FROM jobs WHERE run_id = $1
+"""
+
+# $2 run id, $3 status, $4 failure reason, $5 features, $6 reasons, $7 summary.
+FINALISE_RUN: Final = f"""
+WITH p AS ({NOW})
+UPDATE processing_runs r
+SET status = CASE WHEN r.status IN ('pending', 'running') THEN $3::text ELSE r.status END,
+    failure_reason = coalesce(r.failure_reason, $4),
+    features_available = $5::jsonb, feature_reasons = $6::jsonb,
+    summary = r.summary || $7::jsonb,
+    completed_at = p.now, updated_at = p.now
+FROM p
+WHERE r.id = $2 AND r.jobs_open = 0
+RETURNING r.status
+"""
+
+# Blue/green: the session reads the newest run that ended succeeded or partial; an older run
+# finishing late never takes the pointer back. $2 session id, $3 run id.
+POINT_SESSION: Final = f"""
+WITH p AS ({NOW})
+UPDATE sessions s
+SET active_run_id = $3, status = 'ready', query_ready = true, updated_at = p.now
+FROM p
+WHERE s.id = $2
+  AND (s.active_run_id IS NULL
+       OR (SELECT created_at FROM processing_runs WHERE id = s.active_run_id)
+          <= (SELECT created_at FROM processing_runs WHERE id = $3))
+"""
+
+SESSION_FAILED: Final = """
+UPDATE sessions SET status = 'failed', updated_at = now()
+WHERE id = $1 AND active_run_id IS NULL AND status = 'pending'
+"""
+
+# $1 tenant, $2 session, $3 artifact set hash, $4 idempotency key, $5 requested by,
+# $6-$8 versions, $9 config, $10 priority, $11 job count, $12 open jobs, $13 gating, $14 retry_of
+INSERT_RUN: Final = """
+INSERT INTO processing_runs
+    (tenant_id, session_id, artifact_set_hash, idempotency_key, requested_by, parser_version,
+     pipeline_version, fusion_version, config, priority, jobs_total, jobs_open, gating, retry_of)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12, $13::jsonb, $14)
+ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+RETURNING id
+"""
+
+RUN_BY_KEY: Final = """
+SELECT id FROM processing_runs WHERE tenant_id = $1 AND idempotency_key = $2
+"""
+
+INSERT_RUN_ARTIFACTS: Final = """
+INSERT INTO run_artifacts (run_id, artifact_id, position)
+SELECT $1, a.id, a.ord - 1 FROM unnest($2::uuid[]) WITH ORDINALITY AS a(id, ord)
+"""
+
+# $1 run id, $2 tenant, $3 priority, $4 jobs, $5 edges [{job, depends_on, hard}], $6 channel.
+INSERT_JOBS: Final = """
+WITH inserted AS (
+    INSERT INTO jobs
+        (run_id, tenant_id, name, job_type, state, priority, pool, heavy, critical,
+         max_attempts, deps_pending, soft_timeout_s, hard_timeout_s, skip_reason, payload,
+         finished_at)
+    SELECT $1, $2, x.name, x.job_type, x.state, $3, x.pool, x.heavy, x.critical,
+           x.max_attempts, x.deps_pending, x.soft_timeout_s, x.hard_timeout_s, x.skip_reason,
+           coalesce(x.payload, '{}'::jsonb),
+           CASE WHEN x.state = 'skipped' THEN now() END
+    FROM jsonb_to_recordset($4::jsonb) AS x(
+        name text, job_type text, state text, pool text, heavy bool, critical bool,
+        max_attempts int, deps_pending int, soft_timeout_s float8, hard_timeout_s float8,
+        skip_reason text, payload jsonb)
+    RETURNING id, name, state, pool
+),
+edges AS (
+    INSERT INTO job_edges (job_id, depends_on_id, hard)
+    SELECT a.id, b.id, x.hard
+    FROM jsonb_to_recordset($5::jsonb) AS x(job text, depends_on text, hard bool)
+    JOIN inserted a ON a.name = x.job
+    JOIN inserted b ON b.name = x.depends_on
+),
+woken AS (
+    SELECT pg_notify($6, pool) FROM (SELECT DISTINCT pool FROM inserted WHERE state = 'queued') q
+)
+SELECT (SELECT count(*) FROM inserted) AS jobs, (SELECT count(*) FROM woken) AS woken
+"""
+
+RUN_FOR_RETRY: Final = """
+SELECT r.id, r.tenant_id, r.session_id, r.artifact_set_hash, r.parser_version,
+       r.pipeline_version, r.fusion_version, r.config, r.priority, r.status,
+       coalesce(array(SELECT artifact_id FROM run_artifacts ra WHERE ra.run_id = r.id
+                      ORDER BY ra.position), '{}') AS artifact_ids
+FROM processing_runs r WHERE r.id = $1
+"""
+
+# The run each claimed job belongs to: config, versions, artifacts in order.
+RUN_CONTEXT: Final = """
+SELECT r.id, r.session_id, r.config, r.parser_version, r.pipeline_version, r.fusion_version,
+       coalesce((
+           SELECT jsonb_agg(jsonb_build_object(
+               'id', a.id, 'sha256', a.sha256, 'storage_url', a.storage_url,
+               'filename', a.filename, 'bytes', a.bytes, 'content_type', a.content_type,
+               'format_detected', a.format_detected) ORDER BY ra.position)
+           FROM run_artifacts ra JOIN artifacts a ON a.id = ra.artifact_id
+           WHERE ra.run_id = r.id), '[]'::jsonb) AS artifacts
+FROM processing_runs r WHERE r.id = ANY($1::uuid[])
+"""
+
+# Succeeded ancestors (through any edge, transitively) of each job, with their outputs.
+UPSTREAM: Final = """
+WITH RECURSIVE anc(job_id, ancestor) AS (
+    SELECT e.job_id, e.depends_on_id FROM job_edges e WHERE e.job_id = ANY($1::uuid[])
+    UNION
+    SELECT a.job_id, e.depends_on_id FROM anc a JOIN job_edges e ON e.job_id = a.ancestor
+)
+SELECT a.job_id, u.name, u.job_type, u.output,
+       coalesce((
+           SELECT jsonb_agg(jsonb_build_object(
+               'name', d.name, 'dataset_type', d.dataset_type, 'storage_url', d.storage_url,
+               'content_hash', d.content_hash, 'schema_version', d.schema_version,
+               'row_count', d.row_count, 'stats', d.stats) ORDER BY d.name)
+           FROM derived_datasets d WHERE d.job_id = u.id), '[]'::jsonb) AS datasets
+FROM anc a JOIN jobs u ON u.id = a.ancestor
+WHERE u.state = 'succeeded'
+"""
+
+CANCEL_REQUESTED: Final = "SELECT state = 'cancel_requested' FROM jobs WHERE id = $1"
