@@ -1,0 +1,147 @@
+"""The telemetry envelope: what a device publishes, on the wire.
+
+Wire contract. A device publishes one JSON object per message on the subject
+``telemetry.<tenant>.<device>.<topic>`` (core NATS, JetStream, or MQTT topic
+``telemetry/<tenant>/<device>/<topic>`` through nats-server's MQTT listener)::
+
+    {"ts": "2026-05-01T12:00:00.250Z", "seq": 42, "values": {"temp": 21.5, "bat_mv": 3712}}
+
+``ts``      when the values were *measured*: an RFC 3339 date-time with an offset (``Z`` or
+            ``+02:00``), or an integer count of milliseconds since the Unix epoch.
+``seq``     optional non-negative integer the device counts up (breaks ties between two
+            measurements with the same ``ts``).
+``values``  an object; the device schema's parameters read their ``source`` keys (or dotted
+            paths) from it.
+
+Other top-level fields are ignored, so devices can add fields before Tideway reads them.
+Optional NATS headers: ``Nats-Msg-Id`` (a stable id per message; repeats are deduplicated,
+see ``docs/streaming.md``) and ``traceparent`` (W3C trace context, recorded). The JSON Schema
+``schemas/envelope.schema.json`` is generated from :class:`Envelope` (``python -m
+schemas.envelope``) and a test keeps the two in agreement.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_EPOCH_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z, the last instant a timestamp column can hold."""
+MAX_SEQ = 2**63 - 1
+
+SCHEMA_PATH = Path(__file__).with_name("envelope.schema.json")
+
+# RFC 3339 section 5.6 date-time; fractions beyond microseconds are accepted and truncated.
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+def _integral(raw: Any) -> int | None:
+    # JSON does not distinguish 5 from 5.0 (nor does JSON Schema's "integer"): accept both.
+    if type(raw) is int:
+        return raw
+    if type(raw) is float and raw.is_integer():
+        return int(raw)
+    return None
+
+
+def parse_ts(raw: Any) -> datetime:
+    """``ts`` as an aware UTC datetime, from an RFC 3339 string or integer epoch ms."""
+    if (ms := _integral(raw)) is not None:
+        raw = ms
+        if not 0 <= raw <= MAX_EPOCH_MS:
+            raise ValueError(f"epoch milliseconds must be within 0..{MAX_EPOCH_MS}")
+        return EPOCH + timedelta(milliseconds=raw)
+    if type(raw) is str:
+        if not _RFC3339.fullmatch(raw):
+            raise ValueError("ts must be an RFC 3339 date-time such as 2026-05-01T12:00:00Z")
+        try:
+            return datetime.fromisoformat(raw.upper()).astimezone(UTC)
+        except (ValueError, OverflowError):  # month 13, Feb 30, 23:59:60, beyond year 9999
+            raise ValueError("ts is not a valid date-time") from None
+    raise ValueError("ts must be an RFC 3339 string or integer epoch milliseconds")
+
+
+def parse_seq(raw: Any) -> int | None:
+    """``seq``: absent/null, or a non-negative 64-bit integer."""
+    if raw is None:
+        return None
+    seq = _integral(raw)
+    if seq is None or not 0 <= seq <= MAX_SEQ:
+        raise ValueError("seq must be a non-negative 64-bit integer")
+    return seq
+
+
+Timestamp = Annotated[
+    datetime,
+    PlainValidator(parse_ts),
+    WithJsonSchema(
+        {
+            "description": "Measurement time: RFC 3339 date-time with offset, or epoch ms.",
+            "oneOf": [
+                {"type": "string", "format": "date-time"},
+                {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS},
+            ],
+        }
+    ),
+]
+
+
+class Envelope(BaseModel):
+    """One telemetry envelope, as published by a device."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="ignore",
+        strict=True,
+        title="Tideway telemetry envelope",
+        json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
+    )
+
+    ts: Timestamp
+    seq: Annotated[
+        int | None,
+        PlainValidator(parse_seq),
+        WithJsonSchema(
+            {
+                "description": "Device counter; breaks ties between equal ts.",
+                "anyOf": [
+                    {"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
+                    {"type": "null"},
+                ],
+            }
+        ),
+    ] = None
+    values: Annotated[
+        dict[str, Any], Field(description="Measured values, read by the device schema.")
+    ]
+
+    @property
+    def ts_us(self) -> int:
+        """``ts`` as microseconds since the epoch (exact, for ordering measurements)."""
+        return (self.ts - EPOCH) // timedelta(microseconds=1)
+
+
+def json_schema() -> dict[str, Any]:
+    """The envelope's JSON Schema (what ``schemas/envelope.schema.json`` holds)."""
+    return Envelope.model_json_schema()
+
+
+def _main(argv: list[str]) -> int:
+    text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+    if argv[1:] == ["--check"]:
+        return 0 if SCHEMA_PATH.read_text() == text else 1
+    SCHEMA_PATH.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv))
