@@ -212,17 +212,16 @@ class _TopicCompiler:
         if len(graph) != len(self.derived_names):
             return None  # an expression failed to compile; already reported
         done: list[str] = []
-        placed: set[str] = set()
         pending = [s.name for s in specs if s.name in graph]
         while pending:
-            ready = [n for n in pending if all(d in placed for d in graph[n])]
-            if not ready:
+            # The first parameter in file order whose dependencies are all placed goes next,
+            # so the order is the file's wherever the dependencies allow it.
+            ready = next((n for n in pending if all(d in done for d in graph[n])), None)
+            if ready is None:
                 self.report_cycle(graph, pending)
                 return None
-            for name in ready:
-                done.append(name)
-                placed.add(name)
-            pending = [n for n in pending if n not in placed]
+            done.append(ready)
+            pending.remove(ready)
         return done
 
     def report_cycle(self, graph: dict[str, list[str]], pending: list[str]) -> None:

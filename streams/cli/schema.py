@@ -1,9 +1,213 @@
-"""CLI commands for this area (registered on the main ``tideway`` app)."""
+"""``tideway schema apply | list | show | test``: device schemas from YAML files.
+
+``apply`` checks and stores a schema file as a new immutable version (identical content is a
+no-op that says so); ``test`` runs one sample payload through validate → mutate → derive without
+touching any service, printing what each stage produces, and exits 1 if the envelope would not
+be processed.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
 import typer
+
+from schemas.device_schema import SchemaFile, load_schema_file
+from stages.errors import StageError
+from stages.ingest.derive import derive
+from stages.ingest.mutate import mutate
+from stages.ingest.program import TopicProgram, compile_schema
+from stages.ingest.validate import Issue, validate
+from streams import db, registry
+from streams.cli.output import console, print_json, print_record, print_rows
+from streams.config import Settings
+from streams.errors import UsageError
+
+T = TypeVar("T")
+
+JSON_OPTION = typer.Option(False, "--json", help="Print JSON.")
+TENANT_HELP = "Tenant (default: the default_tenant setting)."
+
+
+def run_with_connection(work: Callable[[Any], Awaitable[T]]) -> T:
+    """Run ``work(conn)`` on a connection to the configured Postgres."""
+
+    async def main() -> T:
+        conn = await db.connect(Settings().postgres())
+        try:
+            return await work(conn)
+        finally:
+            await conn.close()
+
+    return asyncio.run(main())
+
+
+def load_checked(file: Path) -> tuple[SchemaFile, dict[str, TopicProgram]]:
+    """Load and compile a schema file, turning stage errors into operator errors."""
+    try:
+        schema = load_schema_file(file)
+        return schema, compile_schema(schema, filename=str(file))
+    except StageError as exc:
+        raise UsageError(exc.message, code=exc.code) from None
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to ``app``."""
+    """Add the ``schema`` commands to ``app``."""
+    schema_app = typer.Typer(help="Device schemas: apply, list, show, test.", no_args_is_help=True)
+
+    @schema_app.command("apply")
+    def apply(file: Path = typer.Argument(..., help="Schema file (YAML)."),
+              as_json: bool = JSON_OPTION) -> None:
+        """Store FILE as a new schema version (identical content is a no-op)."""
+        schema, _ = load_checked(file)
+        text = file.read_text(encoding="utf-8")
+        result = run_with_connection(
+            lambda conn: registry.apply_schema(conn, schema, source_text=text))
+        if as_json:
+            print_json({**asdict(result), "status": "created" if result.created else "unchanged"})
+        elif result.created:
+            topics = ", ".join(result.topics)
+            console.print(f"applied {result.schema} v{result.version} for tenant {result.tenant} "
+                          f"(sha256 {result.content_hash[:12]}), topics: {topics}")
+        else:
+            newest = ("" if result.latest_version == result.version
+                      else f"; the newest version is v{result.latest_version}")
+            console.print(f"unchanged: {result.schema} v{result.version} already has this "
+                          f"content (sha256 {result.content_hash[:12]}); nothing written{newest}")
+
+    @schema_app.command("list")
+    def list_(tenant: str | None = typer.Option(None, help=TENANT_HELP),
+              as_json: bool = JSON_OPTION) -> None:
+        """List the tenant's schemas with their newest version."""
+        name = tenant or Settings().default_tenant
+        found = run_with_connection(lambda conn: registry.list_schemas(conn, name))
+        print_rows([asdict(s) for s in found], title=f"schemas of {name}", as_json=as_json,
+                   columns=("name", "latest_version", "versions", "devices", "content_hash",
+                            "updated_at"))
+
+    @schema_app.command("show")
+    def show(name: str = typer.Argument(..., help="Schema name."),
+             version: int | None = typer.Option(None, "--version", help="Default: newest."),
+             tenant: str | None = typer.Option(None, help=TENANT_HELP),
+             source: bool = typer.Option(False, "--source", help="Print the applied file text."),
+             as_json: bool = JSON_OPTION) -> None:
+        """Show one version of a schema and its parameters."""
+        owner = tenant or Settings().default_tenant
+
+        async def fetch(conn: Any) -> tuple[registry.SchemaVersion, list[dict[str, Any]]]:
+            found = await registry.show_schema(conn, owner, name, version)
+            return found, await registry.schema_parameters(conn, found.id)
+
+        found, parameters = run_with_connection(fetch)
+        if as_json:
+            print_json({**asdict(found), "parameters": parameters})
+            return
+        if source:
+            console.print(found.source_text, markup=False, highlight=False)
+            return
+        print_record({"schema": found.schema, "tenant": found.tenant, "version": found.version,
+                      "versions": ", ".join(map(str, found.versions)),
+                      "content_hash": found.content_hash, "created_at": found.created_at,
+                      "devices": found.devices}, title=f"{found.schema} v{found.version}")
+        print_rows(parameters, title="parameters", columns=(
+            "topic", "name", "type", "unit", "source", "required", "critical", "min_value",
+            "max_value", "mutate", "derived"))
+
+    @schema_app.command("test")
+    def test(file: Path = typer.Argument(..., help="Schema file (YAML)."),
+             payload: Path = typer.Option(..., "--payload", help="JSON envelope or values."),
+             topic: str | None = typer.Option(None, "--topic", help="Needed if several."),
+             as_json: bool = JSON_OPTION) -> None:
+        """Run one payload through validate, mutate and derive (no services needed)."""
+        schema, programs = load_checked(file)
+        program = programs[_pick_topic(schema, topic)]
+        report = evaluate_payload(program, _read_values(payload))
+        if as_json:
+            print_json(report)
+        else:
+            _print_report(report)
+        if report["outcome"] != "processed":
+            raise typer.Exit(1)
+
+    app.add_typer(schema_app, name="schema")
+
+
+def _pick_topic(schema: SchemaFile, topic: str | None) -> str:
+    names = [t.name for t in schema.topics]
+    if topic is None and len(names) == 1:
+        return names[0]
+    if topic in names:
+        return topic
+    raise UsageError(f"choose a topic with --topic ({', '.join(names)})")
+
+
+def _read_values(path: Path) -> Any:
+    """The ``values`` of an envelope file, or the whole object if it is not an envelope."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("values"), dict) and "ts" in data:
+        return data["values"]
+    return data
+
+
+def evaluate_payload(program: TopicProgram, values: Any) -> dict[str, Any]:
+    """What the three pure stages produce for ``values``, as plain data.
+
+    ``outcome`` follows the pipeline: ``failed_validation`` stops before mutate,
+    ``failed_mutate``/``failed_derive`` name the stage whose evaluation failed.
+    """
+    checked = validate(program, values)
+    report: dict[str, Any] = {
+        "schema": program.schema, "topic": program.topic, "content_hash": program.content_hash,
+        "validate": {"ok": checked.ok, "extracted": checked.extracted,
+                     "issues": [_issue(i) for i in checked.issues]},
+        "mutate": None, "derive": None, "outcome": "failed_validation",
+    }
+    if not checked.ok:
+        return report
+    mutated = mutate(program, checked.extracted)
+    report["mutate"] = {"values": mutated.values, "change_set": mutated.change_set,
+                        "error": _issue(mutated.error)}
+    if mutated.error is not None:
+        report["outcome"] = "failed_mutate"
+        return report
+    derived = derive(program, mutated.values)
+    report["derive"] = {"derived": derived.derived, "final": derived.final,
+                        "error": _issue(derived.error)}
+    report["outcome"] = "failed_derive" if derived.error is not None else "processed"
+    return report
+
+
+def _issue(issue: Issue | None) -> dict[str, Any] | None:
+    return None if issue is None else asdict(issue)
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    checked = report["validate"]
+    rows = [{"parameter": k, "value": v} for k, v in checked["extracted"].items()]
+    print_rows(rows, columns=("parameter", "value"), title=f"validate: topic {report['topic']}")
+    if checked["issues"]:
+        print_rows(checked["issues"], columns=("parameter", "code", "critical", "message"),
+                   title="validation issues")
+    if report["mutate"] is not None:
+        changes = [{"parameter": k, "before": b, "after": a}
+                   for k, (b, a) in report["mutate"]["change_set"].items()]
+        print_rows(changes, columns=("parameter", "before", "after"), title="mutate: changes")
+    if report["derive"] is not None:
+        derived = [{"parameter": k, "value": v} for k, v in report["derive"]["derived"].items()]
+        print_rows(derived, columns=("parameter", "value"), title="derive")
+    for stage in ("mutate", "derive"):
+        error = (report[stage] or {}).get("error")
+        if error:
+            console.print(f"[red]{stage} failed[/]: {error['message']} ({error['code']})")
+    colour = "green" if report["outcome"] == "processed" else "red"
+    console.print(f"outcome: [{colour}]{report['outcome']}[/]")

@@ -33,13 +33,13 @@ def test_compiles_the_issue_example(issue_schema: SchemaFile) -> None:
     assert state.content_hash == issue_schema.content_hash()
 
 
-def test_derived_parameters_are_ordered_by_dependency_not_file_order() -> None:
+def test_derived_parameters_follow_dependencies_then_file_order() -> None:
     schema = parse_schema_text(schema_with(
         "      - {name: c, type: number, derived: 'b + 1'}\n"
         "      - {name: b, type: number, derived: 'a * 2'}\n"
         "      - {name: a, type: number}\n"
         "      - {name: d, type: number, derived: 'a - 1'}\n"))
-    assert compile_schema(schema)["state"].derived_names == ("b", "d", "c")
+    assert compile_schema(schema)["state"].derived_names == ("b", "c", "d")
 
 
 def test_cycle_is_refused_with_its_path() -> None:

@@ -1,0 +1,317 @@
+"""The device and schema registry in Postgres: apply schema files, manage devices.
+
+Schema versions are immutable and content-addressed. Applying a schema file compiles it first
+(a schema that cannot run is never stored), then, in one transaction holding the schema's row
+lock: if a version with the same content hash exists, nothing is written and that version is
+returned (``created=False``); otherwise the next version number is taken and the version, its
+topics and its parameters are inserted. Concurrent applies of one schema therefore serialise on
+the lock and agree on version numbers; the unique ``(schema_id, content_hash)`` constraint backs
+that up.
+
+Every function is scoped to one tenant, named as in subjects (``telemetry.<tenant>...``).
+Writes create the tenant on first use; reads of an unknown tenant raise ``NotFoundError``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from schemas.device_schema import SchemaFile
+from stages.ingest.program import TopicProgram, compile_schema
+from streams.errors import NotFoundError, UsageError
+from streams.sessions.tenancy import check_device, check_tenant, ensure_tenant, tenant_id
+
+# --- statements -------------------------------------------------------------------------------
+
+_UPSERT_SCHEMA = """
+INSERT INTO device_schemas (tenant_id, name) VALUES ($1, $2)
+ON CONFLICT (tenant_id, name) DO UPDATE SET name = EXCLUDED.name
+RETURNING id
+"""  # DO UPDATE locks the row until commit: concurrent applies of one schema serialise here.
+
+_VERSION_BY_HASH = """
+SELECT id, version, created_at FROM device_schema_versions
+WHERE schema_id = $1 AND content_hash = $2
+"""
+
+_LATEST_VERSION = "SELECT max(version) FROM device_schema_versions WHERE schema_id = $1"
+
+_INSERT_VERSION = """
+INSERT INTO device_schema_versions (schema_id, version, content_hash, source_text, spec)
+VALUES ($1, $2, $3, $4, $5) RETURNING id, created_at
+"""
+
+_INSERT_TOPIC = "INSERT INTO schema_topics (schema_version_id, name) VALUES ($1, $2) RETURNING id"
+
+_INSERT_PARAMETER = """
+INSERT INTO schema_parameters (topic_id, name, position, type, unit, source, required, critical,
+                               min_value, max_value, mutate, derived)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+"""
+
+_LIST_SCHEMAS = """
+SELECT s.name, count(v.id) AS versions, max(v.version) AS latest_version,
+       (array_agg(v.content_hash ORDER BY v.version DESC))[1] AS content_hash,
+       max(v.created_at) AS updated_at,
+       (SELECT count(*) FROM devices d JOIN device_schema_versions dv ON dv.id = d.schema_version_id
+        WHERE dv.schema_id = s.id) AS devices
+FROM device_schemas s JOIN device_schema_versions v ON v.schema_id = s.id
+WHERE s.tenant_id = $1
+GROUP BY s.id, s.name ORDER BY s.name
+"""
+
+_SCHEMA_VERSION = """
+SELECT v.id, s.name AS schema, v.version, v.content_hash, v.source_text, v.spec, v.created_at,
+       (SELECT array_agg(version ORDER BY version) FROM device_schema_versions
+        WHERE schema_id = s.id) AS versions,
+       (SELECT count(*) FROM devices d WHERE d.schema_version_id = v.id) AS devices
+FROM device_schemas s JOIN device_schema_versions v ON v.schema_id = s.id
+WHERE s.tenant_id = $1 AND s.name = $2 AND v.version = coalesce($3, (
+    SELECT max(version) FROM device_schema_versions WHERE schema_id = s.id))
+"""
+
+_VERSION_TOPICS = "SELECT id, name FROM schema_topics WHERE schema_version_id = $1"
+
+_DEVICE_COLUMNS = """
+SELECT d.id, t.name AS tenant, d.external_id, d.name, d.active, d.schema_version_id,
+       s.name AS schema, v.version AS schema_version, d.created_at, d.updated_at
+FROM devices d JOIN tenants t ON t.id = d.tenant_id
+LEFT JOIN device_schema_versions v ON v.id = d.schema_version_id
+LEFT JOIN device_schemas s ON s.id = v.schema_id
+"""
+
+_DEVICE = _DEVICE_COLUMNS + "WHERE d.tenant_id = $1 AND d.external_id = $2"
+
+_LIST_DEVICES = _DEVICE_COLUMNS + """
+WHERE d.tenant_id = $1 AND ($2::text IS NULL OR s.name = $2) AND ($3::bool IS NULL OR d.active = $3)
+ORDER BY d.external_id
+"""
+
+_INSERT_DEVICE = """
+INSERT INTO devices (tenant_id, external_id, name, active, schema_version_id)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (tenant_id, external_id) DO NOTHING RETURNING id
+"""
+
+_SET_ACTIVE = """
+UPDATE devices SET active = $3, updated_at = now()
+WHERE tenant_id = $1 AND external_id = $2 AND active IS DISTINCT FROM $3 RETURNING id
+"""
+
+_ASSIGN = """
+UPDATE devices SET schema_version_id = $3, updated_at = now()
+WHERE tenant_id = $1 AND external_id = $2 RETURNING id
+"""
+
+# --- value objects ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppliedSchema:
+    """The outcome of applying a schema file; ``created`` is False for identical content."""
+
+    tenant: str
+    schema: str
+    version: int
+    version_id: uuid.UUID
+    content_hash: str
+    created: bool
+    latest_version: int
+    """The newest version after this apply (differs from ``version`` when older content was
+    applied again)."""
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchemaSummary:
+    """One schema of a tenant in a listing."""
+
+    name: str
+    versions: int
+    latest_version: int
+    content_hash: str
+    updated_at: datetime
+    devices: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchemaVersion:
+    """One stored version of a schema, with the text it was applied from."""
+
+    id: uuid.UUID
+    tenant: str
+    schema: str
+    version: int
+    content_hash: str
+    created_at: datetime
+    source_text: str
+    spec: dict[str, Any]
+    versions: tuple[int, ...]
+    devices: int
+    topic_ids: dict[str, uuid.UUID]
+
+    def schema_file(self) -> SchemaFile:
+        """The version's content as a :class:`SchemaFile`."""
+        return SchemaFile.model_validate(self.spec)
+
+    def programs(self) -> dict[str, TopicProgram]:
+        """The version compiled into one program per topic (cache by ``id``)."""
+        return compile_schema(self.schema_file(), filename=f"{self.schema} v{self.version}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Device:
+    """A registered device, with the schema version it is assigned (if any)."""
+
+    id: uuid.UUID
+    tenant: str
+    external_id: str
+    name: str | None
+    active: bool
+    schema: str | None
+    schema_version: int | None
+    schema_version_id: uuid.UUID | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Any) -> Device:
+        """Build from a row of the device query."""
+        return cls(**{field: row[field] for field in cls.__dataclass_fields__})
+
+
+# --- schemas ----------------------------------------------------------------------------------
+
+
+async def apply_schema(conn: Any, schema: SchemaFile, *, source_text: str) -> AppliedSchema:
+    """Store ``schema`` as a new version, or find the version with identical content.
+
+    Raises :class:`stages.ingest.program.SchemaCompileError` (before writing anything) when the
+    schema does not compile.
+    """
+    compile_schema(schema)
+    content_hash = schema.content_hash()
+    async with conn.transaction():
+        tenant = await ensure_tenant(conn, schema.tenant)
+        schema_id = await conn.fetchval(_UPSERT_SCHEMA, tenant, schema.name)
+        latest = await conn.fetchval(_LATEST_VERSION, schema_id) or 0
+        found = await conn.fetchrow(_VERSION_BY_HASH, schema_id, content_hash)
+        if found is not None:
+            version, version_id, created = found["version"], found["id"], False
+        else:
+            version, created = latest + 1, True
+            row = await conn.fetchrow(_INSERT_VERSION, schema_id, version, content_hash,
+                                      source_text, schema.canonical())
+            version_id = row["id"]
+            await _insert_topics(conn, version_id, schema)
+    return AppliedSchema(
+        tenant=schema.tenant, schema=schema.name, version=version, version_id=version_id,
+        content_hash=content_hash, created=created, latest_version=max(latest, version),
+        topics=tuple(t.name for t in schema.topics),
+    )
+
+
+async def _insert_topics(conn: Any, version_id: uuid.UUID, schema: SchemaFile) -> None:
+    for topic in schema.topics:
+        topic_id = await conn.fetchval(_INSERT_TOPIC, version_id, topic.name)
+        await conn.executemany(_INSERT_PARAMETER, [
+            (topic_id, p.name, position, p.type, p.unit, p.source, p.required, p.critical,
+             p.min, p.max, p.mutate, p.derived)
+            for position, p in enumerate(topic.parameters)
+        ])
+
+
+async def list_schemas(conn: Any, tenant: str) -> list[SchemaSummary]:
+    """Every schema of ``tenant`` with its newest version."""
+    rows = await conn.fetch(_LIST_SCHEMAS, await _tenant(conn, tenant))
+    return [SchemaSummary(**dict(row)) for row in rows]
+
+
+async def show_schema(conn: Any, tenant: str, name: str, version: int | None = None
+                      ) -> SchemaVersion:
+    """Version ``version`` (default: the newest) of schema ``name``."""
+    row = await conn.fetchrow(_SCHEMA_VERSION, await _tenant(conn, tenant), name, version)
+    if row is None:
+        what = f"schema {name!r}" + (f" version {version}" if version is not None else "")
+        raise NotFoundError(f"{what} not found for tenant {tenant!r}")
+    topics = await conn.fetch(_VERSION_TOPICS, row["id"])
+    return SchemaVersion(
+        id=row["id"], tenant=tenant, schema=row["schema"], version=row["version"],
+        content_hash=row["content_hash"], created_at=row["created_at"],
+        source_text=row["source_text"], spec=row["spec"], versions=tuple(row["versions"]),
+        devices=row["devices"], topic_ids={t["name"]: t["id"] for t in topics},
+    )
+
+
+async def schema_parameters(conn: Any, version_id: uuid.UUID) -> list[dict[str, Any]]:
+    """The stored parameter rows of a version, by topic and position (for display)."""
+    rows = await conn.fetch(
+        "SELECT t.name AS topic, p.* FROM schema_parameters p JOIN schema_topics t "
+        "ON t.id = p.topic_id WHERE t.schema_version_id = $1 ORDER BY t.name, p.position",
+        version_id)
+    return [{k: v for k, v in dict(row).items() if k not in ("id", "topic_id")} for row in rows]
+
+
+# --- devices ----------------------------------------------------------------------------------
+
+
+async def add_device(conn: Any, tenant: str, external_id: str, *, name: str | None = None,
+                     schema: str | None = None, version: int | None = None,
+                     active: bool = True) -> Device:
+    """Register a new device (``UsageError`` if it exists), optionally assigning a schema."""
+    check_device(external_id)
+    async with conn.transaction():
+        tenant_uuid = await ensure_tenant(conn, tenant)
+        version_id = None
+        if schema is not None:
+            version_id = (await show_schema(conn, tenant, schema, version)).id
+        elif version is not None:
+            raise UsageError("--version needs --schema")
+        inserted = await conn.fetchval(_INSERT_DEVICE, tenant_uuid, external_id, name, active,
+                                       version_id)
+        if inserted is None:
+            raise UsageError(f"device {external_id!r} already exists for tenant {tenant!r}",
+                             code="DEVICE_EXISTS")
+    return await show_device(conn, tenant, external_id)
+
+
+async def list_devices(conn: Any, tenant: str, *, schema: str | None = None,
+                       active: bool | None = None) -> list[Device]:
+    """Devices of ``tenant``, optionally only those on ``schema`` or in one activation state."""
+    rows = await conn.fetch(_LIST_DEVICES, await _tenant(conn, tenant), schema, active)
+    return [Device.from_row(row) for row in rows]
+
+
+async def show_device(conn: Any, tenant: str, external_id: str) -> Device:
+    """One device (``NotFoundError`` if ``tenant`` has no such device)."""
+    row = await conn.fetchrow(_DEVICE, await _tenant(conn, tenant), external_id)
+    if row is None:
+        raise NotFoundError(f"device {external_id!r} not found for tenant {tenant!r}")
+    return Device.from_row(row)
+
+
+async def set_active(conn: Any, tenant: str, external_id: str, active: bool
+                     ) -> tuple[Device, bool]:
+    """Activate or deactivate a device; the flag says whether anything changed."""
+    changed = await conn.fetchval(_SET_ACTIVE, await _tenant(conn, tenant), external_id, active)
+    return await show_device(conn, tenant, external_id), changed is not None
+
+
+async def assign_schema(conn: Any, tenant: str, external_id: str, schema: str,
+                        version: int | None = None) -> Device:
+    """Assign version ``version`` (default: the newest) of ``schema`` to a device."""
+    target = await show_schema(conn, tenant, schema, version)
+    updated = await conn.fetchval(_ASSIGN, await _tenant(conn, tenant), external_id, target.id)
+    if updated is None:
+        raise NotFoundError(f"device {external_id!r} not found for tenant {tenant!r}")
+    return await show_device(conn, tenant, external_id)
+
+
+async def _tenant(conn: Any, name: str) -> uuid.UUID:
+    found = await tenant_id(conn, check_tenant(name))
+    if found is None:
+        raise NotFoundError(f"tenant {name!r} not found")
+    return found
