@@ -5,16 +5,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-import asyncpg
-
 from streams.jobs import sql
 from streams.jobs.executor import ArtifactRef, JobContext, UpstreamDataset
 from streams.jobs.model import ClaimedJob, RunVersions
+from streams.jobs.txn import Conn
 
 
-async def load_contexts(
-    conn: asyncpg.Connection, jobs: Sequence[ClaimedJob]
-) -> dict[uuid.UUID, JobContext]:
+async def load_contexts(conn: Conn, jobs: Sequence[ClaimedJob]) -> dict[uuid.UUID, JobContext]:
     """The context of each job: its run's config, versions and artifacts, and its ancestors'
     datasets and summaries."""
     if not jobs:

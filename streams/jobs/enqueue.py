@@ -13,15 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
-
 from stages.jobs.planner import RunPlan, plan_run
 from stages.jobs.run_state import RunState
 from streams.errors import NotFoundError, UsageError
 from streams.jobs import sql
 from streams.jobs.model import RunVersions
 from streams.jobs.settle import finalise
-from streams.jobs.txn import atomically
+from streams.jobs.txn import Conn, atomically
 from streams.names import Names
 
 _CHANNEL = Names().jobs_channel
@@ -36,7 +34,7 @@ class EnqueuedRun:
 
 
 async def enqueue_run(
-    conn: asyncpg.Connection,
+    conn: Conn,
     *,
     tenant_id: uuid.UUID,
     session_id: uuid.UUID,
@@ -72,7 +70,7 @@ async def enqueue_run(
     edges = [{"job": e.job, "depends_on": e.depends_on, "hard": e.hard} for e in plan.edges]
     gating = [{**d.as_json(), "reported_by": "planner"} for d in plan.gating]
 
-    async def work(c: asyncpg.Connection) -> EnqueuedRun:
+    async def work(c: Conn) -> EnqueuedRun:
         run_id = await c.fetchval(
             sql.INSERT_RUN,
             tenant_id,
@@ -104,7 +102,7 @@ async def enqueue_run(
 
 
 async def retry_run(
-    conn: asyncpg.Connection,
+    conn: Conn,
     run_id: uuid.UUID,
     *,
     requested_by: str = "operator",

@@ -29,7 +29,7 @@ from streams.jobs import sql
 from streams.jobs.enqueue import EnqueuedRun, enqueue_run, retry_run
 from streams.jobs.model import ClaimedJob, FailOutcome, JobResult, Outcome
 from streams.jobs.settle import Closed, apply_gating, finalise, settle
-from streams.jobs.txn import atomically
+from streams.jobs.txn import Conn, atomically
 from streams.names import Names
 
 __all__ = [
@@ -57,7 +57,7 @@ Now = datetime | None
 
 
 async def claim(
-    conn: asyncpg.Connection,
+    conn: Conn,
     *,
     worker_id: str,
     limit: int,
@@ -76,7 +76,7 @@ async def claim(
     if limit <= 0:
         return []
 
-    async def work(c: asyncpg.Connection) -> list[asyncpg.Record]:
+    async def work(c: Conn) -> list[asyncpg.Record]:
         await c.execute(sql.CLAIM_LOCK)
         return await c.fetch(
             sql.CLAIM,
@@ -93,7 +93,7 @@ async def claim(
 
 
 async def complete(
-    conn: asyncpg.Connection,
+    conn: Conn,
     job: ClaimedJob,
     result: JobResult,
     *,
@@ -105,7 +105,7 @@ async def complete(
 
 
 async def complete_many(
-    conn: asyncpg.Connection,
+    conn: Conn,
     items: Sequence[tuple[ClaimedJob, JobResult]],
     *,
     now: Now = None,
@@ -134,7 +134,7 @@ async def complete_many(
     ]
     datasets = [d.as_json(job.id) for job, result in items for d in result.datasets]
 
-    async def work(c: asyncpg.Connection) -> set[uuid.UUID]:
+    async def work(c: Conn) -> set[uuid.UUID]:
         row = await c.fetchrow(sql.COMPLETE, now, worker, jobs, datasets, channel)
         assert row is not None
         done = set(row["done"])
@@ -160,7 +160,7 @@ async def complete_many(
 
 
 async def fail(
-    conn: asyncpg.Connection,
+    conn: Conn,
     job: ClaimedJob,
     error: JobError,
     *,
@@ -207,7 +207,7 @@ async def fail(
 
 
 async def acknowledge_cancel(
-    conn: asyncpg.Connection, job: ClaimedJob, *, now: Now = None, channel: str = DEFAULT_CHANNEL
+    conn: Conn, job: ClaimedJob, *, now: Now = None, channel: str = DEFAULT_CHANNEL
 ) -> FailOutcome:
     """The worker stopped ``job`` at a checkpoint: ``cancel_requested`` -> ``cancelled``."""
     error = describe(
@@ -236,7 +236,7 @@ async def acknowledge_cancel(
 
 
 async def heartbeat(
-    conn: asyncpg.Connection, *, worker_id: str, jobs: Sequence[ClaimedJob], now: Now = None
+    conn: Conn, *, worker_id: str, jobs: Sequence[ClaimedJob], now: Now = None
 ) -> dict[uuid.UUID, JobState]:
     """Refresh the heartbeat of ``jobs``; returns the ones still held and their state.
 
@@ -251,9 +251,7 @@ async def heartbeat(
     return {row["id"]: JobState(row["state"]) for row in rows}
 
 
-async def promote(
-    conn: asyncpg.Connection, *, now: Now = None, channel: str = DEFAULT_CHANNEL
-) -> int:
+async def promote(conn: Conn, *, now: Now = None, channel: str = DEFAULT_CHANNEL) -> int:
     """Move ``retry_wait`` jobs whose time has come to ``queued``; returns how many."""
     row = await conn.fetchrow(sql.PROMOTE, now, channel)
     assert row is not None
@@ -273,7 +271,7 @@ class Reaped:
 
 
 async def reap(
-    conn: asyncpg.Connection,
+    conn: Conn,
     *,
     stale_after_s: float,
     schedule: Sequence[float],
@@ -290,7 +288,7 @@ async def reap(
     state, holder and attempt it expects, so a job that completed meanwhile is never touched.
     """
 
-    async def work(c: asyncpg.Connection) -> list[Reaped]:
+    async def work(c: Conn) -> list[Reaped]:
         reaped: list[Reaped] = []
         for row in await c.fetch(sql.REAP_CANDIDATES, now, stale_after_s, limit):
             previous = JobState(row["state"])
@@ -365,7 +363,7 @@ class CancelSummary:
 
 
 async def cancel_run(
-    conn: asyncpg.Connection,
+    conn: Conn,
     run_id: uuid.UUID,
     *,
     now: Now = None,
@@ -374,7 +372,7 @@ async def cancel_run(
     """Cancel a run (spec 000 §10): status ``cancelled``, not-started jobs ``cancelled``,
     running jobs ``cancel_requested`` (finalised when the last one acknowledges)."""
 
-    async def work(c: asyncpg.Connection) -> CancelSummary:
+    async def work(c: Conn) -> CancelSummary:
         row = await c.fetchrow(
             sql.STOP_RUN, now, run_id, RunState.CANCELLED.value, None, "RUN_CANCELLED"
         )
@@ -393,7 +391,7 @@ async def cancel_run(
 
 
 async def cancel_job(
-    conn: asyncpg.Connection,
+    conn: Conn,
     job_id: uuid.UUID,
     *,
     now: Now = None,
@@ -402,7 +400,7 @@ async def cancel_job(
     """Cancel one job: not started -> ``cancelled`` (its dependents react as to a failure:
     a critical job's run is cancelled), running -> ``cancel_requested``. Returns the state."""
 
-    async def work(c: asyncpg.Connection) -> JobState:
+    async def work(c: Conn) -> JobState:
         row = await c.fetchrow(sql.CANCEL_JOB, now, job_id)
         if row is None:
             current = await c.fetchrow(sql.JOB_HOLDER, job_id)
@@ -426,13 +424,13 @@ async def cancel_job(
     return await atomically(conn, work)
 
 
-async def cancel_requested(conn: asyncpg.Connection, job_id: uuid.UUID) -> bool:
+async def cancel_requested(conn: Conn, job_id: uuid.UUID) -> bool:
     """Whether cancellation of ``job_id`` has been requested (checked at checkpoints)."""
     return bool(await conn.fetchval(sql.CANCEL_REQUESTED, job_id))
 
 
 async def _end_attempt(
-    conn: asyncpg.Connection,
+    conn: Conn,
     job_id: uuid.UUID,
     *,
     worker: str,
@@ -481,13 +479,11 @@ async def _end_attempt(
     return FailOutcome(outcome=Outcome.APPLIED, state=target)
 
 
-async def _refusal(conn: asyncpg.Connection, job: ClaimedJob) -> Outcome:
+async def _refusal(conn: Conn, job: ClaimedJob) -> Outcome:
     return await _holder_outcome(conn, job.id, job.locked_by, job.attempt)
 
 
-async def _holder_outcome(
-    conn: asyncpg.Connection, job_id: uuid.UUID, worker: str, attempt: int
-) -> Outcome:
+async def _holder_outcome(conn: Conn, job_id: uuid.UUID, worker: str, attempt: int) -> Outcome:
     row = await conn.fetchrow(sql.JOB_HOLDER, job_id)
     if (
         row is not None

@@ -18,13 +18,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
-
 from stages.jobs.dag import FEATURES
 from stages.jobs.gating import Candidate, evaluate
 from stages.jobs.job_state import JobState
 from stages.jobs.run_state import TERMINAL_RUN, JobOutcome, RunState, reduce_run
 from streams.jobs import sql
+from streams.jobs.txn import Conn
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +52,7 @@ class Closed:
 
 
 async def settle(
-    conn: asyncpg.Connection,
+    conn: Conn,
     *,
     closed: Iterable[Closed] = (),
     finished_runs: Iterable[uuid.UUID] = (),
@@ -90,7 +89,7 @@ async def settle(
 
 
 async def stop_run(
-    conn: asyncpg.Connection,
+    conn: Conn,
     run_id: uuid.UUID,
     *,
     status: RunState,
@@ -105,7 +104,7 @@ async def stop_run(
     return int(row["jobs_open"])
 
 
-async def finalise(conn: asyncpg.Connection, run_id: uuid.UUID, *, now: Any) -> RunState | None:
+async def finalise(conn: Conn, run_id: uuid.UUID, *, now: Any) -> RunState | None:
     """Derive the run's final state and flags once every job has ended."""
     run = await conn.fetchrow(sql.RUN_FOR_UPDATE, run_id)
     if run is None or run["jobs_open"] != 0:
@@ -149,7 +148,7 @@ async def finalise(conn: asyncpg.Connection, run_id: uuid.UUID, *, now: Any) -> 
 
 
 async def apply_gating(
-    conn: asyncpg.Connection,
+    conn: Conn,
     *,
     run_id: uuid.UUID,
     reporter: str,

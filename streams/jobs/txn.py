@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
+import asyncpg.pool
 
 from streams.errors import PermanentError, TransientError
 
 T = TypeVar("T")
+
+Conn: TypeAlias = "asyncpg.Connection[Any] | asyncpg.pool.PoolConnectionProxy[Any]"
+"""A connection made by ``streams.db`` or acquired from its pool."""
 
 _RETRYABLE = (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError)
 _TRIES = 6
@@ -29,9 +33,7 @@ class IllegalTransitionError(PermanentError):
     code = "ILLEGAL_TRANSITION"
 
 
-async def atomically(
-    conn: asyncpg.Connection, work: Callable[[asyncpg.Connection], Awaitable[T]]
-) -> T:
+async def atomically(conn: Conn, work: Callable[[Conn], Awaitable[T]]) -> T:
     """Run ``work(conn)`` in a transaction (a savepoint when one is already open)."""
     nested = conn.is_in_transaction()
     for attempt in range(1, _TRIES + 1):

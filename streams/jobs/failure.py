@@ -1,0 +1,42 @@
+"""Translate what an executor raised into the error taxonomy (``stages.jobs.errors``).
+
+The class decides retriability: a ``StageError`` carries its own flag (pure stages are
+deterministic, so normally not retriable); ``TransientError`` and raw I/O errors (``OSError``,
+``ConnectionError``, ``TimeoutError``) are retriable; any other ``TidewayError`` is not. An
+unexpected exception is a bug: ``INTERNAL_ERROR``, not retried, since the same input would hit
+the same bug again.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from stages.errors import StageError
+from stages.jobs.errors import Code, ErrorSource, JobError, describe
+from streams.errors import TidewayError, TransientError
+
+
+def error_from_exception(exc: BaseException) -> JobError:
+    """The :class:`JobError` to record for ``exc`` raised while executing a job."""
+    if isinstance(exc, StageError):
+        return describe(exc.code, exc.message, retriable=exc.retriable, source=ErrorSource.STAGE)
+    if isinstance(exc, TransientError):
+        source = ErrorSource.STORAGE if "STORAGE" in exc.code else ErrorSource.EXECUTOR
+        return describe(exc.code, exc.message, retriable=True, source=source)
+    if isinstance(exc, TidewayError):
+        return describe(exc.code, exc.message, retriable=False, source=ErrorSource.EXECUTOR)
+    if isinstance(exc, asyncpg.exceptions.IntegrityConstraintViolationError):
+        return describe("INTEGRITY_ERROR", str(exc), retriable=False, source=ErrorSource.DATABASE)
+    if isinstance(exc, (OSError, ConnectionError, TimeoutError, asyncpg.PostgresConnectionError)):
+        return describe(
+            Code.TRANSIENT,
+            f"{type(exc).__name__}: {exc}",
+            retriable=True,
+            source=ErrorSource.EXECUTOR,
+        )
+    return describe(
+        Code.INTERNAL_ERROR,
+        f"{type(exc).__name__}: {exc}",
+        retriable=False,
+        source=ErrorSource.EXECUTOR,
+    )

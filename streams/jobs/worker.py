@@ -1,0 +1,372 @@
+"""The job worker: claim in batches, execute, complete with group commit, heartbeat, reap.
+
+Theory of operation
+-------------------
+One worker process runs up to ``concurrency`` jobs at a time on one event loop:
+
+- **Claim.** Whenever slots are free it claims up to that many jobs in one statement, loads
+  their contexts in two more, and starts one task per job. It then sleeps until a ``NOTIFY`` on
+  the jobs channel (sent by the transaction that made jobs runnable, so an idle worker starts
+  within milliseconds), until a slot frees, or for ``poll_interval_s`` (the fallback when a
+  notification is missed).
+- **Execute.** Each task awaits the executor under the job's soft timeout. A soft timeout is a
+  retriable failure (attempt ``timed_out``); ``Cancelled`` from a checkpoint acknowledges the
+  cancellation; any other exception is translated by ``streams.jobs.failure``.
+- **Complete.** Successful results go through a queue to one flusher, which completes every
+  result waiting at that moment in a single transaction (group commit): under load many jobs
+  share a round trip, when idle each completes immediately.
+- **Heartbeat.** Every ``heartbeat_s`` the worker refreshes all its jobs in one statement. A job
+  whose cancellation was requested gets its context flagged (``checkpoint()`` raises); a job no
+  longer held (reaped after a stall, hard timeout) is abandoned locally.
+- **Maintain.** Every worker promotes due ``retry_wait`` jobs each poll, and reaps stale ones
+  every ``min(stale_after_s / 2, 60)`` seconds; both are race-free, so running them in every
+  worker is safe and needs no leader.
+
+On ``stop`` the worker claims nothing more, lets running jobs finish, flushes and returns.
+A crashed worker needs nothing: its jobs stop heartbeating and the reaper takes them back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import secrets
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from stages.jobs.errors import Code, ErrorSource, JobError, describe
+from stages.jobs.job_state import JobState
+from streams import db
+from streams.config import Settings
+from streams.jobs import queue
+from streams.jobs.context import load_contexts
+from streams.jobs.executor import Cancelled, Executor, JobContext
+from streams.jobs.failure import error_from_exception
+from streams.jobs.model import ClaimedJob, JobResult, Outcome
+from streams.jobs.txn import Conn
+from streams.names import Names
+
+log = logging.getLogger(__name__)
+
+_FLUSH_MAX = 256
+
+
+def default_worker_id() -> str:
+    """``host:pid:random`` - unique per worker process start."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+@dataclass(kw_only=True)
+class _Running:
+    job: ClaimedJob
+    ctx: JobContext
+    task: asyncio.Task[None] | None = None
+    finishing: bool = False  # the outcome is being recorded: do not abandon it
+
+
+@dataclass(kw_only=True)
+class _Done:
+    job: ClaimedJob
+    result: JobResult
+    outcome: asyncio.Future[Outcome] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+async def run_worker(
+    settings: Settings,
+    *,
+    executors: Mapping[str, Executor],
+    pool: str | None,
+    concurrency: int,
+    stop: asyncio.Event,
+    worker_id: str | None = None,
+    rand: Callable[[], float] = random.random,
+) -> None:
+    """Run jobs of ``pool`` (``None``: every pool) whose type has an executor, until ``stop``."""
+    worker = _Worker(
+        settings,
+        executors=executors,
+        pool=pool,
+        concurrency=concurrency,
+        stop=stop,
+        worker_id=worker_id or default_worker_id(),
+        rand=rand,
+    )
+    await worker.run()
+
+
+class _Worker:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        executors: Mapping[str, Executor],
+        pool: str | None,
+        concurrency: int,
+        stop: asyncio.Event,
+        worker_id: str,
+        rand: Callable[[], float],
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.settings = settings
+        self.cfg = settings.worker
+        self.executors = dict(executors)
+        self.pools = None if pool is None else [pool]
+        self.concurrency = concurrency
+        self.stop = stop
+        self.id = worker_id
+        self.rand = rand
+        self.channel = Names(namespace=settings.namespace).jobs_channel
+        self.wake = asyncio.Event()
+        self.running: dict[uuid.UUID, _Running] = {}
+        self.done: asyncio.Queue[_Done | None] = asyncio.Queue()
+        self.db: asyncpg.Pool
+
+    async def run(self) -> None:
+        dsn = self.settings.postgres()
+        self.db = await db.create_pool(dsn, min_size=1, max_size=4)
+        listener = await db.connect(dsn)
+        await listener.add_listener(self.channel, self._on_notify)
+        helpers = [
+            asyncio.create_task(self._flush_loop(), name="flush"),
+            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+            asyncio.create_task(self._maintain_loop(), name="maintain"),
+            asyncio.create_task(self._stop_watch(), name="stop-watch"),
+        ]
+        log.info(
+            "worker %s started (pool=%s, concurrency=%d)", self.id, self.pools, self.concurrency
+        )
+        try:
+            await self._claim_loop()
+            tasks = [r.task for r in self.running.values() if r.task is not None]
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            await self.done.put(None)
+            await asyncio.gather(helpers[0], return_exceptions=True)
+            for task in helpers[1:]:
+                task.cancel()
+            await asyncio.gather(*helpers[1:], return_exceptions=True)
+            await listener.close()
+            await self.db.close()
+            log.info("worker %s stopped", self.id)
+
+    # -- claiming ------------------------------------------------------------------------
+    async def _claim_loop(self) -> None:
+        while not self.stop.is_set():
+            self.wake.clear()
+            free = self.concurrency - len(self.running)
+            if free > 0:
+                try:
+                    await self._claim(free)
+                except (OSError, asyncpg.PostgresError) as exc:
+                    log.warning("worker %s: claim failed: %s", self.id, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.cfg.poll_interval_s)
+
+    async def _claim(self, limit: int) -> None:
+        async with self.db.acquire() as conn:
+            jobs = await queue.claim(
+                conn,
+                worker_id=self.id,
+                limit=limit,
+                pools=self.pools,
+                job_types=sorted(self.executors),
+                tenant_max_running=self.cfg.tenant_max_running,
+                heavy_max_running=self.cfg.heavy_max_running,
+            )
+            contexts = await load_contexts(conn, jobs)
+        for job in jobs:
+            entry = _Running(job=job, ctx=contexts[job.id])
+            self.running[job.id] = entry
+            entry.task = asyncio.create_task(self._execute(entry), name=f"job-{job.name}")
+        if len(jobs) == limit:
+            self.wake.set()  # the queue may hold more: look again as soon as a slot frees
+
+    def _on_notify(self, _conn: Conn, _pid: int, _channel: str, payload: object) -> None:
+        if self.pools is None or not payload or str(payload) in self.pools:
+            self.wake.set()
+
+    async def _stop_watch(self) -> None:
+        await self.stop.wait()
+        self.wake.set()
+
+    # -- executing -----------------------------------------------------------------------
+    async def _execute(self, entry: _Running) -> None:
+        job, ctx = entry.job, entry.ctx
+        deadline = asyncio.timeout(job.soft_timeout_s)
+        try:
+            executor = self.executors[job.job_type]
+            async with deadline:
+                result = await executor(ctx)
+        except Cancelled:
+            entry.finishing = True
+            await self._guarded(self._acknowledge(job))
+        except TimeoutError as exc:
+            entry.finishing = True
+            ctx.request_cancel()  # a threaded executor stops at its next checkpoint
+            if deadline.expired():
+                error = describe(
+                    Code.SOFT_TIMEOUT,
+                    f"soft timeout of {job.soft_timeout_s:g}s",
+                    retriable=True,
+                    source=ErrorSource.WORKER,
+                )
+                await self._guarded(self._fail(job, error, timed_out=True))
+            else:
+                await self._guarded(self._fail(job, error_from_exception(exc)))
+        except asyncio.CancelledError:
+            if self.stop.is_set() and not entry.finishing:
+                raise
+            return  # abandoned: the job is no longer ours
+        except Exception as exc:
+            entry.finishing = True
+            await self._guarded(self._fail(job, error_from_exception(exc)))
+        else:
+            entry.finishing = True
+            done = _Done(job=job, result=result)
+            await self.done.put(done)
+            try:
+                outcome = await done.outcome
+            except Exception as exc:
+                await self._guarded(self._fail(job, error_from_exception(exc)))
+            else:
+                if outcome is Outcome.CANCEL_REQUESTED:
+                    await self._guarded(self._acknowledge(job))
+        finally:
+            self.running.pop(job.id, None)
+            self.wake.set()
+
+    async def _fail(self, job: ClaimedJob, error: JobError, *, timed_out: bool = False) -> None:
+        async with self.db.acquire() as conn:
+            result = await queue.fail(
+                conn,
+                job,
+                error,
+                schedule=self.settings.retry.job_backoff_s,
+                u=self._u(),
+                timed_out=timed_out,
+                channel=self.channel,
+            )
+            if result.outcome is Outcome.CANCEL_REQUESTED:
+                await queue.acknowledge_cancel(conn, job, channel=self.channel)
+        log.info(
+            "job %s (%s) attempt %d failed: %s -> %s",
+            job.name,
+            job.id,
+            job.attempt,
+            error.code,
+            result.state or result.outcome,
+        )
+
+    async def _acknowledge(self, job: ClaimedJob) -> None:
+        async with self.db.acquire() as conn:
+            await queue.acknowledge_cancel(conn, job, channel=self.channel)
+
+    async def _guarded(self, work: Awaitable[None]) -> None:
+        """Record an outcome; if the database is unreachable the reaper will settle it."""
+        try:
+            await work
+        except (OSError, asyncpg.PostgresError) as exc:
+            log.warning("worker %s: could not record a job outcome: %s", self.id, exc)
+
+    def _u(self) -> float:
+        return min(max(self.rand(), 0.0), 0.999999)
+
+    # -- completing ----------------------------------------------------------------------
+    async def _flush_loop(self) -> None:
+        closing = False
+        while not closing:
+            first = await self.done.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < _FLUSH_MAX and not self.done.empty():
+                item = self.done.get_nowait()
+                if item is None:
+                    closing = True
+                    break
+                batch.append(item)
+            await self._flush(batch)
+
+    async def _flush(self, batch: list[_Done]) -> None:
+        try:
+            async with self.db.acquire() as conn:
+                outcomes = await queue.complete_many(
+                    conn, [(d.job, d.result) for d in batch], channel=self.channel
+                )
+        except Exception as exc:
+            if len(batch) > 1:
+                for item in batch:
+                    await self._flush([item])
+                return
+            batch[0].outcome.set_exception(exc)
+            return
+        for item in batch:
+            item.outcome.set_result(outcomes[item.job.id])
+
+    # -- heartbeats and maintenance ------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.heartbeat_s)
+            entries = list(self.running.values())
+            if not entries:
+                continue
+            try:
+                async with self.db.acquire() as conn:
+                    held = await queue.heartbeat(
+                        conn, worker_id=self.id, jobs=[e.job for e in entries]
+                    )
+            except (OSError, asyncpg.PostgresError) as exc:
+                log.warning("worker %s: heartbeat failed: %s", self.id, exc)
+                continue
+            for entry in entries:
+                state = held.get(entry.job.id)
+                if state is JobState.CANCEL_REQUESTED:
+                    entry.ctx.request_cancel()
+                elif state is None and not entry.finishing and entry.task is not None:
+                    log.warning(
+                        "job %s (%s) is no longer held by %s; abandoning it",
+                        entry.job.name,
+                        entry.job.id,
+                        self.id,
+                    )
+                    entry.ctx.request_cancel()
+                    entry.task.cancel()
+
+    async def _maintain_loop(self) -> None:
+        reap_every = max(0.1, min(self.cfg.stale_after_s / 2, 60.0))
+        loop = asyncio.get_running_loop()
+        next_reap = loop.time() + reap_every * self._u()
+        while True:
+            try:
+                async with self.db.acquire() as conn:
+                    await queue.promote(conn, channel=self.channel)
+                    if loop.time() >= next_reap:
+                        next_reap = loop.time() + reap_every
+                        for reaped in await queue.reap(
+                            conn,
+                            stale_after_s=self.cfg.stale_after_s,
+                            schedule=self.settings.retry.job_backoff_s,
+                            rand=self._u,
+                            channel=self.channel,
+                        ):
+                            log.warning(
+                                "reaped job %s (%s) from %s: %s -> %s",
+                                reaped.name,
+                                reaped.job_id,
+                                reaped.worker,
+                                reaped.code,
+                                reaped.state,
+                            )
+            except (OSError, asyncpg.PostgresError) as exc:
+                log.warning("worker %s: maintenance failed: %s", self.id, exc)
+            await asyncio.sleep(min(self.cfg.poll_interval_s, reap_every))
