@@ -11,13 +11,13 @@ Wire format (JSON, version 1)::
 API do that before publishing); ``objects`` name files a device put into the session bucket,
 which intake copies into the object store. Tenant and device come from the subject only (NATS
 permissions are per subject), never from the body. The artifact identities derived here are
-deterministic so an uploader knows the session and run ids before intake has run:
+deterministic so an uploader knows the session id before intake has run:
 
 - ``artifact_id = uuid5(NS, "artifact/<tenant>/<sha256>")`` (one row per tenant and content);
 - ``artifact_set_hash = sha256`` of the JSON list of ``[artifact_id, sha256]`` pairs sorted by
   sha256 (spec 000 §6.2; sorted so the same files in another order are the same set);
-- ``session_id = uuid5(NS, "session/<tenant>/<artifact_set_hash>")`` and the first run
-  ``uuid5(NS, "run/<session_id>/initial")``: the same upload twice is one session, one run.
+- ``session_id = uuid5(NS, "session/<tenant>/<artifact_set_hash>")``: the same upload twice is
+  one session, and (the artifact-set hash being the run's idempotency key) one run.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ __all__ = [
     "SessionNotice",
     "artifact_id",
     "artifact_set_hash",
-    "initial_run_id",
     "session_id_for",
 ]
 
@@ -93,8 +92,3 @@ def artifact_set_hash(tenant: str, sha256s: Iterable[str]) -> str:
 def session_id_for(tenant: str, set_hash: str) -> uuid.UUID:
     """The session an artifact set belongs to."""
     return uuid.uuid5(NAMESPACE, f"session/{tenant}/{set_hash}")
-
-
-def initial_run_id(session_id: uuid.UUID) -> uuid.UUID:
-    """The id of a session's first processing run."""
-    return uuid.uuid5(NAMESPACE, f"run/{session_id}/initial")

@@ -70,7 +70,5 @@ async def ensure_device(conn: Any, tenant_id: uuid.UUID, external_id: str) -> uu
 
 async def tenant_id(conn: Any, name: str) -> uuid.UUID | None:
     """The id of tenant ``name`` or ``None``."""
-    found: uuid.UUID | None = await conn.fetchval(
-        "SELECT id FROM tenants WHERE name = $1", name
-    )
+    found: uuid.UUID | None = await conn.fetchval("SELECT id FROM tenants WHERE name = $1", name)
     return found

@@ -5,8 +5,8 @@ its content address in the object store (``artifacts/<tenant>/<aa>/<sha256>``, h
 is written), then one :class:`~streams.sessions.notice.SessionNotice` is published on
 ``sessions.<tenant>.<device>`` with the artifact-set hash as its ``Nats-Msg-Id`` (JetStream
 drops a duplicate publish inside its window; intake is idempotent beyond it). The receipt
-carries the session and run ids, which are derived from the artifacts (see ``notice``), so a
-caller can wait for the run before intake has even seen the notice.
+carries the session id, derived from the artifacts (see ``notice``), and the artifact-set
+hash that intake uses as the run's idempotency key, so a caller can find and wait for the run.
 
 Devices take a third path without the object store: they put the file into the JetStream
 object-store bucket and publish a notice naming it (:func:`device_upload` does exactly that,
@@ -34,7 +34,6 @@ from streams.sessions.notice import (
     NoticeArtifact,
     SessionNotice,
     artifact_set_hash,
-    initial_run_id,
     session_id_for,
 )
 from streams.sessions.tenancy import check_device, check_tenant
@@ -52,12 +51,16 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True, kw_only=True)
 class UploadReceipt:
-    """What an upload produced: where the run will be, before intake has processed it."""
+    """What an upload produced: the session id (known before intake runs) and the run id.
+
+    ``run_id`` is ``None`` until intake has created the run; :func:`streams.sessions.progress.
+    wait_for_run` resolves it from ``artifact_set_hash`` (the run's idempotency key).
+    """
 
     tenant: str
     device: str
     session_id: uuid.UUID
-    run_id: uuid.UUID
+    run_id: uuid.UUID | None
     artifact_set_hash: str
     artifacts: tuple[NoticeArtifact, ...]
     subject: str
@@ -67,7 +70,7 @@ class UploadReceipt:
             "tenant": self.tenant,
             "device": self.device,
             "session_id": str(self.session_id),
-            "run_id": str(self.run_id),
+            "run_id": str(self.run_id) if self.run_id else None,
             "artifact_set_hash": self.artifact_set_hash,
             "artifacts": [a.model_dump() for a in self.artifacts],
             "subject": self.subject,
@@ -98,7 +101,7 @@ def receipt_for(
         tenant=tenant,
         device=device,
         session_id=session_id,
-        run_id=initial_run_id(session_id),
+        run_id=None,
         artifact_set_hash=set_hash,
         artifacts=tuple(artifacts),
         subject=names.sessions_subject(tenant, device),

@@ -1,0 +1,109 @@
+"""The HTTP API process: an aiohttp application with API-key auth and tenant scoping.
+
+Routes (all JSON; see ``docs/sessions.md``)::
+
+    GET  /v1/healthz              no auth: Postgres and NATS reachable -> 200, else 503
+    POST /v1/sessions             upload a session (multipart "file" parts, or a raw body)
+    GET  /v1/sessions             the caller's sessions (?device=, ?limit=)
+    GET  /v1/sessions/{id}        one session with its runs and artifacts
+    GET  /v1/runs/{id}            one run: status, summary, features, jobs, datasets
+
+Errors are ``{"error": {"code": ..., "message": ...}}`` with 400 (usage), 401 (no or bad key),
+404 (not found - including another tenant's ids), 413 (too large) or 503 (a dependency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from streams import db
+from streams.api import routes
+from streams.api.context import CONTEXT, ApiContext, error_response, set_caller
+from streams.api.keys import authenticate
+from streams.config import Settings
+from streams.errors import NotFoundError, TidewayError, TransientError, UsageError
+from streams.objects import ObjectStore, ObjectTooLargeError
+from streams.sessions.upload import connect_nats
+
+__all__ = ["build_app", "run_api"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+_PUBLIC = frozenset({"/v1/healthz"})
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except ObjectTooLargeError as exc:
+        return error_response(413, exc.code, exc.message)
+    except NotFoundError as exc:
+        return error_response(404, exc.code, exc.message)
+    except UsageError as exc:
+        return error_response(400, exc.code, exc.message)
+    except TransientError as exc:
+        log.warning("API dependency failure: %s", exc)
+        return error_response(503, exc.code, exc.message)
+    except TidewayError as exc:
+        return error_response(422, exc.code, exc.message)
+
+
+@web.middleware
+async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path in _PUBLIC:
+        return await handler(request)
+    secret = request.headers.get("X-API-Key", "")
+    bearer = request.headers.get("Authorization", "")
+    if not secret and bearer.lower().startswith("bearer "):
+        secret = bearer[7:].strip()
+    if not secret:
+        return error_response(401, "UNAUTHENTICATED", "an API key is required")
+    ctx = request.app[CONTEXT]
+    async with ctx.pool.acquire() as conn:
+        caller = await authenticate(conn, secret)
+    if caller is None:
+        return error_response(401, "UNAUTHENTICATED", "unknown or revoked API key")
+    set_caller(request, caller)
+    return await handler(request)
+
+
+def build_app(ctx: ApiContext) -> web.Application:
+    """The application with its routes and middlewares, bound to ``ctx``."""
+    app = web.Application(middlewares=[_errors, _auth])
+    app[CONTEXT] = ctx
+    routes.add_routes(app)
+    return app
+
+
+async def run_api(settings: Settings, *, stop: asyncio.Event) -> None:
+    """Serve the API on ``settings.api.host:port`` until ``stop`` is set."""
+    pool = await db.create_pool(settings.postgres(), max_size=8)
+    nc = await connect_nats(settings, persistent=True)
+    runner: web.AppRunner | None = None
+    try:
+        ctx = ApiContext(
+            settings=settings, pool=pool, store=ObjectStore(settings.objects()), nats=nc
+        )
+        runner = web.AppRunner(build_app(ctx), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, settings.api.host, settings.api.port)
+        await site.start()
+        log.info("API listening on http://%s:%s", settings.api.host, settings.api.port)
+        await stop.wait()
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        with contextlib.suppress(Exception):
+            await nc.close()
+        await pool.close()

@@ -1,0 +1,296 @@
+"""Intake: the one consumer of session notices; turns an upload into a planned processing run.
+
+Theory of operation
+-------------------
+Every handoff path (CLI, HTTP API, device bucket) ends in a notice on the SESSIONS stream
+(work-queue retention, separate from TELEMETRY). The durable pull consumer ``intake`` takes a
+notice and, in ONE Postgres transaction, records:
+
+1. the tenant and device (created on first use, see ``tenancy``);
+2. one ``artifacts`` row per file, idempotent on ``(tenant, sha256)``;
+3. the ``sessions`` row and the processing run with its artifact-set hash, pinned versions,
+   config and the planned jobs (``streams.sessions.runs.create_run``). The run's
+   idempotency key is the artifact-set hash, so the same upload twice is one run.
+
+Only then is the notice acked; a crash before the commit redelivers it and the second attempt
+finds (or creates) exactly the same rows. Files named in ``objects`` are first copied from the
+JetStream object-store bucket into the object store at their content address (the bucket
+itself checks the object's SHA-256 digest while reading). A notice that can never be accepted
+(malformed body, bad subject, missing object) is published to the SESSIONS_DLQ stream with its
+reason code and terminated; a failing dependency (Postgres, storage) naks it with a delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+import orjson
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    ObjectStoreConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from pydantic import ValidationError
+
+from streams import db
+from streams.config import Settings
+from streams.errors import PermanentError, TidewayError, TransientError, UsageError
+from streams.names import Names
+from streams.objects import ObjectStore, artifact_key
+from streams.sessions.notice import NoticeArtifact, SessionNotice
+from streams.sessions.runs import IntakeResult, RunRequest, create_run
+from streams.sessions.upload import connect_nats, receipt_for, store_file
+
+__all__ = ["IntakeResult", "accept_notice", "provision_sessions", "run_intake"]
+
+log = logging.getLogger(__name__)
+
+STREAM_MAX_AGE_S = 7 * 24 * 3600.0
+BUCKET_TTL_S = 7 * 24 * 3600.0
+ACK_WAIT_S = 120.0
+MAX_DELIVER = 20
+_FETCH = 16
+
+
+async def provision_sessions(settings: Settings) -> None:
+    """Create (or update) the SESSIONS stream, its DLQ, the intake consumer and the bucket."""
+    names = Names(namespace=settings.namespace)
+    nc = await connect_nats(settings)
+    try:
+        js = nc.jetstream()
+        replicas = settings.stream.replicas
+        await _ensure_stream(
+            js,
+            StreamConfig(
+                name=names.sessions_stream,
+                subjects=[names.sessions_subjects],
+                retention=RetentionPolicy.WORK_QUEUE,
+                storage=StorageType.FILE,
+                max_age=STREAM_MAX_AGE_S,
+                duplicate_window=settings.stream.duplicate_window_s,
+                num_replicas=replicas,
+            ),
+        )
+        await _ensure_stream(
+            js,
+            StreamConfig(
+                name=names.sessions_dead_letter_stream,
+                subjects=[names.sessions_dead_letter_subjects],
+                retention=RetentionPolicy.LIMITS,
+                storage=StorageType.FILE,
+                max_age=30 * 24 * 3600.0,
+                num_replicas=replicas,
+            ),
+        )
+        await js.add_consumer(
+            names.sessions_stream,
+            ConsumerConfig(
+                durable_name=names.intake_durable,
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=ACK_WAIT_S,
+                max_deliver=MAX_DELIVER,
+                filter_subject=names.sessions_subjects,
+            ),
+        )
+        try:
+            await js.object_store(names.session_bucket)
+        except nats.js.errors.BucketNotFoundError:
+            await js.create_object_store(
+                names.session_bucket,
+                ObjectStoreConfig(ttl=BUCKET_TTL_S, storage=StorageType.FILE, replicas=replicas),
+            )
+    except (nats.errors.Error, OSError) as exc:
+        raise TransientError(f"cannot provision SESSIONS: {exc}", code="NATS_PROVISION") from exc
+    finally:
+        await nc.close()
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    try:
+        await js.add_stream(config)
+    except nats.js.errors.BadRequestError:
+        await js.update_stream(config)  # exists with other settings: bring it up to date
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Intake:
+    settings: Settings
+    names: Names
+    pool: Any
+    store: ObjectStore
+    js: JetStreamContext
+
+
+async def run_intake(settings: Settings, *, stop: asyncio.Event) -> None:
+    """Consume session notices until ``stop`` is set."""
+    names = Names(namespace=settings.namespace)
+    pool = await db.create_pool(settings.postgres(), max_size=4)
+    nc = await connect_nats(settings, persistent=True)
+    try:
+        js = nc.jetstream()
+        sub = await js.pull_subscribe_bind(names.intake_durable, stream=names.sessions_stream)
+        ctx = _Intake(
+            settings=settings, names=names, pool=pool, store=ObjectStore(settings.objects()), js=js
+        )
+        while not stop.is_set():
+            try:
+                msgs = await sub.fetch(_FETCH, timeout=0.5)
+            except (nats.errors.TimeoutError, TimeoutError):
+                continue
+            except nats.errors.Error as exc:
+                log.warning("intake fetch failed: %s", exc)
+                await asyncio.sleep(settings.retry.redelivery_delay_s)
+                continue
+            for msg in msgs:
+                await _handle(ctx, msg)
+    finally:
+        await nc.close()
+        await pool.close()
+
+
+async def _handle(ctx: _Intake, msg: Msg) -> None:
+    try:
+        tenant, device = _parse_subject(ctx.names, msg.subject)
+        notice = SessionNotice.model_validate_json(msg.data)
+        result = await accept_notice(
+            ctx.settings,
+            ctx.pool,
+            ctx.store,
+            tenant=tenant,
+            device=device,
+            notice=notice,
+            js=ctx.js,
+        )
+        await msg.ack()
+        log.info(
+            "intake %s run %s (%s)",
+            result.session_id,
+            result.run_id,
+            "new" if result.created else "duplicate",
+        )
+    except TransientError as exc:
+        log.warning("intake deferred (%s): %s", exc.code, exc)
+        await msg.nak(delay=ctx.settings.retry.redelivery_delay_s)
+    except (ValidationError, UsageError, PermanentError) as exc:
+        code = exc.code if isinstance(exc, TidewayError) else "BAD_NOTICE"
+        await _dead_letter(ctx, msg, code, str(exc))
+        await msg.term()
+
+
+def _parse_subject(names: Names, subject: str) -> tuple[str, str]:
+    prefix = names.sessions_subject("", "").removesuffix(".")  # "<ns.>sessions."
+    rest = subject.removeprefix(prefix)
+    parts = rest.split(".")
+    if rest == subject or len(parts) != 2:
+        raise UsageError(f"not a session notice subject: {subject}")
+    return parts[0], parts[1]
+
+
+async def _dead_letter(ctx: _Intake, msg: Msg, code: str, message: str) -> None:
+    log.error("intake rejected a notice on %s (%s): %s", msg.subject, code, message)
+    parts = msg.subject.split(".")
+    tenant, device = (parts[-2], parts[-1]) if len(parts) >= 2 else ("unknown", "unknown")
+    body = orjson.dumps(
+        {
+            "subject": msg.subject,
+            "code": code,
+            "message": message,
+            "notice": msg.data.decode("utf-8", "replace"),
+        }
+    )
+    try:
+        await ctx.js.publish(ctx.names.sessions_dead_letter_subject(tenant, device), body)
+    except (nats.errors.Error, OSError) as exc:  # still logged above; never lose the ack path
+        log.error("could not dead-letter the notice: %s", exc)
+
+
+async def accept_notice(
+    settings: Settings,
+    pool: Any,
+    store: ObjectStore,
+    *,
+    tenant: str,
+    device: str,
+    notice: SessionNotice,
+    js: JetStreamContext | None = None,
+) -> IntakeResult:
+    """Record the notice's artifacts, session and run (idempotent); see the module docstring."""
+    artifacts = list(notice.artifacts)
+    for name in notice.objects:
+        if js is None:
+            raise UsageError("a notice naming bucket objects needs a JetStream connection")
+        artifacts.append(await _copy_from_bucket(settings, js, store, tenant, name))
+    for a in notice.artifacts:  # the uploader stored these; make sure they are really there
+        exists = await asyncio.to_thread(store.exists, artifact_key(tenant, a.sha256))
+        if not exists:
+            raise PermanentError(
+                f"artifact {a.name} ({a.sha256}) is not in the object store",
+                code="ARTIFACT_MISSING",
+            )
+    receipt = receipt_for(
+        tenant=tenant,
+        device=device,
+        artifacts=artifacts,
+        names=Names(namespace=settings.namespace),
+    )
+    request = RunRequest(
+        tenant=tenant,
+        device=device,
+        session_id=receipt.session_id,
+        artifact_set_hash=receipt.artifact_set_hash,
+        artifacts=tuple(_dedupe(artifacts)),
+        storage_urls={a.sha256: store.url(artifact_key(tenant, a.sha256)) for a in artifacts},
+        priority=notice.priority,
+        config=notice.config,
+        requested_by=notice.requested_by,
+        title=notice.title,
+    )
+    return await create_run(pool, request, namespace=settings.namespace)
+
+
+def _dedupe(artifacts: list[NoticeArtifact]) -> list[NoticeArtifact]:
+    seen: set[str] = set()
+    out = []
+    for a in sorted(artifacts, key=lambda a: a.sha256):
+        if a.sha256 not in seen:
+            seen.add(a.sha256)
+            out.append(a)
+    return out
+
+
+async def _copy_from_bucket(
+    settings: Settings, js: JetStreamContext, store: ObjectStore, tenant: str, name: str
+) -> NoticeArtifact:
+    names = Names(namespace=settings.namespace)
+    limit = settings.worker.max_artifact_bytes
+    try:
+        bucket = await js.object_store(names.session_bucket)
+        info = await bucket.get_info(name)
+        if info.size is not None and info.size > limit:
+            raise PermanentError(f"{name}: {info.size} bytes exceeds {limit}", code="TOO_LARGE")
+        with tempfile.TemporaryDirectory(prefix="tideway-intake-") as tmp:
+            path = Path(tmp) / uuid.uuid4().hex
+            with path.open("wb") as f:
+                await bucket.get(name, writeinto=f)
+            stored = await asyncio.to_thread(store_file, store, tenant, path, max_bytes=limit)
+    except nats.js.errors.ObjectNotFoundError as exc:
+        raise PermanentError(f"{name} is not in the session bucket", code="OBJECT_MISSING") from exc
+    except nats.js.errors.DigestMismatchError as exc:
+        raise PermanentError(f"{name}: bucket digest mismatch", code="CHECKSUM_MISMATCH") from exc
+    except (nats.errors.Error, OSError) as exc:
+        raise TransientError(
+            f"cannot read {name} from the bucket: {exc}", code="NATS_OBJECT"
+        ) from exc
+    return NoticeArtifact(name=name, sha256=stored.sha256, size=stored.size)

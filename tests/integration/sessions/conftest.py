@@ -1,0 +1,55 @@
+"""Shared helpers for the session integration tests: a running intake, a pool, sample files."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from streams import db
+from streams.config import Settings
+from streams.sessions.intake import provision_sessions, run_intake
+
+NMEA_LOG = "ublox-zed-f9p-nmea.log"
+
+
+@pytest.fixture
+async def pool(settings: Settings) -> AsyncIterator[object]:
+    p = await db.create_pool(settings.postgres(), max_size=4)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+@contextlib.asynccontextmanager
+async def running_intake(settings: Settings) -> AsyncIterator[None]:
+    """Provision SESSIONS and run the intake consumer for the duration of the block."""
+    await provision_sessions(settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_intake(settings, stop=stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+@pytest.fixture
+def nmea_file(shared_dir: Path) -> Path:
+    return shared_dir / "data" / "nmea" / NMEA_LOG
+
+
+async def wait_until(check: object, within: float = 10.0) -> object:
+    """Poll the async callable ``check`` until it returns something truthy."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        value = await check()  # type: ignore[operator]
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)

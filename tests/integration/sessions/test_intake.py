@@ -1,0 +1,177 @@
+"""Intake: every handoff path ends in one run; the same upload twice makes one run."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import nats
+import orjson
+
+from streams.config import Settings
+from streams.names import Names
+from streams.objects import ObjectStore, artifact_key, sha256_hex
+from streams.sessions.intake import accept_notice
+from streams.sessions.notice import NoticeArtifact, SessionNotice
+from streams.sessions.upload import device_upload, store_file, upload_files
+from tests.integration.sessions.conftest import running_intake, wait_until
+
+
+async def _runs(pool: Any) -> list[Any]:
+    async with pool.acquire() as conn:
+        return list(
+            await conn.fetch("SELECT id, session_id, status, idempotency_key FROM processing_runs")
+        )
+
+
+async def test_the_same_upload_twice_makes_one_run(
+    settings: Settings, pool: Any, nmea_file: Path, tmp_path: Path
+) -> None:
+    # A copy under another name: same bytes, so the same artifact and the same set.
+    other = tmp_path / "renamed.nmea"
+    shutil.copy(nmea_file, other)
+    async with running_intake(settings):
+        first = await upload_files(settings, tenant="acme", device="car-7", paths=[nmea_file])
+        runs = await wait_until(lambda: _runs(pool))
+        second = await upload_files(settings, tenant="acme", device="car-7", paths=[other])
+        assert second.session_id == first.session_id
+        assert second.artifact_set_hash == first.artifact_set_hash
+        # JetStream drops that second notice inside its duplicate window (same Nats-Msg-Id);
+        # publish it once more under a fresh id so intake itself sees the repeat.
+        nc = await nats.connect(settings.nats())
+        try:
+            notice = SessionNotice(artifacts=second.artifacts, requested_by="test")
+            await nc.jetstream().publish(
+                second.subject, notice.encode(), headers={"Nats-Msg-Id": "again"}
+            )
+        finally:
+            await nc.close()
+        await _drain(settings)
+    runs = await _runs(pool)
+    assert len(runs) == 1
+    assert runs[0]["session_id"] == first.session_id
+    assert runs[0]["idempotency_key"] == first.artifact_set_hash
+    async with pool.acquire() as conn:
+        jobs = await conn.fetch("SELECT name, state FROM jobs WHERE run_id = $1", runs[0]["id"])
+        artifacts = await conn.fetch("SELECT sha256, storage_url, bytes FROM artifacts")
+        linked = await conn.fetchval("SELECT count(*) FROM run_artifacts")
+    assert {j["name"] for j in jobs} >= {"artifact_validate", "parse_raw", "publish_session"}
+    assert {j["state"] for j in jobs if j["name"] == "artifact_validate"} == {"queued"}
+    data = await asyncio.to_thread(nmea_file.read_bytes)
+    assert [(a["sha256"], a["bytes"]) for a in artifacts] == [(sha256_hex(data), len(data))]
+    assert linked == 1
+    store = ObjectStore(settings.objects())
+    assert store.read(store.key(artifacts[0]["storage_url"]), sha256=sha256_hex(data)) == data
+
+
+async def _drain(settings: Settings) -> None:
+    """Wait until the SESSIONS work queue is empty (every notice handled and acked)."""
+    names = Names(namespace=settings.namespace)
+    nc = await nats.connect(settings.nats())
+    try:
+        js = nc.jetstream()
+
+        async def empty() -> bool:
+            info = await js.stream_info(names.sessions_stream)
+            return info.state.messages == 0
+
+        await wait_until(empty)
+    finally:
+        await nc.close()
+
+
+async def test_accept_is_idempotent_and_order_independent(
+    settings: Settings, pool: Any, tmp_path: Path
+) -> None:
+    store = ObjectStore(settings.objects())
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_bytes(b"ts,lat_deg,lon_deg\n")
+    b.write_bytes(b"ts,ax_mps2\n")
+    arts = [store_file(store, "acme", p, max_bytes=1 << 20) for p in (a, b)]
+    one = await accept_notice(
+        settings,
+        pool,
+        store,
+        tenant="acme",
+        device="d1",
+        notice=SessionNotice(artifacts=tuple(arts)),
+    )
+    two = await accept_notice(
+        settings,
+        pool,
+        store,
+        tenant="acme",
+        device="d1",
+        notice=SessionNotice(artifacts=tuple(reversed(arts))),
+    )
+    assert one.created and not two.created
+    assert (two.session_id, two.run_id) == (one.session_id, one.run_id)
+    # The same bytes in another tenant are another artifact, session and run.
+    other = await accept_notice(
+        settings,
+        pool,
+        store,
+        tenant="globex",
+        device="d1",
+        notice=SessionNotice(
+            artifacts=tuple(store_file(store, "globex", p, max_bytes=1 << 20) for p in (a, b))
+        ),
+    )
+    assert other.created and other.session_id != one.session_id
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM processing_runs") == 2
+        assert await conn.fetchval("SELECT count(*) FROM artifacts") == 4
+        positions = await conn.fetch(
+            "SELECT a.sha256 FROM run_artifacts ra JOIN artifacts a ON a.id = ra.artifact_id"
+            " WHERE ra.run_id = $1 ORDER BY ra.position",
+            one.run_id,
+        )
+    assert [p["sha256"] for p in positions] == sorted(x.sha256 for x in arts)
+
+
+async def test_device_bucket_upload_becomes_a_run(
+    settings: Settings, pool: Any, nmea_file: Path
+) -> None:
+    data = await asyncio.to_thread(nmea_file.read_bytes)
+    async with running_intake(settings):
+        await device_upload(
+            settings, tenant="acme", device="buoy-1", name="2026-03-01.nmea", data=data
+        )
+        runs = await wait_until(lambda: _runs(pool))
+    assert len(runs) == 1
+    store = ObjectStore(settings.objects())
+    assert store.read(artifact_key("acme", sha256_hex(data)), sha256=sha256_hex(data)) == data
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT a.filename, d.external_id FROM artifacts a"
+            " JOIN sessions s ON s.id = a.session_id JOIN devices d ON d.id = s.device_id"
+        )
+    assert (row["filename"], row["external_id"]) == ("2026-03-01.nmea", "buoy-1")
+
+
+async def test_a_bad_notice_is_dead_lettered_not_lost(settings: Settings, pool: Any) -> None:
+    names = Names(namespace=settings.namespace)
+    missing = NoticeArtifact(name="ghost.nmea", sha256="ab" * 32, size=10)
+    async with running_intake(settings):
+        nc = await nats.connect(settings.nats())
+        try:
+            js = nc.jetstream()
+            await js.publish(names.sessions_subject("acme", "d1"), b"{not json")
+            await js.publish(
+                names.sessions_subject("acme", "d2"), SessionNotice(artifacts=(missing,)).encode()
+            )
+            sub = await js.pull_subscribe(
+                names.sessions_dead_letter_subjects, stream=names.sessions_dead_letter_stream
+            )
+            msgs: list[Any] = []
+            while len(msgs) < 2:
+                msgs += await sub.fetch(2 - len(msgs), timeout=10)
+            bodies = sorted((orjson.loads(m.data) for m in msgs), key=lambda b: b["subject"])
+        finally:
+            await nc.close()
+        await _drain(settings)
+    assert [b["code"] for b in bodies] == ["BAD_NOTICE", "ARTIFACT_MISSING"]
+    assert bodies[0]["notice"] == "{not json"
+    assert await _runs(pool) == []
