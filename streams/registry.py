@@ -186,13 +186,14 @@ class Device:
 # --- schemas ----------------------------------------------------------------------------------
 
 
-async def apply_schema(conn: Any, schema: SchemaFile, *, source_text: str) -> AppliedSchema:
+async def apply_schema(conn: Any, schema: SchemaFile, *, source_text: str,
+                       filename: str = "<schema>") -> AppliedSchema:
     """Store ``schema`` as a new version, or find the version with identical content.
 
-    Raises :class:`stages.ingest.program.SchemaCompileError` (before writing anything) when the
-    schema does not compile.
+    Raises :class:`stages.ingest.program.SchemaCompileError` (naming ``filename``) before
+    writing anything when the schema does not compile.
     """
-    compile_schema(schema)
+    compile_schema(schema, filename=filename)
     content_hash = schema.content_hash()
     async with conn.transaction():
         tenant = await ensure_tenant(conn, schema.tenant)

@@ -142,9 +142,15 @@ class _Generator:
     def call(self, node: Call, have: frozenset[str]) -> str:
         if node.func == "coalesce":
             return self.coalesce(node.args, have)
-        args = ", ".join(self.expr(arg, have) for arg in node.args)
-        name = "round_to" if node.func == "round" and len(node.args) == 2 else node.func
-        return f"_f_{name}({args})"
+        args = [self.expr(arg, have) for arg in node.args]
+        if node.func == "round" and len(args) == 2:
+            digits = node.args[1]
+            if isinstance(digits, Const) and type(digits.value) is int and abs(digits.value) <= 400:
+                return f"_f_round(_float({args[0]}), {args[1]})"  # builtin round, digits safe
+            return f"_f_round_to({args[0]}, {args[1]})"
+        if node.func == "clamp":
+            return f"_f_max(_f_min({args[0]}, {args[2]}), {args[1]})"  # builtins, no frame
+        return f"_f_{node.func}({', '.join(args)})"
 
     def coalesce(self, args: tuple[Node, ...], have: frozenset[str]) -> str:
         # An argument counts as missing when any name in it is missing, so nothing inside an

@@ -67,7 +67,8 @@ def register(app: typer.Typer) -> None:
         schema, _ = load_checked(file)
         text = file.read_text(encoding="utf-8")
         result = run_with_connection(
-            lambda conn: registry.apply_schema(conn, schema, source_text=text))
+            lambda conn: registry.apply_schema(conn, schema, source_text=text,
+                                               filename=str(file)))
         if as_json:
             print_json({**asdict(result), "status": "created" if result.created else "unchanged"})
         elif result.created:
