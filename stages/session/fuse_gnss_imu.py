@@ -47,6 +47,7 @@ from stages.session.geo import (
     ImuSeries,
     IntArray,
     LocalFrame,
+    course_deg_to_heading,
     heading_to_course_deg,
     micros_to_ts,
     wrap_angle,
@@ -68,6 +69,8 @@ class FusionParams:
     gnss_sigma_m: float | None = None  # per-axis σ at median HDOP; None = estimate from data
     min_fixes: int = 10
     gate_nis: float = 16.0  # 2-dof chi² ≈ 99.97 %
+    use_gnss_velocity: bool = True  # Doppler speed + course as velocity measurements
+    gnss_velocity_sigma_mps: float | None = None  # None = estimate from the data
     heading_window_s: float = 15.0
     heading_min_speed_mps: float = 3.0
     confidence_scale_m: float = 2.0
@@ -82,6 +85,26 @@ class FusionParams:
         sub = config.get("fusion") or {}
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in dict(sub).items() if k in names})
+
+
+def _velocity_measurements(fixes: GnssFixes, vc_e: FloatArray,
+                           vc_n: FloatArray) -> tuple[FloatArray, FloatArray, float]:
+    """GNSS velocity minus dead-reckoned velocity at each fix (NaN where unusable) and its
+    per-axis σ estimated from fix-to-fix differences (white noise: spread √2·σ)."""
+    speed = fixes.speed
+    heading = course_deg_to_heading(fixes.course)
+    ve, vn = speed * np.cos(heading), speed * np.sin(heading)
+    still = speed < 0.3  # a standing receiver: zero velocity whatever the course says
+    ve, vn = np.where(still, 0.0, ve), np.where(still, 0.0, vn)
+    usable = still | ((speed >= 2.0) & np.isfinite(heading))
+    we = np.where(usable, ve - vc_e, np.nan)
+    wn = np.where(usable, vn - vc_n, np.nan)
+    both = usable[1:] & usable[:-1]
+    if both.sum() < 5:
+        return we, wn, float("nan")
+    diffs = np.concatenate([np.diff(we)[both], np.diff(wn)[both]])
+    mad = float(np.median(np.abs(diffs - np.median(diffs))))
+    return we, wn, max(1.4826 * mad / np.sqrt(2.0), 0.05)
 
 
 def run(inp: StageInput) -> StageOutput:
@@ -119,7 +142,13 @@ def _fuse(fixes: GnssFixes, imu: ImuSeries, p: FusionParams) -> StageOutput:
     sigma_est = _estimate_sigma(fixes.t, ye, yn, fixes.hdop)
     sigma0 = p.gnss_sigma_m if p.gnss_sigma_m is not None else sigma_est
     r = (sigma0 * fixes.hdop / float(np.median(fixes.hdop))) ** 2
-    kf = _smooth(fixes.t, ye, yn, r, p)
+    we, wn, sigma_v = _velocity_measurements(fixes, dr_e.velocity(fixes.t),
+                                             dr_n.velocity(fixes.t))
+    if p.gnss_velocity_sigma_mps is not None:
+        sigma_v = p.gnss_velocity_sigma_mps
+    if not p.use_gnss_velocity or not np.isfinite(sigma_v):
+        we, wn = np.full_like(we, np.nan), np.full_like(wn, np.nan)
+    kf = _smooth(fixes.t, ye, yn, r, we, wn, sigma_v**2 if np.isfinite(sigma_v) else 1.0, p)
     ys_e, ws_e, var = _interpolate(kf, fixes.t, imu.t, axis=0, q=p.accel_psd)
     ys_n, ws_n, _ = _interpolate(kf, fixes.t, imu.t, axis=1, q=p.accel_psd)
     keep = (imu.t >= fixes.t[0] - 1.0) & (imu.t <= fixes.t[-1] + 1.0)
@@ -149,6 +178,8 @@ def _fuse(fixes: GnssFixes, imu: ImuSeries, p: FusionParams) -> StageOutput:
         "gnss_fixes_rejected": int((~kf.accepted).sum()),
         "gnss_sigma_m": float(sigma0),
         "gnss_sigma_estimated_m": float(sigma_est),
+        "gnss_velocity_used": int(np.isfinite(we).sum()),
+        "gnss_velocity_sigma_mps": float(sigma_v) if np.isfinite(sigma_v) else None,
         "accel_psd": p.accel_psd,
         "calibrated": calibrated,
         "accel_bias_mps2": [float(bias[0]), float(bias[1])],
@@ -206,6 +237,14 @@ class _DeadReckoning:
         dp = v[:-1] * h + (acc[:-1] / 3.0 + acc[1:] / 6.0) * h * h
         return cls(t=t, acc=acc, knot_v=v, knot_p=np.concatenate(([0.0], np.cumsum(dp))))
 
+    def velocity(self, tq: FloatArray) -> FloatArray:
+        """Dead-reckoned velocity at arbitrary times inside the IMU span."""
+        i = np.clip(np.searchsorted(self.t, tq, side="right") - 1, 0, self.t.size - 2)
+        h = self.t[i + 1] - self.t[i]
+        tau = np.clip(tq - self.t[i], 0.0, h)
+        slope = (self.acc[i + 1] - self.acc[i]) / h
+        return np.asarray(self.knot_v[i] + self.acc[i] * tau + slope * tau**2 / 2)
+
     def position(self, tq: FloatArray) -> FloatArray:
         """Dead-reckoned position at arbitrary times inside the IMU span (exact, linear acc)."""
         i = np.clip(np.searchsorted(self.t, tq, side="right") - 1, 0, self.t.size - 2)
@@ -240,12 +279,15 @@ class _Smoothed:
     accepted: npt.NDArray[np.bool_]
 
 
-def _smooth(t: FloatArray, ye: FloatArray, yn: FloatArray, r: FloatArray,
-            p: FusionParams) -> _Smoothed:
-    """Forward Kalman filter and Rauch-Tung-Striebel smoother on [y, ẏ] per axis."""
+def _smooth(t: FloatArray, ye: FloatArray, yn: FloatArray, r: FloatArray, we: FloatArray,
+            wn: FloatArray, rv: float, p: FusionParams) -> _Smoothed:
+    """Forward Kalman filter and Rauch-Tung-Striebel smoother on [y, ẏ] per axis: position
+    measurements ``ye``/``yn`` (variance ``r``), then - as a second, independent scalar update
+    - velocity measurements ``we``/``wn`` (variance ``rv``; NaN = none at that fix)."""
     n = t.size
     q, gate = p.accel_psd, p.gate_nis
     tl, el, nl, rl = t.tolist(), ye.tolist(), yn.tolist(), r.tolist()
+    wel, wnl = we.tolist(), wn.tolist()
     h0 = max(tl[1] - tl[0], 1e-3)
     x = [el[0], (el[1] - el[0]) / h0, nl[0], (nl[1] - nl[0]) / h0]
     a, b, d = rl[0], 0.0, 100.0  # P00, P01, P11
@@ -271,6 +313,14 @@ def _smooth(t: FloatArray, ye: FloatArray, yn: FloatArray, r: FloatArray,
             rejects = 0
         else:
             rejects += 1
+        ve, vn = wel[k], wnl[k]
+        if ve == ve:  # not NaN: a velocity measurement, gated on its own NIS
+            sv = d + rv
+            ive, ivn = ve - x[1], vn - x[3]
+            if (ive * ive + ivn * ivn) / sv <= gate:
+                k0, k1 = b / sv, d / sv
+                x = [x[0] + k0 * ive, x[1] + k1 * ive, x[2] + k0 * ivn, x[3] + k1 * ivn]
+                a, b, d = a - k0 * b, b - k0 * d, d - k1 * d
         xf.append(x)
         pf.append((a, b, d))
         innov.append((ie, inn))

@@ -8,8 +8,9 @@ and the ``fuse_gnss_imu`` summary. Produces the ``fusion_health`` dataset (one r
   ``gap_s`` (default 1 s), and the fraction of the session they cover;
 - ``innovation``: RMS innovation (m), mean NIS (a consistent filter gives ≈ 2 for the 2-D
   position), fraction of fixes above the 99 % χ²₂ bound (≈ 1 % when consistent), rejected fixes;
-- ``divergence``: windows whose mean NIS exceeds ``divergence_nis`` (default 10, 5× the
-  expected 2) - the filter disagrees with GNSS for a sustained period;
+- ``divergence``: windows (of at least 10 fixes) where more than ``divergence_fraction``
+  (default 30 %) of all fixes, rejected ones included, fall outside the 99 % χ²₂ bound - the
+  filter and GNSS disagree for a sustained period, not just at one glitch;
 - ``confidence``: p5/p50/p95 of the per-sample confidence and of ``pos_std_m``;
 - ``flags`` (stable codes) and ``healthy`` (no flag other than ``GNSS_GAPS``).
 
@@ -56,7 +57,7 @@ def run(inp: StageInput) -> StageOutput:
     cfg: Mapping[str, Any] = inp.config.get("fusion_quality") or {}
     gap_s = float(cfg.get("gap_s", 1.0))
     window_s = float(cfg.get("window_s", 30.0))
-    div_nis = float(cfg.get("divergence_nis", 10.0))
+    div_frac = float(cfg.get("divergence_fraction", 0.3))
 
     ts_r = ts_micros(resid)
     nis = column_f64(resid, "nis")
@@ -71,8 +72,9 @@ def run(inp: StageInput) -> StageOutput:
     t0, t1 = int(min(ts_f[0], ts_r[0])), int(max(ts_f[-1], ts_r[-1]))
     span = max((t1 - t0) / 1e6, 1e-9)
     health = _windows(t0, t1, window_s, ts_r, nis, accepted, ts_f, conf, fix_ts, gap_s)
-    nis_w = np.asarray(health.column("nis_mean").to_numpy(zero_copy_only=False), dtype=float)
-    diverged = int(np.sum(np.nan_to_num(nis_w) > div_nis))
+    frac_w = np.nan_to_num(health.column("outlier_fraction").to_numpy(zero_copy_only=False))
+    fixes_w = health.column("fixes").to_numpy()
+    diverged = int(np.sum((frac_w > div_frac) & (fixes_w >= 10)))
     acc_nis = nis[accepted]
     outlier_frac = float(np.mean(acc_nis > _CHI2_2DOF_99)) if acc_nis.size else 0.0
     rejected = int((~accepted).sum())
@@ -102,7 +104,7 @@ def run(inp: StageInput) -> StageOutput:
             "rejected": rejected,
             "fixes": int(accepted.size),
         },
-        "divergence": {"windows": diverged, "window_s": window_s, "nis_threshold": div_nis},
+        "divergence": {"windows": diverged, "window_s": window_s, "fraction": div_frac},
         "confidence": _percentiles(conf),
         "pos_std_m": _percentiles(std),
         "degraded_reasons": list(fuse_summary.get("degraded_reasons", [])),
@@ -147,9 +149,9 @@ def _windows(t0: int, t1: int, window_s: float, ts_r: IntArray, nis: FloatArray,
     nis_mean, outl, cmed = [], [], []
     for a, b, c, d in zip(r_lo.tolist(), r_hi.tolist(), f_lo.tolist(), f_hi.tolist(),
                           strict=True):
-        sel = nis[a:b][np.asarray(accepted[a:b], dtype=bool)]
+        sel = nis[a:b][accepted[a:b]]
         nis_mean.append(float(sel.mean()) if sel.size else float("nan"))
-        outl.append(float(np.mean(sel > _CHI2_2DOF_99)) if sel.size else float("nan"))
+        outl.append(float(np.mean(nis[a:b] > _CHI2_2DOF_99)) if b > a else float("nan"))
         cmed.append(float(np.median(conf[c:d])) if d > c else float("nan"))
     return pa.table({
         "window_start": micros_to_ts(starts),
