@@ -17,7 +17,8 @@ job twice therefore leaves one copy. A row per loaded dataset goes to
 materialisation record.
 
 Not everything is loaded: the raw level (``*_L0``) and the pre-downsample canonical streams
-(``gnss``, ``imu``, ``aux``) stay Parquet-only; every other dataset of the run is materialised.
+(``gnss``, ``imu``, ``aux``, recorded as ``<job>.<stream>``) stay Parquet-only; every other
+dataset of the run is materialised.
 Tables are created on first use from the Arrow schema; a later schema that adds columns adds
 them (``ADD COLUMN IF NOT EXISTS``), a conflicting type fails the job with a stable code.
 """
@@ -26,16 +27,28 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from streams.clickhouse import ClickHouse, ident
 from streams.errors import PermanentError
+from streams.jobs.executor import Executor, JobContext
+from streams.jobs.model import JobResult
 from streams.objects import ObjectStore
-from streams.sessions.datasets import DatasetFile, read_table
+from streams.sessions.datasets import DatasetFile, idempotency_key, read_table
 
-__all__ = ["RECORD_TABLE", "clickhouse_type", "is_materialised", "materialise_run", "table_name"]
+if TYPE_CHECKING:
+    from streams.sessions.executors import SessionExecutors
+
+__all__ = [
+    "RECORD_TABLE",
+    "clickhouse_type",
+    "is_materialised",
+    "materialise_executor",
+    "materialise_run",
+    "table_name",
+]
 
 RECORD_TABLE = "session_materialisations"
 _PARQUET_ONLY = frozenset({"gnss", "imu", "aux"})
@@ -45,7 +58,7 @@ _KEY_DDL = "tenant LowCardinality(String), session_id UUID, run_id UUID, row_no 
 
 def is_materialised(name: str) -> bool:
     """Whether dataset ``name`` is loaded into ClickHouse (see the module docstring)."""
-    return name not in _PARQUET_ONLY and not name.endswith("_L0")
+    return "." not in name and name not in _PARQUET_ONLY and not name.endswith("_L0")
 
 
 def table_name(dataset: str) -> str:
@@ -243,3 +256,43 @@ async def _record(
             "schema_version",
         ],
     )
+
+
+def materialise_executor(executors: SessionExecutors) -> Executor:
+    """The ``materialise_clickhouse`` executor: every upstream dataset of the run, loaded."""
+    settings = executors.settings
+
+    async def execute(ctx: JobContext, /) -> JobResult:
+        ctx.checkpoint()
+        pool = await executors.db()
+        tenant = await pool.fetchval("SELECT name FROM tenants WHERE id = $1", ctx.job.tenant_id)
+        datasets = [
+            DatasetFile(
+                name=d.name,
+                url=d.storage_url,
+                sha256=d.content_hash,
+                size=0,
+                rows=d.row_count or 0,
+                schema_version=d.schema_version,
+            )
+            for d in ctx.datasets.values()
+        ]
+        ch = ClickHouse(settings.clickhouse(), settings.clickhouse_database)
+        summary = await materialise_run(
+            ch,
+            executors.store,
+            tenant=str(tenant),
+            session_id=str(ctx.session_id),
+            run_id=str(ctx.job.run_id),
+            datasets=datasets,
+        )
+        key = idempotency_key(
+            run_id=str(ctx.job.run_id),
+            job_type=ctx.job.name,
+            input_hashes=ctx.input_hashes,
+            config={"database": ch.database},
+            versions=ctx.versions.as_json(),
+        )
+        return JobResult(summary=summary, idempotency_key=key)
+
+    return execute

@@ -72,6 +72,7 @@ class StageFailure:
     code: str
     message: str
     retriable: bool
+    source: str = "stage"  # "stage" (the pure stage said so) or "runtime" (storage, I/O...)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,10 +163,15 @@ def run_stage_job(job: StageJob) -> StageRun:
         failure = StageFailure(code=exc.code, message=exc.message, retriable=exc.retriable)
     except TidewayError as exc:
         failure = StageFailure(
-            code=exc.code, message=exc.message, retriable=isinstance(exc, TransientError)
+            code=exc.code,
+            message=exc.message,
+            retriable=isinstance(exc, TransientError),
+            source="runtime",
         )
     except (OSError, MemoryError) as exc:
-        failure = StageFailure(code="WORKER_RESOURCE", message=repr(exc), retriable=True)
+        failure = StageFailure(
+            code="WORKER_RESOURCE", message=repr(exc), retriable=True, source="runtime"
+        )
     except Exception as exc:  # a bug in a deterministic stage fails the same way every time
         failure = StageFailure(
             code="STAGE_CRASHED", message=f"{type(exc).__name__}: {exc}", retriable=False
