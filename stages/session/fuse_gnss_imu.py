@@ -15,11 +15,13 @@ Work in a local east/north plane (:class:`~stages.session.geo.LocalFrame`), both
    a perfect IMU; IMU errors make ``y`` an integrated white-noise process instead.
 4. **Kalman filter + RTS smoother on y.** A constant-velocity model on ``y`` (state ``[y, ẏ]``
    per axis, process noise PSD ``accel_psd`` = how wrong the IMU acceleration may be) with
-   measurements ``y_k = z_k − Pc(t_k)`` at each GNSS fix. The model has no inputs left, so the
-   loop runs once per *fix* (not per IMU sample) with a handful of scalar operations, and the
-   covariance is shared by east and north. Fixes whose innovation NIS exceeds a gate are
-   rejected (at most 5 in a row, then the filter re-locks). The measurement σ is estimated from
-   the data: second differences of ``y`` are pure GNSS noise (variance 6σ²), scaled by HDOP.
+   measurements ``y_k = z_k − Pc(t_k)`` at each GNSS fix and, where the receiver reports speed
+   and course (Doppler), ``ẏ_k = v_k − Vc(t_k)`` (a standing receiver reads zero velocity). The
+   model has no inputs left, so the loop runs once per *fix* (not per IMU sample) with a
+   handful of scalar operations, and the covariance is shared by east and north. Fixes whose
+   NIS exceeds a gate are rejected (at most 5 in a row, then the filter re-locks). Position σ
+   is estimated from the data - second differences of ``y`` are pure GNSS noise - and scaled
+   by HDOP; velocity σ likewise from fix-to-fix differences of ``ẏ`` measurements.
 5. **Output at IMU rate.** Between fixes the smoothed ``y`` is interpolated with a cubic Hermite
    (the conditional mean of an integrated random walk between two known states) and ``Pc`` is
    added back, so the fused track keeps every IMU detail. Position σ between fixes adds the
@@ -45,7 +47,6 @@ from stages.session.geo import (
     FloatArray,
     GnssFixes,
     ImuSeries,
-    IntArray,
     LocalFrame,
     course_deg_to_heading,
     heading_to_course_deg,
@@ -156,34 +157,33 @@ def _fuse(fixes: GnssFixes, imu: ImuSeries, p: FusionParams) -> StageOutput:
     ve, vn = ws_e + dr_e.knot_v, ws_n + dr_n.knot_v
     pos_std = np.sqrt(2.0 * var)
     lat, lon = frame.to_latlon(east[keep], north[keep])
-    fused = fused_table(
-        ts_us=imu.ts_us[keep], lat=lat, lon=lon, east=east[keep], north=north[keep],
-        ve=ve[keep], vn=vn[keep], heading_deg=heading_to_course_deg(psi[keep]),
-        yaw_rate=imu.gz[keep] - bias[2], pos_std=pos_std[keep],
-        confidence=1.0 / (1.0 + (pos_std[keep] / p.confidence_scale_m) ** 2),
-    )
+    fused = pa.table({
+        "ts": micros_to_ts(imu.ts_us[keep]), "lat_deg": lat, "lon_deg": lon,
+        "east_m": east[keep], "north_m": north[keep], "ve_mps": ve[keep], "vn_mps": vn[keep],
+        "speed_mps": np.hypot(ve[keep], vn[keep]),
+        "heading_deg": heading_to_course_deg(psi[keep]), "yaw_rate_rps": imu.gz[keep] - bias[2],
+        "pos_std_m": pos_std[keep],
+        "confidence": 1.0 / (1.0 + (pos_std[keep] / p.confidence_scale_m) ** 2),
+    })
     post_e = ze - (kf.xs[:, 0] + dr_e.position(fixes.t))
     post_n = zn - (kf.xs[:, 2] + dr_n.position(fixes.t))
-    residuals = residual_table(ts_us=fixes.ts_us, innov_e=kf.innov[:, 0],
-                               innov_n=kf.innov[:, 1], innov_std=np.sqrt(kf.s),
-                               nis=kf.nis, accepted=kf.accepted, post_e=post_e, post_n=post_n)
+    residuals = pa.table({
+        "ts": micros_to_ts(fixes.ts_us), "innov_e_m": kf.innov[:, 0], "innov_n_m": kf.innov[:, 1],
+        "innov_std_m": np.sqrt(kf.s), "nis": kf.nis, "accepted": kf.accepted,
+        "resid_e_m": post_e, "resid_n_m": post_n,
+    })
     reasons = _degraded_reasons(fixes, sigma0, p)
     summary = {
-        "skipped": False,
-        "degraded": bool(reasons),
-        "degraded_reasons": reasons,
+        "skipped": False, "degraded": bool(reasons), "degraded_reasons": reasons,
         "frame": {"lat0_deg": frame.lat0_deg, "lon0_deg": frame.lon0_deg},
         "imu_samples_fused": int(keep.sum()),
         "gnss_fixes_used": int(kf.accepted.sum()),
         "gnss_fixes_rejected": int((~kf.accepted).sum()),
-        "gnss_sigma_m": float(sigma0),
-        "gnss_sigma_estimated_m": float(sigma_est),
+        "gnss_sigma_m": float(sigma0), "gnss_sigma_estimated_m": float(sigma_est),
         "gnss_velocity_used": int(np.isfinite(we).sum()),
         "gnss_velocity_sigma_mps": float(sigma_v) if np.isfinite(sigma_v) else None,
-        "accel_psd": p.accel_psd,
-        "calibrated": calibrated,
-        "accel_bias_mps2": [float(bias[0]), float(bias[1])],
-        "gyro_bias_rps": float(bias[2]),
+        "accel_psd": p.accel_psd, "calibrated": calibrated,
+        "accel_bias_mps2": [float(bias[0]), float(bias[1])], "gyro_bias_rps": float(bias[2]),
         "heading_source": heading_src,
         "pos_std_m_p50": float(np.median(pos_std[keep])) if keep.any() else None,
         "post_fit_rms_m": float(np.sqrt(np.mean(post_e**2 + post_n**2))),
@@ -383,40 +383,13 @@ def _interpolate(kf: _Smoothed, t_fix: FloatArray, t: FloatArray, *, axis: int,
 
 
 def _degraded_reasons(fixes: GnssFixes, sigma: float, p: FusionParams) -> list[str]:
-    reasons = []
-    if float(np.median(fixes.hdop)) > p.hdop_degraded:
-        reasons.append("HIGH_HDOP")
-    if sigma > p.sigma_degraded_m:
-        reasons.append("HIGH_GNSS_NOISE")
-    steps = np.diff(fixes.t)
-    if steps.size and float(np.median(steps)) > p.max_fix_interval_s:
-        reasons.append("LOW_FIX_RATE")
-    span = float(fixes.t[-1] - fixes.t[0])
-    gaps = float(np.sum(steps[steps > p.max_fix_interval_s])) if steps.size else 0.0
-    if span > 0 and gaps / span > p.gap_fraction_degraded:
-        reasons.append("GNSS_GAPS")
-    return reasons
-
-
-def fused_table(*, ts_us: IntArray, **cols: FloatArray) -> pa.Table:
-    """The ``fused`` dataset: one row per fused IMU sample."""
-    ve, vn = cols["ve"], cols["vn"]
-    return pa.table({
-        "ts": micros_to_ts(ts_us),
-        "lat_deg": cols["lat"], "lon_deg": cols["lon"],
-        "east_m": cols["east"], "north_m": cols["north"],
-        "ve_mps": ve, "vn_mps": vn, "speed_mps": np.hypot(ve, vn),
-        "heading_deg": cols["heading_deg"], "yaw_rate_rps": cols["yaw_rate"],
-        "pos_std_m": cols["pos_std"], "confidence": cols["confidence"],
-    })
-
-
-def residual_table(*, ts_us: IntArray, accepted: npt.NDArray[np.bool_],
-                   **cols: FloatArray) -> pa.Table:
-    """The ``fusion_residuals`` dataset: one row per GNSS fix offered to the filter."""
-    return pa.table({
-        "ts": micros_to_ts(ts_us),
-        "innov_e_m": cols["innov_e"], "innov_n_m": cols["innov_n"],
-        "innov_std_m": cols["innov_std"], "nis": cols["nis"], "accepted": accepted,
-        "resid_e_m": cols["post_e"], "resid_n_m": cols["post_n"],
-    })
+    steps = np.diff(fixes.t)  # at least min_fixes - 1 of them
+    span = max(float(fixes.t[-1] - fixes.t[0]), 1e-9)
+    checks = {
+        "HIGH_HDOP": float(np.median(fixes.hdop)) > p.hdop_degraded,
+        "HIGH_GNSS_NOISE": sigma > p.sigma_degraded_m,
+        "LOW_FIX_RATE": float(np.median(steps)) > p.max_fix_interval_s,
+        "GNSS_GAPS": float(steps[steps > p.max_fix_interval_s].sum()) / span
+        > p.gap_fraction_degraded,
+    }
+    return [code for code, bad in checks.items() if bad]
