@@ -113,8 +113,12 @@ class _Generator:
             return self.locals[node.name]
         if isinstance(node, Binary):
             left, right = self.expr(node.left, have), self.expr(node.right, have)
-            if node.op == "**" and _small_literal(node.right):
-                return f"({left} ** {right})"  # bounded: a small integer exponent
+            if node.op == "+" and node.type is ExprType.STRING:
+                return f"_concat({left}, {right})"  # checked before the copy is made
+            if node.op == "**" and _small_literal(node.right) and isinstance(node.left, Name):
+                # A parameter is bounded (64-bit integer or finite float), so a small literal
+                # power of it is too; any other base goes through the size check in _pow_*.
+                return f"({left} ** {right})"
             if node.op == "**":
                 helper = "_pow_i" if node.type is ExprType.INTEGER else "_pow_f"
                 return f"{helper}({left}, {right})"

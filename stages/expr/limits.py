@@ -27,5 +27,9 @@ INT_MIN = -(2**63)
 INT_MAX = 2**63 - 1
 """Integer parameters and integer results are 64-bit signed, like Postgres ``bigint``."""
 
-MAX_POW_BITS = 4096
-"""Largest integer ``**`` result (in bits) computed exactly; larger raises EVAL_OVERFLOW."""
+MAX_POW_BITS = 1024
+"""Largest integer ``**`` result (in bits) computed exactly; larger raises EVAL_OVERFLOW.
+
+Together with 64-bit integer inputs and integer conversions, this keeps every integer inside an
+expression small enough that even a worst-case expression of ``MAX_NODES`` parts multiplies and
+divides numbers of a few thousand digits at most."""

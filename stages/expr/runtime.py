@@ -80,12 +80,23 @@ def to_integer(x: Any) -> int:
     if isinstance(x, str):
         text = x.strip()
         try:
-            return int(text)
+            x = int(text)
         except ValueError:
             x = to_number(text)
     if isinstance(x, float) and math.isnan(x):
         raise ExprEvalError("cannot convert NaN to an integer", code=errors.CONVERSION)
-    return int(x)
+    result = int(x)
+    if not INT_MIN <= result <= INT_MAX:
+        raise ExprEvalError("integer() result does not fit in 64 bits", code=errors.OVERFLOW)
+    return result
+
+
+def concat(left: str, right: str) -> str:
+    """``left + right``, refusing to build a string over ``MAX_STRING_LENGTH``."""
+    if len(left) + len(right) > MAX_STRING_LENGTH:
+        raise ExprEvalError(f"string would be {len(left) + len(right)} characters; the limit is "
+                            f"{MAX_STRING_LENGTH}", code=errors.STRING_TOO_LONG)
+    return left + right
 
 
 def to_string(x: Any) -> str:
@@ -135,6 +146,7 @@ GLOBALS: dict[str, Any] = {
     "_missing": missing,
     "_pow_i": pow_integer,
     "_pow_f": pow_number,
+    "_concat": concat,
     "_float": float,
     "_len": len,
     "_isfinite": math.isfinite,
