@@ -20,9 +20,6 @@ from streams.jobs import sql
 from streams.jobs.model import RunVersions
 from streams.jobs.settle import finalise
 from streams.jobs.txn import Conn, atomically
-from streams.names import Names
-
-_CHANNEL = Names().jobs_channel
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +44,7 @@ async def enqueue_run(
     requested_by: str = "system",
     idempotency_key: str | None = None,
     retry_of: uuid.UUID | None = None,
-    channel: str = _CHANNEL,
+    channel: str,
 ) -> EnqueuedRun:
     """Insert a run and its planned jobs; jobs with nothing to wait for start ``queued``."""
     jobs = [
@@ -106,7 +103,7 @@ async def retry_run(
     run_id: uuid.UUID,
     *,
     requested_by: str = "operator",
-    channel: str = _CHANNEL,
+    channel: str,
 ) -> EnqueuedRun:
     """Start a new run that repeats ``run_id``: same session, artifacts, config and pinned
     versions, planned afresh, linked by ``retry_of``. The old run stays as it was (audit);

@@ -6,6 +6,8 @@ state run in their own transaction (a savepoint inside a caller's) and return wh
 the job instead of raising when a guard refused: :class:`Outcome` ``LOST`` means the attempt is
 no longer this worker's (reaped, cancelled); ``CANCEL_REQUESTED`` means acknowledge it.
 
+Functions that can make jobs runnable take ``channel``: the LISTEN/NOTIFY channel of the
+deployment, ``Names(namespace=settings.namespace).jobs_channel`` (see :func:`jobs_channel`).
 Runs are created by :func:`streams.jobs.enqueue.enqueue_run` (re-exported here).
 """
 
@@ -24,6 +26,7 @@ from stages.jobs.gating import capabilities_of
 from stages.jobs.job_state import JobState
 from stages.jobs.retry import decide
 from stages.jobs.run_state import RunState
+from streams.config import Settings
 from streams.errors import NotFoundError
 from streams.jobs import sql
 from streams.jobs.enqueue import EnqueuedRun, enqueue_run, retry_run
@@ -33,7 +36,6 @@ from streams.jobs.txn import Conn, atomically
 from streams.names import Names
 
 __all__ = [
-    "DEFAULT_CHANNEL",
     "CancelSummary",
     "EnqueuedRun",
     "Reaped",
@@ -47,13 +49,18 @@ __all__ = [
     "enqueue_run",
     "fail",
     "heartbeat",
+    "jobs_channel",
     "promote",
     "reap",
     "retry_run",
 ]
 
-DEFAULT_CHANNEL = Names().jobs_channel
 Now = datetime | None
+
+
+def jobs_channel(settings: Settings) -> str:
+    """The NOTIFY channel workers of this deployment listen on."""
+    return Names(namespace=settings.namespace).jobs_channel
 
 
 async def claim(
@@ -98,7 +105,7 @@ async def complete(
     result: JobResult,
     *,
     now: Now = None,
-    channel: str = DEFAULT_CHANNEL,
+    channel: str,
 ) -> Outcome:
     """Record ``job``'s success, its datasets and attempt, release dependents - atomically."""
     return (await complete_many(conn, [(job, result)], now=now, channel=channel))[job.id]
@@ -109,7 +116,7 @@ async def complete_many(
     items: Sequence[tuple[ClaimedJob, JobResult]],
     *,
     now: Now = None,
-    channel: str = DEFAULT_CHANNEL,
+    channel: str,
 ) -> dict[uuid.UUID, Outcome]:
     """Complete several jobs held by one worker in one transaction (group commit).
 
@@ -168,7 +175,7 @@ async def fail(
     u: float,
     timed_out: bool = False,
     now: Now = None,
-    channel: str = DEFAULT_CHANNEL,
+    channel: str,
 ) -> FailOutcome:
     """End ``job``'s attempt with ``error``: ``retry_wait`` (after backoff) or ``failed``.
 
@@ -207,7 +214,7 @@ async def fail(
 
 
 async def acknowledge_cancel(
-    conn: Conn, job: ClaimedJob, *, now: Now = None, channel: str = DEFAULT_CHANNEL
+    conn: Conn, job: ClaimedJob, *, now: Now = None, channel: str
 ) -> FailOutcome:
     """The worker stopped ``job`` at a checkpoint: ``cancel_requested`` -> ``cancelled``."""
     error = describe(
@@ -251,7 +258,7 @@ async def heartbeat(
     return {row["id"]: JobState(row["state"]) for row in rows}
 
 
-async def promote(conn: Conn, *, now: Now = None, channel: str = DEFAULT_CHANNEL) -> int:
+async def promote(conn: Conn, *, now: Now = None, channel: str) -> int:
     """Move ``retry_wait`` jobs whose time has come to ``queued``; returns how many."""
     row = await conn.fetchrow(sql.PROMOTE, now, channel)
     assert row is not None
@@ -278,7 +285,7 @@ async def reap(
     rand: Callable[[], float],
     limit: int = 100,
     now: Now = None,
-    channel: str = DEFAULT_CHANNEL,
+    channel: str,
 ) -> list[Reaped]:
     """Take back jobs whose worker stopped heartbeating or that passed their hard timeout.
 
@@ -362,13 +369,7 @@ class CancelSummary:
     status: RunState
 
 
-async def cancel_run(
-    conn: Conn,
-    run_id: uuid.UUID,
-    *,
-    now: Now = None,
-    channel: str = DEFAULT_CHANNEL,
-) -> CancelSummary:
+async def cancel_run(conn: Conn, run_id: uuid.UUID, *, now: Now = None) -> CancelSummary:
     """Cancel a run (spec 000 §10): status ``cancelled``, not-started jobs ``cancelled``,
     running jobs ``cancel_requested`` (finalised when the last one acknowledges)."""
 
@@ -395,7 +396,7 @@ async def cancel_job(
     job_id: uuid.UUID,
     *,
     now: Now = None,
-    channel: str = DEFAULT_CHANNEL,
+    channel: str,
 ) -> JobState:
     """Cancel one job: not started -> ``cancelled`` (its dependents react as to a failure:
     a critical job's run is cancelled), running -> ``cancel_requested``. Returns the state."""

@@ -16,8 +16,10 @@ from stages.jobs.planner import RunPlan, plan_run
 from streams import db
 from streams.jobs.enqueue import enqueue_run
 from streams.jobs.model import RunVersions
+from streams.names import Names
 
 VERSIONS = RunVersions(parser="p1", pipeline="pl1", fusion="f1")
+CH = Names().jobs_channel  # tests without workers; worker tests pass their own channel
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +65,7 @@ async def start_run(
     config: Mapping[str, Any] | None = None,
     priority: int = 0,
     key: str | None = None,
+    channel: str = CH,
 ) -> uuid.UUID:
     if plan is None:
         plan = plan_run(config, dag=dag) if dag is not None else plan_run(config)
@@ -77,6 +80,7 @@ async def start_run(
         artifact_set_hash="h" * 64,
         priority=priority,
         idempotency_key=key,
+        channel=channel,
     )
     return run.run_id
 

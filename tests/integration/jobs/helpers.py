@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
-from collections.abc import AsyncIterator
 
 import asyncpg
 
@@ -18,8 +17,14 @@ from streams.jobs.worker import run_worker
 
 def fast_settings(settings: Settings, **worker: Any) -> Settings:
     """``settings`` with timings shrunk for tests (backoff 50 ms, heartbeats 100 ms)."""
-    values = {"heartbeat_s": 0.1, "poll_interval_s": 0.2, "stale_after_s": 30.0,
-              "tenant_max_running": 64, "heavy_max_running": 8, **worker}
+    values = {
+        "heartbeat_s": 0.1,
+        "poll_interval_s": 0.2,
+        "stale_after_s": 30.0,
+        "tenant_max_running": 64,
+        "heavy_max_running": 8,
+        **worker,
+    }
     return settings.model_copy(
         update={
             "worker": WorkerSettings(**values),
@@ -40,8 +45,14 @@ async def workers(
     stop = asyncio.Event()
     tasks = [
         asyncio.create_task(
-            run_worker(settings, executors=executors, pool=pool, concurrency=concurrency,
-                       stop=stop, worker_id=f"test-worker-{i}")
+            run_worker(
+                settings,
+                executors=executors,
+                pool=pool,
+                concurrency=concurrency,
+                stop=stop,
+                worker_id=f"test-worker-{i}",
+            )
         )
         for i in range(count)
     ]
@@ -52,9 +63,9 @@ async def workers(
         await asyncio.wait_for(asyncio.gather(*tasks), 20)
 
 
-async def wait_run(conn: asyncpg.Connection, run_id: uuid.UUID, *, timeout: float = 20) -> str:
+async def wait_run(conn: asyncpg.Connection, run_id: uuid.UUID, *, within_s: float = 20) -> str:
     """Wait until the run is finalised (completed_at set); returns its status."""
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(within_s):
         while True:
             row = await conn.fetchrow(
                 "SELECT status, completed_at FROM processing_runs WHERE id = $1", run_id
@@ -65,11 +76,51 @@ async def wait_run(conn: asyncpg.Connection, run_id: uuid.UUID, *, timeout: floa
             await asyncio.sleep(0.02)
 
 
-async def wait_for(conn: asyncpg.Connection, query: str, *args: Any, timeout: float = 20) -> Any:
+async def wait_for(conn: asyncpg.Connection, query: str, *args: Any, within_s: float = 20) -> Any:
     """Poll ``query`` until it returns a truthy value."""
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(within_s):
         while True:
             value = await conn.fetchval(query, *args)
             if value:
                 return value
             await asyncio.sleep(0.02)
+
+
+Behaviour = Any  # a JobResult, a JobError, or a callable(job) -> either
+
+
+async def drive(
+    conn: asyncpg.Connection,
+    behaviours: Mapping[str, Behaviour] | None = None,
+    *,
+    worker: str = "driver",
+    now: Any = None,
+    limit: int = 50,
+) -> list[str]:
+    """Claim and settle jobs by hand until nothing is claimable; returns job names in order.
+
+    A job named in ``behaviours`` gets that result (``JobError``: failed with it); the others
+    succeed with an empty result.
+    """
+    from stages.jobs.errors import JobError
+    from streams.jobs import queue
+    from streams.jobs.model import JobResult
+    from tests.integration.jobs.conftest import CH
+
+    seen: list[str] = []
+    for _ in range(limit):
+        jobs = await queue.claim(
+            conn, worker_id=worker, limit=8, tenant_max_running=64, heavy_max_running=8, now=now
+        )
+        if not jobs:
+            return seen
+        for job in jobs:
+            seen.append(job.name)
+            outcome = (behaviours or {}).get(job.name, JobResult())
+            if callable(outcome):
+                outcome = outcome(job)
+            if isinstance(outcome, JobError):
+                await queue.fail(conn, job, outcome, schedule=(30.0,), u=0.0, now=now, channel=CH)
+            else:
+                await queue.complete(conn, job, outcome, now=now, channel=CH)
+    raise AssertionError("drive: too many rounds")
