@@ -11,6 +11,8 @@ import pytest
 
 from streams import db
 from streams.config import Settings
+from streams.jobs.worker import run_worker
+from streams.sessions.executors import SessionExecutors
 from streams.sessions.intake import provision_sessions, run_intake
 
 NMEA_LOG = "ublox-zed-f9p-nmea.log"
@@ -53,3 +55,22 @@ async def wait_until(check: object, within: float = 10.0) -> object:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def running_system(
+    settings: Settings, executors: SessionExecutors | None = None
+) -> AsyncIterator[SessionExecutors]:
+    """Intake plus a worker over every pool, as ``tideway up`` runs them (stages in threads)."""
+    executors = executors or SessionExecutors(settings, compute="thread")
+    async with running_intake(settings):
+        stop = asyncio.Event()
+        worker = asyncio.create_task(
+            run_worker(settings, executors=executors, pool=None, concurrency=2, stop=stop)
+        )
+        try:
+            yield executors
+        finally:
+            stop.set()
+            await asyncio.wait_for(worker, 30)
+            await executors.aclose()

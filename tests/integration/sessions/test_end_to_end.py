@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,31 +12,12 @@ from stages.session import formats
 from stages.session.synth import synthesize
 from streams.clickhouse import ClickHouse
 from streams.config import Settings
-from streams.jobs.worker import run_worker
 from streams.objects import ObjectStore
 from streams.sessions.datasets import read_table
 from streams.sessions.executors import SessionExecutors
 from streams.sessions.progress import RunProgress, wait_for_run
 from streams.sessions.upload import upload_files
-from tests.integration.sessions.conftest import running_intake
-
-
-@contextlib.asynccontextmanager
-async def running_system(settings: Settings, executors: SessionExecutors) -> AsyncIterator[None]:
-    """Intake plus two workers over every pool, as ``tideway up`` runs them."""
-    async with running_intake(settings):
-        stop = asyncio.Event()
-        workers = [
-            asyncio.create_task(
-                run_worker(settings, executors=executors, pool=None, concurrency=2, stop=stop)
-            )
-        ]
-        try:
-            yield
-        finally:
-            stop.set()
-            await asyncio.wait_for(asyncio.gather(*workers), 30)
-            await executors.aclose()
+from tests.integration.sessions.conftest import running_system
 
 
 def _write(path: Path, fmt: str, *, laps: int, seed: int) -> dict[str, Any]:
