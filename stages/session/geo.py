@@ -1,4 +1,5 @@
-"""Local east/north coordinates and small plane-geometry helpers for session stages.
+"""Where and when, numerically: the local east/north plane and numpy views of the canonical
+streams, shared by the analysis stages (fusion, laps, segments, metrics).
 
 A race track spans a few kilometres, so every session stage works in a local tangent plane:
 metres east (``e``) and north (``n``) of an origin. :class:`LocalFrame` maps WGS84 degrees to
@@ -12,6 +13,11 @@ below 0.1 %, far under GNSS noise, and the same frame is used for data and lines
 Angles: ``heading`` inside stages is mathematical (radians, counter-clockwise from east, the
 IMU's yaw sense since ``gz`` > 0 turns left); ``course`` on the wire is navigational (degrees
 clockwise from north). :func:`heading_to_course_deg` and :func:`course_deg_to_heading` convert.
+
+Tables become arrays in one place: :class:`GnssFixes` (valid fixes only: finite, in range, not
+(0, 0), fix quality not 0; sorted; duplicate timestamps dropped), :class:`ImuSeries` and
+:class:`Motion` (the best position/speed series: ``fused`` when fusion ran, else ``gnss``).
+Times inside stages are float seconds since a stated origin; tables carry int64 microseconds.
 """
 
 from __future__ import annotations
