@@ -41,6 +41,12 @@ class ConsumerSettings(_Group):
     capture_stage_snapshots: bool = Field(
         False, description="Store input/output snapshots in stage logs (spec 001 switch)."
     )
+    max_ack_pending: int = Field(
+        20_000, ge=1, description="Unacknowledged envelopes the shared consumer allows in flight."
+    )
+    registry_ttl_s: float = Field(
+        2.0, ge=0, description="How long a consumer caches a device row (deactivation delay)."
+    )
 
 
 class StreamSettings(_Group):
@@ -59,6 +65,9 @@ class RetrySettings(_Group):
     publish_base_s: float = Field(0.05, gt=0)
     publish_cap_s: float = Field(2.0, gt=0)
     redelivery_delay_s: float = Field(2.0, gt=0, description="Nak delay when a dependency is down.")
+    redelivery_cap_s: float = Field(
+        30.0, gt=0, description="Longest nak delay (full-jitter backoff by delivery count)."
+    )
     job_backoff_s: tuple[float, ...] = Field(
         (30.0, 120.0, 600.0), description="Delay before job retry N (spec 000 §9.1)."
     )

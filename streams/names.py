@@ -48,6 +48,10 @@ class Names:
     def dead_letter_subjects(self) -> str:
         return self._s("dlq.telemetry.>")
 
+    def dead_letter_subject(self, tenant: str, code: str) -> str:
+        """Where a dead-lettered envelope is announced: ``dlq.telemetry.<tenant>.<code>``."""
+        return self._s(f"dlq.telemetry.{tenant}.{code.lower()}")
+
     # -- batch half -----------------------------------------------------------------------
     @property
     def sessions_stream(self) -> str:
@@ -94,3 +98,8 @@ class Names:
 
     def hot_state_key(self, tenant: str, device: str) -> str:
         return f"{self.redis_prefix}state:{tenant}:{device}"
+
+    @property
+    def analytics_table(self) -> str:
+        """ClickHouse table of published parameter values (one row per final value)."""
+        return f"{self.namespace}_telemetry_values" if self.namespace else "telemetry_values"
