@@ -26,7 +26,7 @@ class ApiContext:
 
 
 CONTEXT = web.AppKey("context", ApiContext)
-_CALLER = "tideway.caller"
+_CALLER = web.RequestKey("caller", Caller)
 
 
 def context_of(request: web.Request) -> ApiContext:
