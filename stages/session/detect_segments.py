@@ -110,17 +110,20 @@ def run(inp: StageInput) -> StageOutput:
 
 
 def _turning(ds: Mapping[str, pa.Table]) -> _Turning | None:
-    fused, imu, gnss = ds.get("fused"), ds.get("imu"), ds.get("gnss")
+    # Datasets may load lazily: touch only what the chosen source needs.
+    fused = ds.get("fused")
     if fused is not None and fused.num_rows > 1:
         ts = ts_micros(fused)
         return _Turning(source="fused", ts_us=ts, t=(ts - ts[0]) / 1e6,
                         yaw_rate=column_f64(fused, "yaw_rate_rps"),
                         speed=column_f64(fused, "speed_mps"))
+    gnss = ds.get("gnss")
     fixes = GnssFixes.from_table(gnss) if gnss is not None else None
     if fixes is None or fixes.t.size < 3:
         return None
     e, n = LocalFrame.around(fixes.lat, fixes.lon).to_en(fixes.lat, fixes.lon)
     speed = fixes.ground_speed(e, n)
+    imu = ds.get("imu")
     if imu is not None and imu.num_rows > 1:
         series = ImuSeries.from_table(imu, fixes.t0_us)
         return _Turning(source="imu", ts_us=series.ts_us, t=series.t, yaw_rate=series.gz,

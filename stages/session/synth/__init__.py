@@ -117,7 +117,7 @@ def synthesize(
         laps=truth_laps(kin, laps, lap_len, pit_lap) if closed else (),
         corners=truth_corners(kin, track, laps, closed),
         jumps=tuple(j.truth for j in jumps),
-        start_finish=start_finish_line(track, origin) if closed else None,
+        start_finish=start_finish_line(origin) if closed else None,
         duration_s=float(t_imu[-1]),
         imu_t=t_imu, imu_e=imu_pose["e"], imu_n=imu_pose["n"],
         gnss_t=t_gnss, gnss_e=gnss_pose["e"], gnss_n=gnss_pose["n"],

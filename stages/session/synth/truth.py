@@ -140,7 +140,7 @@ def truth_corners(kin: Kinematics, track: Track, laps: int,
     return tuple(out)
 
 
-def start_finish_line(track: Track, frame: LocalFrame) -> dict[str, float]:
+def start_finish_line(frame: LocalFrame) -> dict[str, float]:
     # Across the main straight (heading east at distance 0): 8 m left to 20 m right, so the
     # pit lane (12 m right) crosses it too.
     lat, lon = frame.to_latlon(np.array([0.0, 0.0]), np.array([8.0, -20.0]))
