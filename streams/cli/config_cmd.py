@@ -26,7 +26,9 @@ def register(app: typer.Typer) -> None:
                 for sub, subvalue in value.items():
                     flat[f"{key}.{sub}"] = subvalue
             else:
-                flat[key] = "(embedded)" if value is None and key.endswith(("_url", "_dsn")) else value
+                flat[key] = (
+                    "(embedded)" if value is None and key.endswith(("_url", "_dsn")) else value
+                )
         print_record(flat, title="Tideway settings")
 
     app.add_typer(config_app, name="config")

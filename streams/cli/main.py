@@ -43,3 +43,7 @@ def main() -> None:
         from streams.cli.output import fail
 
         fail(f"{exc} ({exc.code})")
+
+
+if __name__ == "__main__":
+    main()

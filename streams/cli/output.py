@@ -20,7 +20,9 @@ err_console = Console(stderr=True)
 def print_json(data: Any) -> None:
     """Write ``data`` as indented JSON on stdout (datetimes, UUIDs and Decimals included)."""
     sys.stdout.write(
-        orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str).decode()
+        orjson.dumps(
+            data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str
+        ).decode()
         + "\n"
     )
 
@@ -45,7 +47,9 @@ def print_rows(
     console.print(table)
 
 
-def print_record(record: Mapping[str, Any], *, title: str | None = None, as_json: bool = False) -> None:
+def print_record(
+    record: Mapping[str, Any], *, title: str | None = None, as_json: bool = False
+) -> None:
     """Print one record as a two-column key/value table (or a JSON object)."""
     if as_json:
         print_json(dict(record))

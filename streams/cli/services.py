@@ -29,7 +29,9 @@ def _services_table(services: dict[str, str], settings: Settings) -> Table:
         table.add_row(name, str(masked[key]), source)
     if "mqtt" in services:
         table.add_row("mqtt", services["mqtt"], "embedded")
-    table.add_row("objects", settings.objects(), "embedded" if settings.object_store is None else "configured")
+    table.add_row(
+        "objects", settings.objects(), "embedded" if settings.object_store is None else "configured"
+    )
     table.add_row("http api", f"http://{settings.api.host}:{settings.api.port}", "tideway")
     return table
 
@@ -50,10 +52,12 @@ def register(app: typer.Typer) -> None:
         rate: float = typer.Option(500.0, help="Envelopes per second, whole fleet."),
         laps: int = typer.Option(3, help="Laps in the demo session file."),
     ) -> None:
-        """Run the system for a bounded time, feed it a fleet and a session file, print a summary."""
+        """Run the system for a while, feed it a fleet and a session file, print a summary."""
         from streams.demo import run_demo
 
-        code = asyncio.run(run_demo(Settings(), duration=duration, devices=devices, rate=rate, laps=laps))
+        code = asyncio.run(
+            run_demo(Settings(), duration=duration, devices=devices, rate=rate, laps=laps)
+        )
         raise typer.Exit(code)
 
 

@@ -45,9 +45,13 @@ async def test_starts_everything_unset_and_stops_it(tmp_path: Path) -> None:
 
 
 async def test_configured_urls_are_used_as_they_are(tmp_path: Path, nats_url: str) -> None:
-    configured = Settings(data_dir=tmp_path, nats_url=nats_url, redis_url="redis://127.0.0.1:6379/0",
-                          postgres_dsn="postgresql://postgres@127.0.0.1:5432/postgres",
-                          clickhouse_dsn="chdb://" + str(tmp_path / "ch"))
+    configured = Settings(
+        data_dir=tmp_path,
+        nats_url=nats_url,
+        redis_url="redis://127.0.0.1:6379/0",
+        postgres_dsn="postgresql://postgres@127.0.0.1:5432/postgres",
+        clickhouse_dsn="chdb://" + str(tmp_path / "ch"),
+    )
     async with embedded_services(configured) as (s, started):
         assert started.services == {}
         assert s.nats() == nats_url

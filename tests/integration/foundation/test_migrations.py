@@ -17,7 +17,8 @@ async def _tables(dsn: str) -> set[str]:
     conn = await asyncpg.connect(dsn)
     try:
         rows = await conn.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
+            "SELECT tablename FROM pg_tables"
+            " WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
         )
         return {r["tablename"] for r in rows}
     finally:

@@ -47,7 +47,9 @@ def test_toml_file_is_read_and_env_wins(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert Settings().nats() == "nats://from-env:4222"
 
 
-def test_bad_values_are_rejected_with_the_field_name(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_bad_values_are_rejected_with_the_field_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TIDEWAY_CONSUMER__BATCH_SIZE", "0")
     with pytest.raises(ValidationError, match="batch_size"):
