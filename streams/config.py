@@ -205,3 +205,32 @@ def mask_url(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+RUNTIME_FILE = "services.json"
+
+
+def load_settings() -> Settings:
+    """Settings for a CLI command, finding a running ``tideway up`` when URLs are unset.
+
+    ``tideway up`` writes the URLs of the services it started to ``data_dir/services.json``
+    (and removes the file when it stops), so ``tideway schema apply`` or ``tideway runs list``
+    in another terminal talk to the same embedded system without any configuration.
+    """
+    settings = Settings()
+    runtime = settings.data_dir / RUNTIME_FILE
+    if not runtime.exists():
+        return settings
+    import orjson
+
+    try:
+        found: dict[str, str] = orjson.loads(runtime.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return settings
+    unset = {
+        key: value
+        for key, value in found.items()
+        if key in {"nats_url", "postgres_dsn", "redis_url", "clickhouse_dsn"}
+        and getattr(settings, key) is None
+    }
+    return settings.with_services(**unset) if unset else settings

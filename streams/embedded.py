@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streams.config import Settings
+import orjson
+
+from streams.config import RUNTIME_FILE, Settings
 from streams.errors import ConfigError
 
 
@@ -180,6 +182,13 @@ async def embedded_services(settings: Settings) -> AsyncIterator[tuple[Settings,
             started.services["clickhouse"] = urls["clickhouse_dsn"]
         if settings.object_store is None:
             (data / "objects").mkdir(parents=True, exist_ok=True)
+        runtime = data / RUNTIME_FILE
+        if urls and not urls.keys() <= {"clickhouse_dsn"}:
+            # Lets CLI commands in other terminals find this system (streams.config.load_settings).
+            runtime.write_bytes(
+                orjson.dumps({k: v for k, v in urls.items() if k != "clickhouse_dsn"})
+            )
+            started._stops.insert(0, lambda: runtime.unlink(missing_ok=True))
         yield settings.with_services(**urls), started
     finally:
         await asyncio.to_thread(started.stop_all)
