@@ -1,9 +1,311 @@
-"""CLI commands for this area (registered on the main ``tideway`` app)."""
+"""``tideway sessions upload | list | show | synth | reprocess | rollback`` and ``api-keys``.
+
+Uploads store the files in the object store and publish a notice for intake (``tideway up``
+or a ``tideway intake`` process must be running for the run to be created and processed);
+``--wait`` follows the run until it ends. ``reprocess`` / ``rollback`` move a session's active
+run blue/green (see ``streams.sessions.reprocess``). ``synth`` writes a synthetic session file
+and its ground truth (``<out>.truth.json``) for tests and the demo.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
 import typer
+
+from streams import db
+from streams.cli.output import console, print_json, print_record, print_rows
+from streams.config import Settings
+from streams.errors import NotFoundError, UsageError
+
+T = TypeVar("T")
+
+JSON_OPTION: Any = typer.Option(False, "--json", help="Print JSON.")
+TENANT_OPTION: Any = typer.Option(None, "--tenant", help="Tenant (default: default_tenant).")
+FORMATS = ("nmea", "gpx", "csv", "jsonl")
+
+
+def _with_conn(work: Callable[[Any], Awaitable[T]]) -> T:
+    async def main(settings: Settings) -> T:
+        conn = await db.connect(settings.postgres())
+        try:
+            return await work(conn)
+        finally:
+            await conn.close()
+
+    coro: Coroutine[Any, Any, T] = main(Settings())
+    return asyncio.run(coro)
+
+
+def _tenant(tenant: str | None) -> str:
+    return tenant or Settings().default_tenant
+
+
+def _uuid(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise UsageError(f"not an id: {value!r}") from None
+
+
+def _config(raw: str | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    text = Path(raw[1:]).read_text(encoding="utf-8") if raw.startswith("@") else raw
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"--config is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError("--config must be a JSON object")
+    return value
+
+
+def _follow(settings: Settings, *, as_json: bool, timeout: float, **which: Any) -> Any:
+    from streams.sessions.progress import RunProgress, wait_for_run
+
+    def show(p: RunProgress) -> None:
+        if not as_json:
+            running = sorted(n for n, s in p.jobs.items() if s == "running")
+            console.print(
+                f"[{p.elapsed_s:6.1f}s] run {p.status}: {p.jobs_done}/{p.jobs_total} jobs done"
+                + (f"; running {', '.join(running)}" if running else "")
+            )
+
+    return asyncio.run(wait_for_run(settings, on_progress=show, timeout_s=timeout, **which))
+
+
+def _print_final(progress: Any, *, as_json: bool) -> None:
+    data = {
+        "run_id": str(progress.run_id),
+        "status": progress.status,
+        "failure_reason": progress.failure_reason,
+        "features_available": dict(progress.features_available),
+        "feature_reasons": dict(progress.feature_reasons),
+        "jobs": dict(progress.jobs),
+        "elapsed_s": round(progress.elapsed_s, 3),
+    }
+    if as_json:
+        print_json(data)
+    else:
+        print_record({k: v for k, v in data.items() if k != "jobs"}, title="run finished")
+    if progress.status not in {"succeeded", "partial"}:
+        raise typer.Exit(2)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to ``app``."""
+    """Add ``sessions`` and ``api-keys`` to ``app``."""
+    sessions = typer.Typer(help="Whole-session files: upload, inspect, reprocess.",
+                           no_args_is_help=True)
+    app.add_typer(sessions, name="sessions")
+    keys = typer.Typer(help="API keys for the HTTP API.", no_args_is_help=True)
+    app.add_typer(keys, name="api-keys")
+
+    @sessions.command("upload")
+    def upload(
+        files: list[Path] = typer.Argument(..., help="Session file(s), one session."),
+        device: str = typer.Option(..., "--device", help="Device the session came from."),
+        tenant: str | None = TENANT_OPTION,
+        priority: int = typer.Option(0, "--priority", help="Higher runs first."),
+        config: str | None = typer.Option(None, "--config", help="Run config JSON or @file."),
+        wait: bool = typer.Option(False, "--wait", help="Follow the run until it ends."),
+        timeout: float = typer.Option(600.0, "--timeout", help="Give up waiting after this."),
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """Store FILES as one session and hand them to intake."""
+        from streams.sessions.upload import upload_files
+
+        owner = _tenant(tenant)
+        settings = Settings()
+        receipt = asyncio.run(upload_files(
+            settings, tenant=owner, device=device, paths=files, priority=priority,
+            config=_config(config)))
+        if as_json and not wait:
+            print_json(receipt.as_dict())
+        elif not as_json:
+            console.print(f"uploaded {len(receipt.artifacts)} file(s) as session "
+                          f"{receipt.session_id} (artifact set {receipt.artifact_set_hash[:12]})")
+        if wait:
+            final = _follow(settings, as_json=as_json, timeout=timeout, tenant=owner,
+                            artifact_set_hash=receipt.artifact_set_hash)
+            _print_final(final, as_json=as_json)
+
+    @sessions.command("list")
+    def list_(
+        tenant: str | None = TENANT_OPTION,
+        device: str | None = typer.Option(None, "--device", help="Only this device."),
+        limit: int = typer.Option(50, "--limit", min=1, max=1000),
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """List the tenant's newest sessions."""
+        from streams.sessions import queries
+        from streams.sessions.tenancy import tenant_id
+
+        owner = _tenant(tenant)
+
+        async def work(conn: Any) -> list[dict[str, Any]]:
+            tid = await tenant_id(conn, owner)
+            if tid is None:
+                return []
+            return await queries.list_sessions(conn, tid, device=device, limit=limit)
+
+        rows = _with_conn(work)
+        print_rows(rows, title=f"sessions of {owner}", as_json=as_json, columns=(
+            "id", "device", "status", "query_ready", "active_run_id", "latest_run_status",
+            "created_at"))
+
+    @sessions.command("show")
+    def show(
+        session: str = typer.Argument(..., help="Session id."),
+        tenant: str | None = TENANT_OPTION,
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """Show a session with its runs and artifacts."""
+        from streams.sessions import queries
+        from streams.sessions.tenancy import tenant_id
+
+        owner, sid = _tenant(tenant), _uuid(session)
+
+        async def work(conn: Any) -> dict[str, Any]:
+            tid = await tenant_id(conn, owner)
+            if tid is None:
+                raise NotFoundError(f"no tenant {owner}")
+            found = await queries.get_session(conn, tid, sid)
+            if found["active_run_id"]:
+                run = await queries.get_run(conn, tid, _uuid(found["active_run_id"]))
+                found["active_run"] = {k: run[k] for k in (
+                    "status", "features_available", "feature_reasons", "summary")}
+            return found
+
+        data = _with_conn(work)
+        if as_json:
+            print_json(data)
+            return
+        head = {k: data[k] for k in ("id", "tenant", "device", "status", "query_ready",
+                                     "active_run_id", "created_at")}
+        print_record(head, title=f"session {sid}")
+        print_rows(data["runs"], title="runs", columns=(
+            "id", "status", "requested_by", "created_at", "completed_at", "failure_reason"))
+        print_rows(data["artifacts"], title="artifacts", columns=(
+            "filename", "bytes", "sha256", "status", "format_detected"))
+        if "active_run" in data:
+            flags = data["active_run"]["features_available"]
+            reasons = data["active_run"]["feature_reasons"]
+            print_rows([{"feature": f, "available": v, "reason": reasons.get(f)}
+                        for f, v in sorted(flags.items())],
+                       title="features of the active run",
+                       columns=("feature", "available", "reason"))
+
+    @sessions.command("reprocess")
+    def reprocess_cmd(
+        session: str = typer.Argument(..., help="Session id."),
+        tenant: str | None = TENANT_OPTION,
+        config: str | None = typer.Option(None, "--config", help="New run config JSON/@file."),
+        wait: bool = typer.Option(False, "--wait", help="Follow the new run until it ends."),
+        timeout: float = typer.Option(600.0, "--timeout"),
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """Start a new run with the current versions; the session switches only if it succeeds."""
+        from streams.sessions.reprocess import reprocess
+
+        owner, sid = _tenant(tenant), _uuid(session)
+        settings = Settings()
+        new_config = _config(config) if config else None
+        enqueued = _with_conn(lambda conn: reprocess(
+            conn, tenant=owner, session_id=sid, config=new_config, requested_by="cli",
+            namespace=settings.namespace))
+        if not as_json:
+            console.print(f"reprocessing session {sid} as run {enqueued.run_id}")
+        elif not wait:
+            print_json({"session_id": str(sid), "run_id": str(enqueued.run_id)})
+        if wait:
+            _print_final(_follow(settings, as_json=as_json, timeout=timeout,
+                                 run_id=enqueued.run_id), as_json=as_json)
+
+    @sessions.command("rollback")
+    def rollback_cmd(
+        session: str = typer.Argument(..., help="Session id."),
+        to: str | None = typer.Option(None, "--to", help="Run to make active (default: the "
+                                      "previous succeeded or partial run)."),
+        tenant: str | None = TENANT_OPTION,
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """Point the session back at an earlier good run (nothing is deleted)."""
+        from streams.sessions.reprocess import rollback
+
+        owner, sid = _tenant(tenant), _uuid(session)
+        target = _uuid(to) if to else None
+        moved = _with_conn(lambda conn: rollback(
+            conn, tenant=owner, session_id=sid, to_run=target, requested_by="cli"))
+        data = {"session_id": str(sid), "from_run": str(moved.from_run),
+                "to_run": str(moved.to_run)}
+        if as_json:
+            print_json(data)
+        else:
+            console.print(f"session {sid}: active run {moved.from_run} -> {moved.to_run}")
+
+    @sessions.command("synth")
+    def synth(
+        out: Path = typer.Option(..., "--out", help="File to write (.gz: gzip-compressed)."),
+        laps: int = typer.Option(5, "--laps", min=1),
+        imu_hz: float = typer.Option(100.0, "--imu-hz"),
+        gnss_hz: float = typer.Option(10.0, "--gnss-hz"),
+        fmt: str = typer.Option("csv", "--format", help="nmea | gpx | csv | jsonl"),
+        seed: int = typer.Option(0, "--seed"),
+        pit_lap: int | None = typer.Option(None, "--pit-lap", help="Pit stop after this lap."),
+        open_road: bool = typer.Option(False, "--open-road", help="A road that never closes."),
+        flat: bool = typer.Option(False, "--flat", help="No jumps."),
+    ) -> None:
+        """Write a synthetic session and its ground truth (OUT.truth.json)."""
+        from stages.session import formats
+        from stages.session.synth import synthesize
+
+        if fmt not in FORMATS:
+            raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
+        session = synthesize(laps=laps, imu_hz=imu_hz, gnss_hz=gnss_hz, seed=seed,
+                             pit_lap=pit_lap, closed=not open_road, flat=flat)
+        data = formats.write(fmt, {"gnss": session.gnss, "imu": session.imu},
+                             compressed=out.suffix == ".gz")
+        out.write_bytes(data)
+        truth_path = out.with_name(out.name + ".truth.json")
+        truth_path.write_bytes(orjson.dumps(session.truth.truth_json(),
+                                            option=orjson.OPT_INDENT_2, default=str))
+        streams = "GNSS only" if fmt == "nmea" else "GNSS + IMU"
+        console.print(f"wrote {out} ({len(data):,} bytes, {fmt}, {streams}, "
+                      f"{session.truth.duration_s:.0f} s, {len(session.truth.laps)} laps) "
+                      f"and {truth_path.name}")
+
+    @keys.command("create")
+    def create_key(
+        name: str = typer.Argument("default", help="A label for the key."),
+        tenant: str | None = TENANT_OPTION,
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """Create an API key for the tenant; the secret is shown only once."""
+        from streams.api.keys import create_api_key
+
+        owner = _tenant(tenant)
+        key = _with_conn(lambda conn: create_api_key(conn, tenant=owner, name=name))
+        data = {"id": str(key.id), "tenant": key.tenant, "name": key.name, "key": key.secret}
+        if as_json:
+            print_json(data)
+        else:
+            console.print(f"API key for tenant {owner} (store it now, it is not shown again):")
+            console.print(key.secret, markup=False, highlight=False)
+
+    @keys.command("revoke")
+    def revoke_key(
+        key_id: str = typer.Argument(..., help="Key id."),
+        tenant: str | None = TENANT_OPTION,
+    ) -> None:
+        """Revoke an API key."""
+        from streams.api.keys import revoke_api_key
+
+        owner = _tenant(tenant)
+        _with_conn(lambda conn: revoke_api_key(conn, tenant=owner, key_id=_uuid(key_id)))
+        console.print(f"revoked {key_id}")

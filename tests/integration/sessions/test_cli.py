@@ -1,0 +1,82 @@
+"""``tideway sessions ...`` and ``tideway api-keys ...`` end to end (CLI in-process)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from streams.cli.main import app
+from streams.config import Settings
+from tests.integration.sessions.conftest import running_system
+
+
+@pytest.fixture
+def cli_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setenv("TIDEWAY_POSTGRES_DSN", settings.postgres())
+    monkeypatch.setenv("TIDEWAY_NATS_URL", settings.nats())
+    monkeypatch.setenv("TIDEWAY_NAMESPACE", settings.namespace)
+    monkeypatch.setenv("TIDEWAY_OBJECT_STORE", settings.objects())
+    monkeypatch.setenv("TIDEWAY_DEFAULT_TENANT", "acme")
+    return settings
+
+
+async def _cli(*args: str) -> Any:
+    result = await asyncio.to_thread(CliRunner().invoke, app, list(args))
+    assert result.exit_code == 0, (args, result.output, result.exception)
+    return result.output
+
+
+async def test_synth_upload_wait_reprocess_rollback(cli_env: Settings, tmp_path: Path) -> None:
+    out = tmp_path / "demo.csv.gz"
+    await _cli(
+        "sessions",
+        "synth",
+        "--laps",
+        "2",
+        "--imu-hz",
+        "50",
+        "--format",
+        "csv",
+        "--out",
+        str(out),
+        "--seed",
+        "2",
+    )
+    truth = orjson.loads((tmp_path / "demo.csv.gz.truth.json").read_bytes())
+    assert truth["lap_count"] == 2 and out.read_bytes()[:2] == b"\x1f\x8b"  # gzip
+
+    line = orjson.dumps({"start_finish": truth["start_finish"]}).decode()
+    async with running_system(cli_env):
+        done = orjson.loads(
+            await _cli(
+                "sessions",
+                "upload",
+                str(out),
+                "--device",
+                "kart-3",
+                "--config",
+                line,
+                "--wait",
+                "--json",
+            )
+        )
+        assert done["status"] in {"succeeded", "partial"}
+        assert done["features_available"]["fusion"] is True
+        listed = orjson.loads(await _cli("sessions", "list", "--json"))
+        assert len(listed) == 1 and listed[0]["active_run_id"] == done["run_id"]
+        session = listed[0]["id"]
+        again = orjson.loads(await _cli("sessions", "reprocess", session, "--wait", "--json"))
+        assert again["status"] in {"succeeded", "partial"} and again["run_id"] != done["run_id"]
+
+    shown = orjson.loads(await _cli("sessions", "show", session, "--json"))
+    assert shown["active_run_id"] == again["run_id"] and len(shown["runs"]) == 2
+    assert shown["active_run"]["summary"]["laps"]["count"] == 2
+    back = orjson.loads(await _cli("sessions", "rollback", session, "--json"))
+    assert (back["from_run"], back["to_run"]) == (again["run_id"], done["run_id"])
+    key = orjson.loads(await _cli("api-keys", "create", "ci", "--json"))
+    assert key["tenant"] == "acme" and key["key"].startswith("tw_")
