@@ -1,0 +1,282 @@
+"""Turn a batch of evaluations, and what Postgres already holds, into the rows to write.
+
+Theory of operation (one batch; the runtime does the I/O between the steps):
+
+1. every envelope is evaluated (:mod:`stages.ingest.evaluate`);
+2. one dedupe read returns the rows already holding the batch's keys, and the duplicate rows
+   already holding its receipts; :func:`classify` gives each envelope its :class:`Fate`:
+
+   * ``RECORDED``  — this very message (same receipt) already has its status: nothing to do;
+   * ``DUPLICATE`` — another message owns the key: record a ``duplicate`` row, no telemetry,
+     no side effect (the owner is an existing row, or an earlier envelope of this batch);
+   * ``NEW``       — record it with the status its evaluation ended in;
+
+3. the new envelopes that need it are published (idempotently, so a crash before the next
+   step only causes a harmless re-publish on redelivery);
+4. one transaction inserts the new rows with their *final* statuses, their telemetry rows,
+   stage logs, duplicate rows and dead letters (:class:`Recording` builds each row).
+
+Each row is written once; nothing is updated on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+import orjson
+
+from stages.ingest.evaluate import Evaluation, StageLog, issues_json
+from stages.ingest.processing_state import ProcessingState, recorded_path
+from stages.ingest.processing_state import check_path as check_state_path
+from stages.ingest.status import Status, check_path
+
+PUBLISH_FAILED = "PUBLISH_FAILED"
+
+MESSAGE_COLUMNS = (
+    "source_deduplication_key", "stream_seq", "received_at", "subject", "traceparent",
+    "payload_bytes", "tenant_id", "device_id", "schema_version_id", "schema_topic_id",
+    "measured_at", "seq", "status", "error_code", "error_message",
+)
+DUPLICATE_COLUMNS = (
+    "duplicate_of", "stream_seq", "received_at", "subject", "traceparent", "payload_bytes",
+    "tenant_id", "device_id", "measured_at", "seq",
+)
+STAGE_LOG_COLUMNS = (
+    "message_id", "attempt", "stage", "status", "duration_us", "error_code", "error_message",
+    "input_snapshot", "output_snapshot",
+)
+TELEMETRY_COLUMNS = (
+    "ingestion_message_id", "tenant_id", "device_id", "schema_version_id", "topic",
+    "measured_at", "seq", "received_at", "processing_state", "parameter_values",
+    "validation_issues",
+)
+DEAD_LETTER_COLUMNS = (
+    "ingestion_message_id", "tenant", "subject", "headers", "payload", "reason_code", "failures",
+)
+
+
+class Fate(StrEnum):
+    """What the dedupe read says about one envelope (see the module docstring)."""
+
+    NEW = "new"
+    RECORDED = "recorded"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Existing:
+    """A row already in ``ingestion_messages`` that shares a key or receipt with the batch."""
+
+    id: int
+    key: str | None
+    stream_seq: int
+    received_at: datetime
+    status: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Classified:
+    """An envelope's fate; a duplicate names its owner by row id or by batch position."""
+
+    fate: Fate
+    owner_id: int | None = None
+    owner_index: int | None = None
+
+
+def classify(evaluations: Sequence[Evaluation], existing: Sequence[Existing]) -> list[Classified]:
+    """Decide each envelope's :class:`Fate` from the rows the dedupe read returned."""
+    by_key = {row.key: row for row in existing if row.key is not None}
+    duplicate_receipts = {(row.stream_seq, row.received_at) for row in existing if row.key is None}
+    first_in_batch: dict[str, int] = {}
+    out: list[Classified] = []
+    for index, ev in enumerate(evaluations):
+        receipt = (ev.receipt.stream_seq, ev.receipt.received_at)
+        owner = by_key.get(ev.key)
+        if receipt in duplicate_receipts or (
+            owner is not None and (owner.stream_seq, owner.received_at) == receipt
+        ):
+            out.append(Classified(fate=Fate.RECORDED))
+        elif owner is not None:
+            out.append(Classified(fate=Fate.DUPLICATE, owner_id=owner.id))
+        elif ev.key in first_in_batch:
+            out.append(Classified(fate=Fate.DUPLICATE, owner_index=first_in_batch[ev.key]))
+        else:
+            first_in_batch[ev.key] = index
+            out.append(Classified(fate=Fate.NEW))
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PublishFailure:
+    """One failed side effect of one envelope (kept in its dead letter)."""
+
+    sink: str  # "hot_state" | "analytics"
+    code: str
+    message: str
+    attempts: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PublishOutcome:
+    """What publishing did for one envelope."""
+
+    duration_us: int
+    hot_state_written: bool = False
+    analytics_published: bool = False
+    failures: tuple[PublishFailure, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Final:
+    """How one new envelope is recorded."""
+
+    ev: Evaluation
+    status: Status
+    state: ProcessingState | None
+    error_code: str | None
+    error_message: str | None
+    publish: PublishOutcome | None
+    dead_letter: bool
+
+
+def finalize(ev: Evaluation, publish: PublishOutcome | None) -> Final:
+    """The recorded status of a new envelope, given its publish outcome (if it needed one)."""
+    if ev.needs_publish and publish is not None and not publish.ok:
+        message = "; ".join(f"{f.sink}: {f.message}" for f in publish.failures)
+        return Final(ev=ev, status=Status.FAILED_TERMINAL, state=ProcessingState.PUBLISH_FAILED,
+                     error_code=PUBLISH_FAILED, error_message=message, publish=publish,
+                     dead_letter=True)
+    return Final(ev=ev, status=ev.status, state=ev.state, error_code=ev.error_code,
+                 error_message=ev.error_message, publish=publish, dead_letter=ev.dead_letter)
+
+
+def _none_if_empty(value: str | None) -> str | None:
+    return value or None
+
+
+@dataclass(kw_only=True, slots=True)
+class Recording:
+    """Rows for the recording transaction, built once the new rows' ids are known."""
+
+    capture: bool
+    now: datetime
+    telemetry: list[tuple[Any, ...]] = field(default_factory=list)
+    stage_logs: list[tuple[Any, ...]] = field(default_factory=list)
+    dead_letters: list[tuple[Any, ...]] = field(default_factory=list)
+    duplicates: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def add(self, final: Final, message_id: int, persist_us: int) -> None:
+        """Telemetry, stage logs and dead letter of one recorded new envelope."""
+        ev = final.ev
+        check_path((Status.QUEUED, Status.PROCESSING, final.status))
+        logs = self.stage_logs
+        for log in ev.logs:
+            logs.append((message_id, 1, *log))
+        if final.state is not None and ev.device is not None and ev.binding is not None:
+            check_state_path(recorded_path(final.state))
+            assert ev.envelope is not None and ev.values is not None
+            self.telemetry.append((
+                message_id, ev.device.tenant_id, ev.device.id, ev.binding.schema_version_id,
+                ev.binding.program.topic, ev.envelope.ts, ev.envelope.seq, ev.receipt.received_at,
+                final.state.value, ev.values, issues_json(ev.issues),
+            ))
+            logs.append((message_id, 1, *StageLog(
+                "persist", "ok", persist_us, None, None,
+                {"processing_state": final.state.value} if self.capture else None,
+                {"device_telemetry_log_id": message_id} if self.capture else None,
+            )))
+        publish = final.publish
+        if publish is not None:
+            failed = not publish.ok
+            logs.append((message_id, 1, *StageLog(
+                "publish", "failed" if failed else "ok", publish.duration_us,
+                PUBLISH_FAILED if failed else None, final.error_message if failed else None,
+                None, {"hot_state_written": publish.hot_state_written,
+                       "analytics_published": publish.analytics_published}
+                if self.capture else None,
+            )))
+        if final.dead_letter:
+            self.dead_letters.append(self.dead_letter_row(final, message_id))
+
+    def dead_letter_row(self, final: Final, message_id: int) -> tuple[Any, ...]:
+        ev = final.ev
+        if final.publish is not None and final.publish.failures:
+            failures = [
+                {"at": self.now.isoformat(), "stage": "publish", "code": f.code,
+                 "message": f"{f.sink}: {f.message}", "attempt": 1, "tries": f.attempts}
+                for f in final.publish.failures
+            ]
+        else:
+            stage = next((log.stage for log in ev.logs if log.status == "failed"), "ingress")
+            failures = [{"at": self.now.isoformat(), "stage": stage, "code": final.error_code,
+                         "message": final.error_message, "attempt": 1}]
+        receipt = ev.receipt
+        # JSON as text: a list inside a jsonb[] parameter would read as another array dimension.
+        return (
+            message_id, ev.parts.tenant if ev.parts else None, receipt.subject,
+            orjson.dumps(dict(receipt.headers or {})).decode(), receipt.data,
+            final.error_code or PUBLISH_FAILED, orjson.dumps(failures).decode(),
+        )
+
+    def add_duplicate(self, ev: Evaluation, owner_id: int) -> None:
+        """The ``duplicate`` row recording a dedupe hit on ``owner_id``'s key."""
+        receipt, device, env = ev.receipt, ev.device, ev.envelope
+        self.duplicates.append((
+            owner_id, receipt.stream_seq, receipt.received_at, receipt.subject,
+            _none_if_empty(receipt.traceparent), len(receipt.data),
+            device.tenant_id if device else None, device.id if device else None,
+            env.ts if env else None, env.seq if env else None,
+        ))
+
+
+def message_row(final: Final) -> tuple[Any, ...]:
+    """The ``ingestion_messages`` row of a new envelope, in :data:`MESSAGE_COLUMNS` order."""
+    ev = final.ev
+    receipt, device, binding, env = ev.receipt, ev.device, ev.binding, ev.envelope
+    return (
+        ev.key, receipt.stream_seq, receipt.received_at, receipt.subject,
+        _none_if_empty(receipt.traceparent), len(receipt.data),
+        device.tenant_id if device else None, device.id if device else None,
+        binding.schema_version_id if binding else None,
+        binding.schema_topic_id if binding else None,
+        env.ts if env else None, env.seq if env else None,
+        final.status.value, final.error_code, final.error_message,
+    )
+
+
+def hot_state_order(ts_us: int, seq: int | None) -> str:
+    """The measurement order of an envelope as a fixed-width string (compared byte-wise).
+
+    ``ts`` first, then ``seq`` (absent sorts first), so "newest measurement wins" is a plain
+    string comparison in Redis that cannot lose precision the way Lua's doubles would.
+    """
+    return f"{ts_us:020d}.{0 if seq is None else seq + 1:020d}"
+
+
+def owner_ids(
+    classified: Sequence[Classified], inserted: Mapping[str, int], keys: Sequence[str]
+) -> list[int | None]:
+    """The owner row id of every duplicate (``None`` when its in-batch owner was not inserted)."""
+    out: list[int | None] = []
+    for c in classified:
+        if c.fate is not Fate.DUPLICATE:
+            out.append(None)
+        elif c.owner_id is not None:
+            out.append(c.owner_id)
+        else:
+            assert c.owner_index is not None
+            out.append(inserted.get(keys[c.owner_index]))
+    return out
+
+
+def uuid_or_none(value: Any) -> UUID | None:
+    return value if isinstance(value, UUID) else None

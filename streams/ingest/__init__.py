@@ -1,0 +1,1 @@
+"""The streaming pipeline runtime: provisioning, the consumer, publish sinks, operator tools."""

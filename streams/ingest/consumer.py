@@ -1,0 +1,108 @@
+"""``tideway ingest``: the consumer process loop.
+
+Each of ``concurrency`` workers pulls a batch from the shared durable consumer, runs it
+through :class:`streams.ingest.pipeline.Pipeline`, then acks what has its recorded status and
+naks the rest with a delay. Any number of processes may run this against the same consumer.
+
+Failure behaviour:
+
+* a dependency is down (``TransientError``): the batch is nak'ed with a backoff delay and the
+  worker pauses before its next fetch, growing with consecutive failures (full jitter,
+  floored) — delayed redelivery, never a hot loop, never a lost envelope;
+* an unexpected exception is logged and treated the same way; a poison envelope is isolated
+  inside the pipeline, so it cannot stop its batch;
+* ``stop`` (SIGTERM/SIGINT in the CLI) lets every worker finish, ack and return its current
+  batch, then the connections are flushed and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+
+from stages.ingest.ack_policy import Disposition, decide
+from stages.ingest.retry_policy import Backoff
+from streams.config import Settings
+from streams.errors import TransientError
+from streams.ingest.fetch import Fetcher, acknowledge, receipt_of
+from streams.ingest.pipeline import BatchStats, Pipeline
+from streams.ingest.resources import Resources
+
+log = logging.getLogger(__name__)
+
+
+async def run_consumer(
+    settings: Settings,
+    *,
+    stop: asyncio.Event,
+    concurrency: int | None = None,
+    on_batch: Callable[[BatchStats], None] | None = None,
+) -> None:
+    """Consume the TELEMETRY stream until ``stop`` is set, then drain and return."""
+    workers = concurrency or settings.consumer.concurrency
+    resources = await Resources.open(settings, pool_size=workers + 2)
+    fetchers: list[Fetcher] = []
+    try:
+        pipeline = Pipeline(resources)
+        names = resources.names
+        for _ in range(workers):
+            fetcher = Fetcher(resources.nc, stream=names.telemetry_stream,
+                              durable=names.ingest_durable)
+            fetchers.append(await fetcher.start())
+        await asyncio.gather(*(_work(pipeline, f, stop, on_batch) for f in fetchers))
+    finally:
+        for fetcher in fetchers:
+            await fetcher.stop()
+        await resources.close()
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def _work(pipeline: Pipeline, fetcher: Fetcher, stop: asyncio.Event,
+                on_batch: Callable[[BatchStats], None] | None) -> None:
+    settings = pipeline.settings
+    consumer = settings.consumer
+    nc = pipeline.resources.nc
+    rand = random.Random()
+    pause = Backoff(base_s=settings.retry.redelivery_delay_s,
+                    cap_s=max(settings.retry.redelivery_cap_s, settings.retry.redelivery_delay_s))
+    failures = 0
+    while not stop.is_set():
+        try:
+            msgs = await fetcher.fetch(consumer.batch_size, consumer.max_wait_s)
+        except Exception as exc:  # NATS reconnecting; try again shortly
+            log.warning("fetch failed: %s", exc)
+            await _pause(stop, pause.floored_delay(0, rand.random))
+            continue
+        if not msgs:
+            continue
+        receipts = [receipt_of(m) for m in msgs]
+        try:
+            result = await pipeline.process(receipts)
+        except Exception as exc:  # the batch is redelivered later, not lost
+            failures += 1
+            if isinstance(exc, TransientError):
+                log.warning("batch of %d deferred (%s): %s", len(msgs), exc.code, exc)
+            else:
+                log.exception("batch of %d failed unexpectedly; deferring it", len(msgs))
+            decisions = tuple(
+                decide(Disposition.UNAVAILABLE, delivered=r.delivered, backoff=pause,
+                       rand=rand.random)
+                for r in receipts
+            )
+            await acknowledge(nc, msgs, decisions)
+            await _pause(stop, pause.floored_delay(failures - 1, rand.random))
+            continue
+        failures = 0
+        await acknowledge(nc, msgs, result.decisions)
+        if on_batch is not None:
+            try:
+                on_batch(result.stats)
+            except Exception:  # a progress callback must not stop ingestion
+                log.exception("on_batch callback failed")

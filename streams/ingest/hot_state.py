@@ -1,0 +1,126 @@
+"""Redis hot state: the newest *measurement* of each device and topic.
+
+Layout: one hash per device, ``<prefix>state:<tenant>:<device>``, with two fields per topic:
+``<topic>`` holds a JSON document (``ts``, ``seq``, ``values``, ``message_key``,
+``received_at``) and ``<topic>@order`` the measurement order of that document
+(:func:`stages.ingest.plan.hot_state_order`, a fixed-width string of ts then seq).
+
+"Newest measurement wins" is decided *inside Redis*, by one Lua script call per batch that
+compares orders and writes only when the incoming measurement is strictly newer. Concurrent
+consumers therefore cannot race (scripts run atomically), an older envelope arriving late
+never overwrites a newer one, and re-publishing the same envelope is a no-op. ``pcall``
+contains a failure (say, a key someone overwrote with a string) to that key's envelopes.
+
+The script takes all of a batch's keys in one call, which assumes a single Redis node (in
+Redis Cluster the keys would need a common hash tag); ``CHUNK`` bounds the call size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from streams.errors import PermanentError, TransientError
+
+CHUNK = 2000
+
+WRITTEN, NOT_NEWER, FAILED = 1, 0, -1
+
+_SCRIPT = """
+local out = {}
+for i = 1, #KEYS do
+  local b = (i - 1) * 3
+  local field, order, doc = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+  local current = redis.pcall('HGET', KEYS[i], field .. '@order')
+  if type(current) == 'table' and current.err then
+    out[i] = -1
+  elseif current and current >= order then
+    out[i] = 0
+  else
+    local ok = redis.pcall('HSET', KEYS[i], field, doc, field .. '@order', order)
+    if type(ok) == 'table' and ok.err then out[i] = -1 else out[i] = 1 end
+  end
+end
+return out
+"""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HotItem:
+    """One measurement to offer to the hot state."""
+
+    key: str
+    topic: str
+    order: str
+    doc: bytes
+
+
+def translate(exc: RedisError) -> TransientError | PermanentError:
+    """A redis-py error as a Tideway error with a stable code."""
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
+        return TransientError(f"Redis unavailable: {exc}", code="REDIS_UNAVAILABLE")
+    return PermanentError(f"Redis refused the write: {exc}", code="REDIS_ERROR")
+
+
+class HotState:
+    """Writes and reads the per-device hot state."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.client = client
+        self._script = client.register_script(_SCRIPT)
+
+    async def offer(self, items: Sequence[HotItem]) -> list[int]:
+        """Offer measurements; per item ``WRITTEN``, ``NOT_NEWER`` or ``FAILED``.
+
+        Raises :class:`TransientError` / :class:`PermanentError` when the call itself fails.
+        """
+        # Only the newest measurement per (key, topic) can win; the others are NOT_NEWER.
+        best: dict[tuple[str, str], int] = {}
+        for index, item in enumerate(items):
+            slot = (item.key, item.topic)
+            held = best.get(slot)
+            if held is None or items[held].order < item.order:
+                best[slot] = index
+        results = [NOT_NEWER] * len(items)
+        chosen = list(best.values())
+        try:
+            for start in range(0, len(chosen), CHUNK):
+                part = chosen[start : start + CHUNK]
+                args: list[Any] = []
+                for index in part:
+                    item = items[index]
+                    args += (item.topic, item.order, item.doc)
+                answer = await self._script(keys=[items[i].key for i in part], args=args)
+                for index, result in zip(part, answer, strict=True):
+                    results[index] = int(result)
+        except RedisError as exc:
+            raise translate(exc) from exc
+        except OSError as exc:
+            raise TransientError(f"Redis unavailable: {exc}", code="REDIS_UNAVAILABLE") from exc
+        # A failed key fails every item offered for it, not only the one that was sent.
+        failed = {(items[i].key, items[i].topic) for i in chosen if results[i] == FAILED}
+        if failed:
+            for index, item in enumerate(items):
+                if (item.key, item.topic) in failed:
+                    results[index] = FAILED
+        return results
+
+    async def read(self, key: str) -> dict[str, Any]:
+        """The hot state of one device: ``{topic: document}``."""
+        try:
+            raw = await self.client.hgetall(key)
+        except RedisError as exc:
+            raise translate(exc) from exc
+        out: dict[str, Any] = {}
+        for field, value in raw.items():
+            name = field.decode() if isinstance(field, bytes) else field
+            if not name.endswith("@order"):
+                out[name] = orjson.loads(value)
+        return out

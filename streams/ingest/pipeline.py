@@ -1,0 +1,182 @@
+"""One batch through the whole pipeline: evaluate, dedupe, publish, record, decide acks.
+
+Round trips per batch, whatever its size: at most two registry queries (cache misses only),
+one dedupe read, one Redis script call and one ClickHouse insert (concurrently), one
+recording transaction (insert + two ``COPY`` + duplicates/dead letters when present), then
+the acks. See :mod:`stages.ingest.plan` for why publishing before the recording transaction
+is crash-safe: both sinks are idempotent, so a crash in between only causes a harmless
+re-publish when JetStream redelivers.
+
+The consumer (``consumer.py``), ``tideway replay`` and ``tideway dlq`` all feed receipts
+through :meth:`Pipeline.process`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from stages.ingest.ack_policy import AckDecision, Disposition, decide, publish_failure_is_final
+from stages.ingest.evaluate import Evaluation, Registry, evaluate
+from stages.ingest.ingress import Receipt
+from stages.ingest.plan import Classified, Fate, Final, PublishOutcome, classify, finalize
+from stages.ingest.retry_policy import Backoff
+from streams.ingest.analytics import Analytics
+from streams.ingest.hot_state import HotState
+from streams.ingest.publish import Publisher
+from streams.ingest.recorder import PG_FAILURES, Recorded, Recorder, lookup, translate
+from streams.ingest.registry_cache import RegistryCache
+from streams.ingest.resources import Resources
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BatchStats:
+    """What one batch did (handed to ``run_consumer``'s ``on_batch``)."""
+
+    size: int
+    statuses: Mapping[str, int]
+    """Statuses recorded by this batch (new rows and duplicate rows)."""
+    already_recorded: int
+    """Redeliveries of envelopes that already had their status (acked, nothing written)."""
+    retried: int
+    """Envelopes negatively acknowledged for redelivery."""
+    dead_lettered: int
+    duration_s: float
+    stored_at_ns: tuple[int, ...]
+    """When JetStream stored each envelope (for end-to-end latency)."""
+    finished_at_ns: int
+    """Wall-clock time the batch's outcome was decided (just before the acks)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BatchResult:
+    """Per-receipt acknowledgement decisions, in input order, and the batch's stats."""
+
+    decisions: tuple[AckDecision, ...]
+    stats: BatchStats
+    message_ids: Mapping[int, int]
+    """Batch index → ``ingestion_messages`` id now holding that envelope's status."""
+
+
+class Pipeline:
+    """The streaming pipeline over one process's :class:`Resources`."""
+
+    def __init__(self, resources: Resources, *, rand: random.Random | None = None) -> None:
+        settings = resources.settings
+        self.resources = resources
+        self.settings = settings
+        self.rand = rand or random.Random()
+        self.prefix = settings.namespace
+        self.cache = RegistryCache(ttl_s=settings.consumer.registry_ttl_s)
+        self.analytics = Analytics(resources.clickhouse, resources.names.analytics_table)
+        self.recorder = Recorder(resources.pool, capture=settings.consumer.capture_stage_snapshots)
+        retry = settings.retry
+        self.publisher = Publisher(
+            hot_state=HotState(resources.redis), analytics=self.analytics, names=resources.names,
+            attempts=retry.publish_attempts,
+            backoff=Backoff(base_s=retry.publish_base_s,
+                            cap_s=max(retry.publish_cap_s, retry.publish_base_s)),
+            rand=self.rand,
+        )
+        self.redelivery = Backoff(base_s=retry.redelivery_delay_s,
+                                  cap_s=max(retry.redelivery_cap_s, retry.redelivery_delay_s))
+
+    def evaluate_all(self, receipts: Sequence[Receipt], registry: Registry) -> list[Evaluation]:
+        """Run the pure stages over every receipt."""
+        consumer = self.settings.consumer
+        clock = time.perf_counter_ns
+        return [
+            evaluate(r, registry, prefix=self.prefix, max_payload_bytes=consumer.max_payload_bytes,
+                     capture=consumer.capture_stage_snapshots, clock=clock)
+            for r in receipts
+        ]
+
+    async def prepare(
+        self, receipts: Sequence[Receipt]
+    ) -> tuple[list[Evaluation], list[Classified]]:
+        """Evaluate every receipt and classify it against Postgres (registry + dedupe read)."""
+        pairs = []
+        prefix_len = len(self.prefix) + 1 if self.prefix else 0
+        for r in receipts:
+            tokens = r.subject[prefix_len:].split(".")
+            if len(tokens) == 4:
+                pairs.append((tokens[1], tokens[2]))
+        try:
+            async with self.resources.pool.acquire() as conn:
+                view = await self.cache.view(conn, pairs)
+                evaluations = self.evaluate_all(receipts, view)
+                existing = await lookup(conn, evaluations)
+        except PG_FAILURES as exc:
+            raise translate(exc) from exc
+        return evaluations, classify(evaluations, existing)
+
+    async def process(self, receipts: Sequence[Receipt]) -> BatchResult:
+        """Run a batch; raises ``TransientError`` when Postgres is unreachable."""
+        started = time.perf_counter()
+        evaluations, fates = await self.prepare(receipts)
+        new = [i for i, f in enumerate(fates) if f.fate is Fate.NEW]
+        to_publish = [i for i in new if evaluations[i].needs_publish]
+        outcomes: dict[int, PublishOutcome] = dict(zip(
+            to_publish, await self.publisher.publish([evaluations[i] for i in to_publish]),
+            strict=True,
+        ))
+        dispositions = [Disposition.RECORDED] * len(receipts)
+        finals: dict[int, Final] = {}
+        max_deliver = self.settings.consumer.max_deliver
+        for index in new:
+            outcome = outcomes.get(index)
+            delivered = evaluations[index].receipt.delivered
+            if outcome is not None and not outcome.ok and not publish_failure_is_final(
+                delivered=delivered, max_deliver=max_deliver
+            ):
+                dispositions[index] = Disposition.PUBLISH_RETRY
+                continue
+            finals[index] = finalize(evaluations[index], outcome)
+        recorded = await self.recorder.record_safely(evaluations, fates, finals)
+        for index in recorded.contended:
+            dispositions[index] = Disposition.CONTENDED
+        if recorded.dead_letters:
+            await self._announce(recorded)
+        decisions = tuple(
+            decide(d, delivered=r.delivered, backoff=self.redelivery, rand=self.rand.random)
+            for d, r in zip(dispositions, receipts, strict=True)
+        )
+        already = sum(1 for i, f in enumerate(fates) if f.fate is Fate.RECORDED
+                      and dispositions[i] is Disposition.RECORDED)
+        stats = BatchStats(
+            size=len(receipts),
+            statuses=Counter(s.value for s in recorded.statuses.values()),
+            already_recorded=already,
+            retried=sum(1 for d in dispositions if d is not Disposition.RECORDED),
+            dead_lettered=len(recorded.dead_letters),
+            duration_s=time.perf_counter() - started,
+            stored_at_ns=tuple(r.received_at_ns for r in receipts),
+            finished_at_ns=time.time_ns(),
+        )
+        return BatchResult(decisions=decisions, stats=stats, message_ids=recorded.message_ids)
+
+    async def _announce(self, recorded: Recorded) -> None:
+        """Copy each new dead letter to the DLQ stream, for alerting (best effort)."""
+        js = self.resources.nc.jetstream()
+        names = self.resources.names
+        for message_id, ev, code in recorded.dead_letters:
+            headers = {
+                "Nats-Msg-Id": f"dlq-{message_id}", "Tideway-Message-Id": str(message_id),
+                "Tideway-Reason": code, "Tideway-Subject": ev.receipt.subject,
+                "Tideway-Headers": orjson.dumps(dict(ev.receipt.headers or {})).decode(),
+            }
+            tenant = ev.parts.tenant if ev.parts else "unknown"
+            try:
+                await js.publish(names.dead_letter_subject(tenant, code), ev.receipt.data,
+                                 headers=headers, timeout=2)
+            except Exception as exc:  # Postgres holds the dead letter already
+                log.warning("could not copy dead letter %s to the DLQ stream: %s",
+                            message_id, exc)

@@ -1,0 +1,126 @@
+"""The publish stage: hot state and analytics for a batch, with bounded retries.
+
+Both sinks run concurrently. Each is retried within the delivery with full-jitter backoff
+(``retry.publish_attempts`` tries, ``publish_base_s``/``publish_cap_s``); the hot state
+retries only the keys that failed. What still fails is reported per envelope as
+:class:`stages.ingest.plan.PublishFailure`; the caller decides, by the delivery budget
+(:func:`stages.ingest.ack_policy.publish_failure_is_final`), whether that ends the envelope
+or earns it a redelivery. Both sinks are idempotent, so publishing again is always safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+
+import orjson
+
+from stages.ingest.evaluate import Evaluation
+from stages.ingest.plan import PublishFailure, PublishOutcome, hot_state_order
+from stages.ingest.retry_policy import Backoff
+from streams.errors import TidewayError
+from streams.ingest.analytics import Analytics
+from streams.ingest.hot_state import FAILED, WRITTEN, HotItem, HotState
+from streams.names import Names
+
+
+class Publisher:
+    """Publishes completed envelopes to Redis and ClickHouse."""
+
+    def __init__(self, *, hot_state: HotState, analytics: Analytics, names: Names,
+                 attempts: int, backoff: Backoff, rand: random.Random | None = None) -> None:
+        self.hot_state = hot_state
+        self.analytics = analytics
+        self.names = names
+        self.attempts = attempts
+        self.backoff = backoff
+        self.rand = rand or random.Random()
+
+    def hot_items(self, evaluations: Sequence[Evaluation]) -> list[HotItem]:
+        items = []
+        key_of = self.names.hot_state_key
+        for ev in evaluations:
+            env, parts = ev.envelope, ev.parts
+            assert env is not None and parts is not None
+            doc = orjson.dumps({
+                "ts": env.ts, "seq": env.seq, "values": ev.values, "message_key": ev.key,
+                "received_at": ev.receipt.received_at,
+            })
+            items.append(HotItem(key=key_of(parts.tenant, parts.device), topic=parts.topic,
+                                 order=hot_state_order(env.ts_us, env.seq), doc=doc))
+        return items
+
+    async def publish(self, evaluations: Sequence[Evaluation]) -> list[PublishOutcome]:
+        """Publish every envelope; one outcome per envelope, in order."""
+        if not evaluations:
+            return []
+        started = time.perf_counter_ns()
+        (hot, hot_failures), analytics_failure = await asyncio.gather(
+            self._hot_state(evaluations), self._analytics(evaluations)
+        )
+        duration_us = (time.perf_counter_ns() - started) // 1000
+        outcomes = []
+        for index in range(len(evaluations)):
+            failures = []
+            failure = hot_failures.get(index)
+            if failure is not None:
+                failures.append(failure)
+            if analytics_failure is not None:
+                failures.append(analytics_failure)
+            outcomes.append(PublishOutcome(
+                duration_us=duration_us, hot_state_written=hot[index] == WRITTEN,
+                analytics_published=analytics_failure is None, failures=tuple(failures),
+            ))
+        return outcomes
+
+    async def _hot_state(
+        self, evaluations: Sequence[Evaluation]
+    ) -> tuple[list[int], dict[int, PublishFailure]]:
+        items = self.hot_items(evaluations)
+        results = [FAILED] * len(items)
+        pending = list(range(len(items)))
+        error: TidewayError | None = None
+        for attempt in range(self.attempts):
+            if attempt:
+                await asyncio.sleep(self.backoff.delay(attempt - 1, self.rand.random))
+            try:
+                answer = await self.hot_state.offer([items[i] for i in pending])
+            except Exception as exc:  # every failure is reported, none is fatal
+                error = _as_tideway(exc)
+                continue
+            for index, result in zip(pending, answer, strict=True):
+                results[index] = result
+            pending = [i for i in pending if results[i] == FAILED]
+            if not pending:
+                break
+            error = TidewayError("Redis refused the hot-state write for this key",
+                                 code="REDIS_KEY_ERROR")
+        failures = {}
+        if pending and error is not None:
+            failure = PublishFailure(sink="hot_state", code=error.code, message=error.message,
+                                     attempts=self.attempts)
+            failures = dict.fromkeys(pending, failure)
+        return results, failures
+
+    async def _analytics(self, evaluations: Sequence[Evaluation]) -> PublishFailure | None:
+        rows = self.analytics.rows(evaluations)
+        error: TidewayError | None = None
+        for attempt in range(self.attempts):
+            if attempt:
+                await asyncio.sleep(self.backoff.delay(attempt - 1, self.rand.random))
+            try:
+                await self.analytics.insert(rows)
+                return None
+            except Exception as exc:  # every failure is reported, none is fatal
+                error = _as_tideway(exc)
+        assert error is not None
+        return PublishFailure(sink="analytics", code=error.code, message=error.message,
+                              attempts=self.attempts)
+
+
+def _as_tideway(exc: Exception) -> TidewayError:
+    if isinstance(exc, TidewayError):
+        return exc
+    return TidewayError(f"{type(exc).__name__}: {exc}", code="PUBLISH_ERROR")

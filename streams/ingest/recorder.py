@@ -1,0 +1,213 @@
+"""Postgres for the streaming pipeline: the dedupe read and the recording transaction.
+
+``lookup`` is one statement. ``record`` is one transaction: insert the new envelopes' rows
+with their final statuses (``ON CONFLICT DO NOTHING``), ``COPY`` their telemetry rows and
+stage logs, insert duplicate rows and dead letters. A key that another consumer recorded
+between the lookup and the insert (a race the unique index settles) is re-read and recorded
+as a duplicate — or recognised as this very message, recorded concurrently by a redelivery.
+
+Errors are translated here: connection-class failures become ``TransientError`` (the batch is
+redelivered later); a row Postgres refuses (``PermanentError``) makes :meth:`record_safely`
+split the batch in halves until the poison envelope is alone, and that one is recorded as
+``failed_terminal`` / ``PERSIST_REJECTED`` with a dead letter, so it cannot hold its batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import asyncpg
+
+from stages.ingest.evaluate import Evaluation, StageLog
+from stages.ingest.plan import (
+    Classified,
+    Existing,
+    Fate,
+    Final,
+    Recording,
+    classify,
+    message_row,
+)
+from stages.ingest.status import Status
+from streams.errors import PermanentError, TidewayError, TransientError
+from streams.ingest import sql
+from streams.ingest.resources import Conn
+
+PERSIST_REJECTED = "PERSIST_REJECTED"
+# SQLSTATE classes that mean "try again later": connection, resources, operator, rollback.
+_TRANSIENT_CLASSES = ("08", "40", "53", "57", "58")
+
+
+def translate(exc: BaseException) -> TidewayError:
+    """An asyncpg/OS error as a Tideway error (see the module docstring)."""
+    if isinstance(exc, TidewayError):
+        return exc
+    if isinstance(exc, asyncpg.PostgresError):
+        state = exc.sqlstate or ""
+        if state[:2] in _TRANSIENT_CLASSES:
+            return TransientError(f"Postgres: {exc}", code="PG_UNAVAILABLE")
+        return PermanentError(f"Postgres refused the batch: {exc}", code=PERSIST_REJECTED)
+    return TransientError(f"Postgres unavailable: {exc}", code="PG_UNAVAILABLE")
+
+
+PG_FAILURES = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+async def lookup(conn: Conn, evaluations: Sequence[Evaluation]) -> list[Existing]:
+    """The rows already holding the batch's keys, and duplicate rows holding its receipts."""
+    try:
+        rows = await conn.fetch(
+            sql.LOOKUP,
+            [ev.key for ev in evaluations],
+            [ev.receipt.stream_seq for ev in evaluations],
+            [ev.receipt.received_at for ev in evaluations],
+        )
+    except PG_FAILURES as exc:
+        raise translate(exc) from exc
+    return [
+        Existing(id=r["id"], key=r["key"], stream_seq=r["stream_seq"],
+                 received_at=r["received_at"], status=r["status"])
+        for r in rows
+    ]
+
+
+@dataclass(kw_only=True)
+class Recorded:
+    """What a recording transaction did."""
+
+    statuses: dict[int, Status] = field(default_factory=dict)
+    """Batch index → status recorded for it (new rows and duplicate rows)."""
+    message_ids: dict[int, int] = field(default_factory=dict)
+    """Batch index → the ``ingestion_messages`` id now holding its status."""
+    contended: set[int] = field(default_factory=set)
+    """Batch indexes that could not be recorded now (nak and retry)."""
+    dead_letters: list[tuple[int, Evaluation, str]] = field(default_factory=list)
+    """(message id, evaluation, reason code) of every dead letter written."""
+
+
+class Recorder:
+    """Writes batches to Postgres."""
+
+    def __init__(self, pool: asyncpg.Pool, *, capture: bool) -> None:
+        self.pool = pool
+        self.capture = capture
+
+    async def record_safely(
+        self, evaluations: Sequence[Evaluation], fates: Sequence[Classified],
+        finals: Mapping[int, Final],
+    ) -> Recorded:
+        """:meth:`record`, isolating a poison envelope by bisection (module docstring)."""
+        try:
+            return await self.record(evaluations, fates, finals)
+        except PermanentError as exc:
+            indexes = sorted(set(finals) | {i for i, f in enumerate(fates)
+                                            if f.fate is Fate.DUPLICATE})
+            if len(indexes) <= 1:
+                if not finals:
+                    raise
+                (index,) = finals
+                return await self.record(evaluations, fates, {index: _rejected(finals[index], exc)})
+            half = len(indexes) // 2
+            out = Recorded()
+            for part in (indexes[:half], indexes[half:]):
+                keep = set(part)
+                sub_fates = [f if i in keep else Classified(fate=Fate.RECORDED)
+                             for i, f in enumerate(fates)]
+                result = await self.record_safely(
+                    evaluations, sub_fates, {i: finals[i] for i in part if i in finals}
+                )
+                out.statuses.update(result.statuses)
+                out.message_ids.update(result.message_ids)
+                out.contended |= result.contended
+                out.dead_letters += result.dead_letters
+            return out
+
+    async def record(
+        self, evaluations: Sequence[Evaluation], fates: Sequence[Classified],
+        finals: Mapping[int, Final],
+    ) -> Recorded:
+        """Record the batch in one transaction (see the module docstring)."""
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                return await self._record(conn, evaluations, list(fates), finals)
+        except PG_FAILURES as exc:
+            raise translate(exc) from exc
+
+    async def _record(
+        self, conn: Conn, evaluations: Sequence[Evaluation],
+        fates: list[Classified], finals: Mapping[int, Final],
+    ) -> Recorded:
+        out = Recorded()
+        rec = Recording(capture=self.capture, now=datetime.now(UTC))
+        started = time.perf_counter_ns()
+        owners: dict[str, int] = {}
+        if finals:
+            rows = [message_row(finals[i]) for i in finals]
+            for row in await conn.fetch(sql.INSERT_MESSAGES, *_columns(rows)):
+                owners[row["source_deduplication_key"]] = row["id"]
+            lost = [i for i in finals if evaluations[i].key not in owners]
+            if lost:  # recorded by another consumer since the lookup: read them again
+                again = classify([evaluations[i] for i in lost],
+                                 await lookup(conn, [evaluations[i] for i in lost]))
+                for index, fate in zip(lost, again, strict=True):
+                    if fate.fate is Fate.NEW:  # the other writer is not visible yet: retry
+                        out.contended.add(index)
+                        fate = Classified(fate=Fate.RECORDED)
+                    fates[index] = fate
+                    if fate.owner_id is not None:
+                        owners[evaluations[index].key] = fate.owner_id
+        recorded_new = [i for i in finals if fates[i].fate is Fate.NEW]
+        persist_us = (time.perf_counter_ns() - started) // 1000
+        for index in recorded_new:
+            message_id = owners[evaluations[index].key]
+            rec.add(finals[index], message_id, persist_us)
+            out.statuses[index] = finals[index].status
+            out.message_ids[index] = message_id
+            if finals[index].dead_letter:
+                out.dead_letters.append((message_id, evaluations[index],
+                                         finals[index].error_code or "PUBLISH_FAILED"))
+        if rec.telemetry:
+            await conn.copy_records_to_table(sql.TELEMETRY, records=rec.telemetry,
+                                             columns=sql.TELEMETRY_COPY)
+        if rec.stage_logs:
+            await conn.copy_records_to_table(sql.STAGE_LOGS, records=rec.stage_logs,
+                                             columns=sql.STAGE_LOG_COPY)
+        for index, fate in enumerate(fates):
+            if fate.fate is not Fate.DUPLICATE:
+                continue
+            ev = evaluations[index]
+            owner = fate.owner_id
+            if owner is None and fate.owner_index is not None:
+                owner = owners.get(evaluations[fate.owner_index].key)
+            if owner is None:  # its in-batch owner was not recorded this time
+                out.contended.add(index)
+                continue
+            rec.add_duplicate(ev, owner)
+            out.statuses[index] = Status.DUPLICATE
+            out.message_ids[index] = owner
+        if rec.duplicates:
+            await conn.execute(sql.INSERT_DUPLICATES, *_columns(rec.duplicates))
+        if rec.dead_letters:
+            await conn.execute(sql.INSERT_DEAD_LETTERS, *_columns(rec.dead_letters))
+        return out
+
+
+def _columns(rows: Sequence[tuple[object, ...]]) -> list[list[object]]:
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+def _rejected(final: Final, exc: PermanentError) -> Final:
+    """The minimal record of an envelope Postgres refused: no telemetry, a dead letter."""
+    message = exc.message[:2000]
+    ev = dataclasses.replace(
+        final.ev, status=Status.FAILED_TERMINAL, error_code=PERSIST_REJECTED,
+        error_message=message, state=None, values=None, issues=(), dead_letter=True,
+        logs=(StageLog("persist", "failed", 0, PERSIST_REJECTED, message),),
+    )
+    return Final(ev=ev, status=Status.FAILED_TERMINAL, state=None,
+                 error_code=PERSIST_REJECTED, error_message=message, publish=None,
+                 dead_letter=True)

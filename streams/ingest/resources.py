@@ -1,0 +1,119 @@
+"""The connections one streaming process holds, opened and closed together.
+
+Postgres uses its own asyncpg pool whose JSONB codec is *binary* (orjson on the way out,
+a version byte in front): the hot path writes telemetry and stage logs with binary ``COPY``,
+which needs a binary codec for every column type. Redis gets short timeouts so that a dead
+server is noticed in about a second, not after the kernel gives up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import asyncpg
+import nats
+import orjson
+import redis.asyncio as aioredis
+from asyncpg.pool import PoolConnectionProxy
+from nats.aio.client import Client as Nats
+
+from streams.clickhouse import ClickHouse
+from streams.config import Settings
+from streams.errors import TransientError
+from streams.names import Names
+
+Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+"""A connection, pooled or not."""
+
+_JSONB_VERSION = b"\x01"
+
+
+def _encode_jsonb(value: Any) -> bytes:
+    return _JSONB_VERSION + orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _decode_jsonb(data: bytes) -> Any:
+    return orjson.loads(data[1:])
+
+
+async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
+    await conn.set_type_codec(
+        "jsonb", encoder=_encode_jsonb, decoder=_decode_jsonb, schema="pg_catalog",
+        format="binary",
+    )
+    await conn.set_type_codec(
+        "json", encoder=lambda v: orjson.dumps(v).decode(), decoder=orjson.loads,
+        schema="pg_catalog",
+    )
+
+
+async def pg_pool(dsn: str, *, size: int) -> asyncpg.Pool:
+    """A pool for the streaming pipeline (binary JSONB codec; see the module docstring)."""
+    try:
+        pool = await asyncpg.create_pool(
+            dsn, min_size=1, max_size=size, init=_init_connection, command_timeout=60
+        )
+    except (OSError, asyncpg.PostgresConnectionError) as exc:
+        raise TransientError(f"cannot connect to Postgres: {exc}", code="PG_UNAVAILABLE") from exc
+    assert pool is not None
+    return pool
+
+
+def redis_client(url: str) -> aioredis.Redis:
+    """A Redis client that fails fast when the server is unreachable."""
+    return aioredis.from_url(
+        url, socket_connect_timeout=1.0, socket_timeout=5.0, health_check_interval=0
+    )
+
+
+async def nats_connect(url: str, *, name: str) -> Nats:
+    """A NATS connection that keeps reconnecting (a restarted server is not fatal)."""
+    try:
+        return await nats.connect(
+            url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+            connect_timeout=2, allow_reconnect=True,
+        )
+    except Exception as exc:  # nats raises several unrelated types for "cannot connect"
+        raise TransientError(f"cannot connect to NATS: {exc}", code="NATS_UNAVAILABLE") from exc
+
+
+@dataclass(kw_only=True)
+class Resources:
+    """NATS, Postgres, Redis and ClickHouse handles for one process."""
+
+    settings: Settings
+    names: Names
+    nc: Nats
+    pool: asyncpg.Pool
+    redis: aioredis.Redis
+    clickhouse: ClickHouse
+
+    @classmethod
+    async def open(cls, settings: Settings, *, name: str = "tideway-ingest",
+                   pool_size: int | None = None) -> Resources:
+        """Connect to everything (``TransientError`` if a service is unreachable)."""
+        size = pool_size or settings.consumer.concurrency + 2
+        nc = await nats_connect(settings.nats(), name=name)
+        try:
+            pool = await pg_pool(settings.postgres(), size=size)
+        except BaseException:
+            await nc.close()
+            raise
+        return cls(
+            settings=settings, names=Names(namespace=settings.namespace), nc=nc, pool=pool,
+            redis=redis_client(settings.redis()),
+            clickhouse=ClickHouse(settings.clickhouse(), settings.clickhouse_database),
+        )
+
+    async def close(self) -> None:
+        """Flush pending NATS writes (acks) and close every connection."""
+        try:
+            if not self.nc.is_closed:
+                await self.nc.flush(timeout=2)
+        except Exception:  # closing anyway
+            pass
+        finally:
+            await self.nc.close()
+            await self.redis.aclose()
+            await self.pool.close()

@@ -1,0 +1,205 @@
+"""Every SQL statement of the streaming pipeline, by name.
+
+The hot path uses a constant number of statements per batch, each set-based over ``unnest``
+arrays or ``COPY``: ``LOOKUP`` (dedupe read), then one transaction of ``INSERT_MESSAGES``,
+``COPY`` of telemetry rows and stage logs, and — only when the batch has them —
+``INSERT_DUPLICATES`` and ``INSERT_DEAD_LETTERS``. The column orders of the ``COPY`` targets
+are the tuples built by :mod:`stages.ingest.plan`.
+"""
+
+from __future__ import annotations
+
+from stages.ingest.plan import (
+    DEAD_LETTER_COLUMNS,
+    DUPLICATE_COLUMNS,
+    MESSAGE_COLUMNS,
+    STAGE_LOG_COLUMNS,
+    TELEMETRY_COLUMNS,
+)
+
+STAGE_LOGS = "ingestion_stage_logs"
+TELEMETRY = "device_telemetry_logs"
+
+# -- registry lookups (cache misses only) ---------------------------------------------------
+
+DEVICES = """
+SELECT d.id, d.tenant_id, t.name AS tenant, d.external_id, d.active, d.schema_version_id
+FROM unnest($1::text[], $2::text[]) AS k(tenant, device)
+JOIN tenants t ON t.name = k.tenant
+JOIN devices d ON d.tenant_id = t.id AND d.external_id = k.device
+"""
+
+SCHEMA_VERSIONS = """
+SELECT v.id, v.spec, s.name AS schema, coalesce(
+           (SELECT jsonb_object_agg(t.name, t.id) FROM schema_topics t
+            WHERE t.schema_version_id = v.id), '{}'::jsonb) AS topic_ids
+FROM device_schema_versions v JOIN device_schemas s ON s.id = v.schema_id
+WHERE v.id = ANY($1::uuid[])
+"""
+
+# -- dedupe read: which keys (and which duplicate receipts) are already recorded ------------
+
+LOOKUP = """
+SELECT m.source_deduplication_key AS key, m.id, m.stream_seq, m.received_at, m.status
+FROM ingestion_messages m
+WHERE m.source_deduplication_key = ANY($1::text[])
+UNION ALL
+SELECT NULL, d.id, d.stream_seq, d.received_at, d.status
+FROM unnest($2::bigint[], $3::timestamptz[]) AS r(seq, rx)
+JOIN ingestion_messages d
+  ON d.stream_seq = r.seq AND d.received_at = r.rx AND d.duplicate_of IS NOT NULL
+"""
+
+# -- the recording transaction ---------------------------------------------------------------
+
+_MESSAGE_TYPES = (
+    "text", "bigint", "timestamptz", "text", "text", "int", "uuid", "uuid", "uuid", "uuid",
+    "timestamptz", "bigint", "text", "text", "text",
+)
+assert len(_MESSAGE_TYPES) == len(MESSAGE_COLUMNS)
+
+
+def _unnest(types: tuple[str, ...]) -> str:
+    return ", ".join(f"${i}::{t}[]" for i, t in enumerate(types, start=1))
+
+
+INSERT_MESSAGES = f"""
+INSERT INTO ingestion_messages ({", ".join(MESSAGE_COLUMNS)})
+SELECT * FROM unnest({_unnest(_MESSAGE_TYPES)})
+ON CONFLICT DO NOTHING
+RETURNING id, source_deduplication_key
+"""
+# ON CONFLICT: a key another consumer recorded since LOOKUP; the caller re-reads those.
+
+_DUPLICATE_TYPES = (
+    "bigint", "bigint", "timestamptz", "text", "text", "int", "uuid", "uuid", "timestamptz",
+    "bigint",
+)
+assert len(_DUPLICATE_TYPES) == len(DUPLICATE_COLUMNS)
+
+INSERT_DUPLICATES = f"""
+INSERT INTO ingestion_messages ({", ".join(DUPLICATE_COLUMNS)}, status)
+SELECT *, 'duplicate' FROM unnest({_unnest(_DUPLICATE_TYPES)})
+ON CONFLICT DO NOTHING
+"""
+# ON CONFLICT: the partial receipt index; a redelivered dedupe hit is recorded once.
+
+_DEAD_LETTER_TYPES = ("bigint", "text", "text", "text", "bytea", "text", "text")
+assert len(_DEAD_LETTER_TYPES) == len(DEAD_LETTER_COLUMNS)
+
+# headers and failures arrive as JSON text (see plan.Recording.dead_letter_row).
+INSERT_DEAD_LETTERS = f"""
+INSERT INTO dead_letters ({", ".join(DEAD_LETTER_COLUMNS)})
+SELECT m, t, s, h::jsonb, p, r, f::jsonb FROM unnest({_unnest(_DEAD_LETTER_TYPES)})
+    AS u(m, t, s, h, p, r, f)
+ON CONFLICT (ingestion_message_id) DO NOTHING
+"""
+
+STAGE_LOG_COPY = STAGE_LOG_COLUMNS
+TELEMETRY_COPY = TELEMETRY_COLUMNS
+
+# -- dead letters and redrive ------------------------------------------------------------------
+
+DEAD_LETTER_LIST = """
+SELECT dl.id, dl.ingestion_message_id, dl.tenant, dl.subject, dl.reason_code, dl.state,
+       dl.redrive_count, dl.first_seen_at, dl.last_seen_at, m.status
+FROM dead_letters dl JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
+WHERE ($1::text IS NULL OR dl.state = $1) AND ($2::text IS NULL OR dl.tenant = $2)
+ORDER BY dl.id
+LIMIT $3
+"""
+
+DEAD_LETTER = """
+SELECT dl.*, m.status, m.attempts, m.stream_seq, m.received_at, m.source_deduplication_key
+FROM dead_letters dl JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
+WHERE dl.id = $1
+"""
+
+REDRIVE_CANDIDATES = """
+SELECT dl.id AS dead_letter_id, m.id AS message_id, m.attempts, m.status,
+       m.source_deduplication_key AS key, m.received_at, t.tenant_id, t.device_id,
+       t.schema_version_id, t.topic, t.measured_at, t.seq, t.parameter_values,
+       t.processing_state, d.external_id AS device, tn.name AS tenant
+FROM dead_letters dl
+JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
+LEFT JOIN device_telemetry_logs t ON t.ingestion_message_id = m.id
+LEFT JOIN devices d ON d.id = t.device_id
+LEFT JOIN tenants tn ON tn.id = t.tenant_id
+WHERE dl.state = 'open' AND ($1::bigint[] IS NULL OR dl.id = ANY($1::bigint[]))
+ORDER BY dl.id
+FOR UPDATE OF dl SKIP LOCKED
+"""
+
+REDRIVE_RESOLVE = """
+WITH done AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[]) AS u(dl, msg, attempt)
+), m AS (
+    UPDATE ingestion_messages im SET status = 'completed', error_code = NULL,
+           error_message = NULL, attempts = done.attempt, updated_at = now()
+    FROM done WHERE im.id = done.msg AND im.status = 'failed_terminal'
+    RETURNING im.id
+), t AS (
+    UPDATE device_telemetry_logs tl SET processing_state = 'processed', updated_at = now()
+    FROM done WHERE tl.ingestion_message_id = done.msg AND tl.processing_state = 'publish_failed'
+    RETURNING tl.ingestion_message_id
+)
+UPDATE dead_letters d SET state = 'resolved', resolved_at = now(), last_seen_at = now(),
+       redrive_count = d.redrive_count + 1
+FROM done WHERE d.id = done.dl
+RETURNING d.id, (SELECT count(*) FROM m) AS messages, (SELECT count(*) FROM t) AS telemetry
+"""
+
+REDRIVE_FAILED = """
+WITH failed AS (
+    SELECT dl, msg, attempt, failure::jsonb AS failure
+    FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::text[]) AS u(dl, msg, attempt, failure)
+), m AS (
+    UPDATE ingestion_messages im SET attempts = failed.attempt, updated_at = now()
+    FROM failed WHERE im.id = failed.msg
+    RETURNING im.id
+)
+UPDATE dead_letters d SET failures = d.failures || failed.failure, last_seen_at = now(),
+       redrive_count = d.redrive_count + 1
+FROM failed WHERE d.id = failed.dl
+RETURNING d.id, (SELECT count(*) FROM m) AS messages
+"""
+
+# -- explaining one envelope -----------------------------------------------------------------
+
+MESSAGE = """
+SELECT m.*, d.external_id AS device, tn.name AS tenant
+FROM ingestion_messages m
+LEFT JOIN devices d ON d.id = m.device_id
+LEFT JOIN tenants tn ON tn.id = m.tenant_id
+WHERE m.id = $1
+"""
+
+MESSAGE_BY_KEY = "SELECT id FROM ingestion_messages WHERE source_deduplication_key = $1"
+
+MESSAGE_STAGE_LOGS = """
+SELECT attempt, stage, status, duration_us, error_code, error_message, input_snapshot,
+       output_snapshot, created_at
+FROM ingestion_stage_logs WHERE message_id = $1
+ORDER BY attempt, array_position(
+    ARRAY['ingress', 'validate', 'mutate', 'derive', 'persist', 'publish'], stage)
+"""
+
+MESSAGE_TELEMETRY = "SELECT * FROM device_telemetry_logs WHERE ingestion_message_id = $1"
+
+MESSAGE_DUPLICATES = """
+SELECT id, stream_seq, received_at, created_at FROM ingestion_messages
+WHERE duplicate_of = $1 ORDER BY id
+"""
+
+MESSAGE_DEAD_LETTER = "SELECT * FROM dead_letters WHERE ingestion_message_id = $1"
+
+# -- replay ------------------------------------------------------------------------------------
+
+RECORDED_RECEIPTS = """
+SELECT r.seq FROM unnest($1::bigint[], $2::timestamptz[]) AS r(seq, rx)
+WHERE EXISTS (SELECT 1 FROM ingestion_messages m
+              WHERE m.source_deduplication_key = ANY($3::text[])
+                AND m.stream_seq = r.seq AND m.received_at = r.rx)
+   OR EXISTS (SELECT 1 FROM ingestion_messages d
+              WHERE d.stream_seq = r.seq AND d.received_at = r.rx AND d.duplicate_of IS NOT NULL)
+"""

@@ -1,0 +1,107 @@
+"""Every status and early-termination path, end to end on real services."""
+
+from __future__ import annotations
+
+import orjson
+
+from tests.integration.ingest.conftest import Harness, good_values
+
+
+async def test_completed_envelope_is_recorded_persisted_and_published(fleet: Harness) -> None:
+    seq = await fleet.publish("d1", {"ts": 1_700_000_000_000, "seq": 1, "values": good_values()},
+                              msg_id="d1-1")
+    stats = await fleet.consume(1)
+    row = await fleet.message(seq)
+    assert row["status"] == "completed" and row["error_code"] is None
+    assert row["source_deduplication_key"] == "m:acme:d1-1"
+    assert await fleet.stages(row["id"]) == [
+        ("ingress", "ok", None), ("validate", "ok", None), ("mutate", "ok", None),
+        ("derive", "ok", None), ("persist", "ok", None), ("publish", "ok", None),
+    ]
+    telemetry = await fleet.telemetry(row["id"])
+    assert telemetry is not None and telemetry["processing_state"] == "processed"
+    assert telemetry["parameter_values"]["battery_v"] == 3.7
+    assert telemetry["parameter_values"]["temp_f"] == 70.7
+    assert await fleet.analytics_rows(row["source_deduplication_key"]) == 10
+    hot = await fleet.hot_state("d1")
+    assert hot["state"]["values"]["temp_f"] == 70.7 and hot["state"]["seq"] == 1
+    assert hot["state"]["message_key"] == "m:acme:d1-1"
+    assert sum(s.statuses.get("completed", 0) for s in stats) == 1
+
+
+async def test_snapshots_are_off_by_default(fleet: Harness) -> None:
+    await fleet.publish("d1", {"ts": 1, "values": good_values()})
+    await fleet.consume(1)
+    assert await fleet.count(
+        "SELECT count(*) FROM ingestion_stage_logs WHERE input_snapshot IS NOT NULL "
+        "OR output_snapshot IS NOT NULL") == 0
+
+
+async def test_unknown_device_topic_and_missing_schema_stop_after_ingress(fleet: Harness) -> None:
+    seqs = {
+        "UNKNOWN_DEVICE": await fleet.publish("ghost", {"ts": 1, "values": good_values()}),
+        "UNKNOWN_TOPIC": await fleet.publish("d1", {"ts": 1, "values": good_values()},
+                                             topic="diagnostics"),
+        "DEVICE_NO_SCHEMA_VERSION": await fleet.publish("bare", {"ts": 1, "values": good_values()}),
+    }
+    await fleet.consume(3)
+    for code, seq in seqs.items():
+        row = await fleet.message(seq)
+        assert (row["status"], row["error_code"]) == ("failed_terminal", code)
+        assert await fleet.stages(row["id"]) == [("ingress", "failed", code)]
+        assert await fleet.telemetry(row["id"]) is None
+    assert await fleet.count("SELECT count(*) FROM dead_letters") == 0
+    assert await fleet.analytics_rows() == 0
+
+
+async def test_failed_validation_keeps_an_invalid_telemetry_row(fleet: Harness) -> None:
+    seq = await fleet.publish("d1", {"ts": 1, "values": good_values(temp=150.0)})
+    await fleet.consume(1)
+    row = await fleet.message(seq)
+    assert (row["status"], row["error_code"]) == ("failed_validation", "VALIDATION_FAILED")
+    assert await fleet.stages(row["id"]) == [
+        ("ingress", "ok", None), ("validate", "failed", "VALIDATION_FAILED"),
+        ("persist", "ok", None),
+    ]
+    telemetry = await fleet.telemetry(row["id"])
+    assert telemetry is not None and telemetry["processing_state"] == "invalid"
+    assert telemetry["validation_issues"][0]["code"] == "OUT_OF_RANGE"
+    assert await fleet.analytics_rows() == 0
+
+
+async def test_inactive_device_is_persisted_for_audit_without_side_effects(fleet: Harness) -> None:
+    seq = await fleet.publish("off", {"ts": 1, "values": good_values()})
+    await fleet.consume(1)
+    row = await fleet.message(seq)
+    assert row["status"] == "inactive_skipped"
+    assert await fleet.stages(row["id"]) == [
+        ("ingress", "ok", None), ("validate", "ok", None), ("persist", "ok", None)]
+    telemetry = await fleet.telemetry(row["id"])
+    assert telemetry is not None and telemetry["processing_state"] == "inactive_skipped"
+    assert await fleet.analytics_rows() == 0
+
+
+async def test_unparseable_and_oversized_envelopes_are_recorded_and_dead_lettered(
+    fleet: Harness,
+) -> None:
+    limit = fleet.settings.consumer.max_payload_bytes
+    big = orjson.dumps({"ts": 1, "values": {"blob": "x" * limit}})
+    seqs = {
+        "ENVELOPE_UNPARSEABLE": await fleet.publish("d1", None, raw=b"\x00not json"),
+        "ENVELOPE_TOO_LARGE": await fleet.publish("d1", None, raw=big),
+        "ENVELOPE_INVALID": await fleet.publish("d1", {"values": {}}),
+    }
+    await fleet.consume(3)
+    for code, seq in seqs.items():
+        row = await fleet.message(seq)
+        assert (row["status"], row["error_code"]) == ("failed_terminal", code)
+        async with fleet.pool.acquire() as conn:
+            dead = await conn.fetchrow(
+                "SELECT * FROM dead_letters WHERE ingestion_message_id = $1", row["id"])
+        assert dead is not None and dead["reason_code"] == code and dead["state"] == "open"
+        assert dead["failures"][0]["code"] == code
+    big_row = await fleet.message(seqs["ENVELOPE_TOO_LARGE"])
+    async with fleet.pool.acquire() as conn:
+        payload = await conn.fetchval(
+            "SELECT payload FROM dead_letters WHERE ingestion_message_id = $1", big_row["id"])
+    assert payload == big  # the original envelope, byte for byte
