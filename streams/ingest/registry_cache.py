@@ -61,6 +61,12 @@ class RegistryCache:
             await self._load_versions(conn, unknown)
         return Registry(devices=devices, topics=self._topics)
 
+    async def binding(self, conn: Conn, version_id: UUID, topic: str) -> TopicBinding | None:
+        """The compiled ``topic`` of schema version ``version_id`` (loaded once)."""
+        if version_id not in self._versions:
+            await self._load_versions(conn, {version_id})
+        return self._topics.get((version_id, topic))
+
     def forget_devices(self) -> None:
         """Drop every cached device row (the next batch re-reads them)."""
         self._devices.clear()

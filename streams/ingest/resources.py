@@ -84,36 +84,44 @@ class Resources:
 
     settings: Settings
     names: Names
-    nc: Nats
+    nc_: Nats | None
     pool: asyncpg.Pool
     redis: aioredis.Redis
     clickhouse: ClickHouse
 
     @classmethod
     async def open(cls, settings: Settings, *, name: str = "tideway-ingest",
-                   pool_size: int | None = None) -> Resources:
+                   pool_size: int | None = None, nats: bool = True) -> Resources:
         """Connect to everything (``TransientError`` if a service is unreachable)."""
         size = pool_size or settings.consumer.concurrency + 2
-        nc = await nats_connect(settings.nats(), name=name)
+        nc = await nats_connect(settings.nats(), name=name) if nats else None
         try:
             pool = await pg_pool(settings.postgres(), size=size)
         except BaseException:
-            await nc.close()
+            if nc is not None:
+                await nc.close()
             raise
         return cls(
-            settings=settings, names=Names(namespace=settings.namespace), nc=nc, pool=pool,
+            settings=settings, names=Names(namespace=settings.namespace), nc_=nc, pool=pool,
             redis=redis_client(settings.redis()),
             clickhouse=ClickHouse(settings.clickhouse(), settings.clickhouse_database),
         )
 
+    @property
+    def nc(self) -> Nats:
+        """The NATS connection (only when opened with ``nats=True``)."""
+        assert self.nc_ is not None, "opened without NATS"
+        return self.nc_
+
     async def close(self) -> None:
         """Flush pending NATS writes (acks) and close every connection."""
         try:
-            if not self.nc.is_closed:
-                await self.nc.flush(timeout=2)
+            if self.nc_ is not None and not self.nc_.is_closed:
+                await self.nc_.flush(timeout=2)
         except Exception:  # closing anyway
             pass
         finally:
-            await self.nc.close()
+            if self.nc_ is not None:
+                await self.nc_.close()
             await self.redis.aclose()
             await self.pool.close()

@@ -29,8 +29,14 @@ from streams.names import Names
 TENANT = "acme"
 
 
-async def seed_fleet(conn: Any, tenant: str, *, active: list[str], inactive: list[str] = (),  # type: ignore[assignment]
-                     unassigned: list[str] = ()) -> None:  # type: ignore[assignment]
+async def seed_fleet(
+    conn: Any,
+    tenant: str,
+    *,
+    active: list[str],
+    inactive: list[str] = (),  # type: ignore[assignment]
+    unassigned: list[str] = (),
+) -> None:  # type: ignore[assignment]
     """The demo schema and devices, registered through the registry."""
     text = demo_schema_text(tenant)
     await registry.apply_schema(conn, parse_schema_text(text), source_text=text)
@@ -43,8 +49,15 @@ async def seed_fleet(conn: Any, tenant: str, *, active: list[str], inactive: lis
 
 
 def good_values(temp: float = 21.5) -> dict[str, Any]:
-    return {"temp": temp, "rh": 40, "pressure_pa": 101325, "bat_mv": 3700, "door": 0,
-            "wind": {"speed": 3.2, "dir": 270}, "fw": "1.0"}
+    return {
+        "temp": temp,
+        "rh": 40,
+        "pressure_pa": 101325,
+        "bat_mv": 3700,
+        "door": 0,
+        "wind": {"speed": 3.2, "dir": 270},
+        "fw": "1.0",
+    }
 
 
 @dataclass
@@ -58,28 +71,42 @@ class Harness:
     clickhouse: ClickHouse
     redis: aioredis.Redis
 
-    async def publish(self, device: str, payload: Any, *, topic: str = "state",
-                      msg_id: str | None = None, raw: bytes | None = None,
-                      tenant: str = TENANT) -> int:
+    async def publish(
+        self,
+        device: str,
+        payload: Any,
+        *,
+        topic: str = "state",
+        msg_id: str | None = None,
+        raw: bytes | None = None,
+        tenant: str = TENANT,
+    ) -> int:
         headers = {"Nats-Msg-Id": msg_id} if msg_id else None
         data = raw if raw is not None else orjson.dumps(payload)
         ack = await self.nc.jetstream().publish(
-            self.names.telemetry_subject(tenant, device, topic), data, headers=headers)
+            self.names.telemetry_subject(tenant, device, topic), data, headers=headers
+        )
         return int(ack.seq)
 
     async def count(self, sql: str = "SELECT count(*) FROM ingestion_messages", *args: Any) -> int:
         async with self.pool.acquire() as conn:
             return int(await conn.fetchval(sql, *args))
 
-    async def consume(self, expected_rows: int, *, timeout: float = 20.0,
-                      settings: Settings | None = None,
-                      until: Callable[[], Awaitable[bool]] | None = None) -> list[BatchStats]:
+    async def consume(
+        self,
+        expected_rows: int,
+        *,
+        within: float = 20.0,
+        settings: Settings | None = None,
+        until: Callable[[], Awaitable[bool]] | None = None,
+    ) -> list[BatchStats]:
         """Run the consumer until ``expected_rows`` ingestion rows exist (or ``until``)."""
         stop = asyncio.Event()
         stats: list[BatchStats] = []
-        task = asyncio.create_task(run_consumer(settings or self.settings, stop=stop,
-                                                on_batch=stats.append))
-        deadline = time.monotonic() + timeout
+        task = asyncio.create_task(
+            run_consumer(settings or self.settings, stop=stop, on_batch=stats.append)
+        )
+        deadline = time.monotonic() + within
         try:
             while time.monotonic() < deadline:
                 if task.done():
@@ -89,7 +116,9 @@ class Harness:
                     break
                 await asyncio.sleep(0.05)
             else:
-                raise AssertionError(f"timed out; {await self.count()} rows, wanted {expected_rows}")
+                raise AssertionError(
+                    f"timed out; {await self.count()} rows, wanted {expected_rows}"
+                )
         finally:
             stop.set()
             await asyncio.wait_for(task, 10)
@@ -97,8 +126,9 @@ class Harness:
 
     async def message(self, stream_seq: int) -> asyncpg.Record:
         async with self.pool.acquire() as conn:
-            row = await conn.fetchrow("SELECT * FROM ingestion_messages WHERE stream_seq = $1",
-                                      stream_seq)
+            row = await conn.fetchrow(
+                "SELECT * FROM ingestion_messages WHERE stream_seq = $1", stream_seq
+            )
         assert row is not None, f"no ingestion row for stream seq {stream_seq}"
         return row
 
@@ -107,13 +137,16 @@ class Harness:
             rows = await conn.fetch(
                 "SELECT attempt, stage, status, error_code FROM ingestion_stage_logs "
                 "WHERE message_id = $1 ORDER BY attempt, array_position(ARRAY['ingress',"
-                "'validate','mutate','derive','persist','publish'], stage)", message_id)
+                "'validate','mutate','derive','persist','publish'], stage)",
+                message_id,
+            )
         return [(r["stage"], r["status"], r["error_code"]) for r in rows]
 
     async def telemetry(self, message_id: int) -> asyncpg.Record | None:
         async with self.pool.acquire() as conn:
             return await conn.fetchrow(
-                "SELECT * FROM device_telemetry_logs WHERE ingestion_message_id = $1", message_id)
+                "SELECT * FROM device_telemetry_logs WHERE ingestion_message_id = $1", message_id
+            )
 
     async def hot_state(self, device: str, tenant: str = TENANT) -> dict[str, Any]:
         return await HotState(self.redis).read(self.names.hot_state_key(tenant, device))
@@ -122,14 +155,21 @@ class Harness:
         table = f"{self.clickhouse.database}.{self.names.analytics_table}"
         where = " WHERE message_key = {k:String}" if key else ""
         rows = await self.clickhouse.query_rows(
-            f"SELECT count() FROM {table} FINAL{where}", {"k": key} if key else None)
+            f"SELECT count() FROM {table} FINAL{where}", {"k": key} if key else None
+        )
         return int(rows[0][0])
 
 
 def fast_settings(settings: Settings, **retry: Any) -> Settings:
     """Short retry delays so failure paths finish in a test's time."""
-    values = {"publish_attempts": 2, "publish_base_s": 0.01, "publish_cap_s": 0.02,
-              "redelivery_delay_s": 0.2, "redelivery_cap_s": 0.3, **retry}
+    values = {
+        "publish_attempts": 2,
+        "publish_base_s": 0.01,
+        "publish_cap_s": 0.02,
+        "redelivery_delay_s": 0.2,
+        "redelivery_cap_s": 0.3,
+        **retry,
+    }
     consumer = settings.consumer.model_copy(update={"max_deliver": 2, "registry_ttl_s": 0.2})
     return settings.model_copy(update={"retry": RetrySettings(**values), "consumer": consumer})
 
@@ -141,10 +181,14 @@ async def harness(settings: Settings, pg_pool: asyncpg.Pool) -> AsyncIterator[Ha
     nc = await nats.connect(settings.nats())
     redis = aioredis.from_url(settings.redis())
     try:
-        yield Harness(settings=settings, names=Names(namespace=settings.namespace), nc=nc,
-                      pool=pg_pool,
-                      clickhouse=ClickHouse(settings.clickhouse(), settings.clickhouse_database),
-                      redis=redis)
+        yield Harness(
+            settings=settings,
+            names=Names(namespace=settings.namespace),
+            nc=nc,
+            pool=pg_pool,
+            clickhouse=ClickHouse(settings.clickhouse(), settings.clickhouse_database),
+            redis=redis,
+        )
     finally:
         await nc.close()
         await redis.aclose()
@@ -153,8 +197,7 @@ async def harness(settings: Settings, pg_pool: asyncpg.Pool) -> AsyncIterator[Ha
 @pytest.fixture
 async def fleet(harness: Harness) -> Harness:
     async with harness.pool.acquire() as conn:
-        await seed_fleet(conn, TENANT, active=["d1", "d2"], inactive=["off"],
-                         unassigned=["bare"])
+        await seed_fleet(conn, TENANT, active=["d1", "d2"], inactive=["off"], unassigned=["bare"])
     return harness
 
 

@@ -45,15 +45,19 @@ async def test_every_status_pair_in_sql(pg_pool: asyncpg.Pool) -> None:
             update = (
                 "UPDATE ingestion_messages SET status = $2"
                 + (", source_deduplication_key = NULL, duplicate_of = id" if to_dup else "")
-                + (", source_deduplication_key = 'x' || id, duplicate_of = NULL"
-                   if a is st.Status.DUPLICATE else "")
+                + (
+                    ", source_deduplication_key = 'x' || id, duplicate_of = NULL"
+                    if a is st.Status.DUPLICATE
+                    else ""
+                )
                 + " WHERE id = $1"
             )
             if st.can_transition(a, b):
                 await conn.execute(update, row, b.value)
-                assert await conn.fetchval(
-                    "SELECT status FROM ingestion_messages WHERE id = $1", row
-                ) == b.value
+                assert (
+                    await conn.fetchval("SELECT status FROM ingestion_messages WHERE id = $1", row)
+                    == b.value
+                )
             else:
                 with pytest.raises(asyncpg.CheckViolationError, match="illegal status transition"):
                     await conn.execute(update, row, b.value)

@@ -8,15 +8,20 @@ from tests.integration.ingest.conftest import Harness, good_values
 
 
 async def test_completed_envelope_is_recorded_persisted_and_published(fleet: Harness) -> None:
-    seq = await fleet.publish("d1", {"ts": 1_700_000_000_000, "seq": 1, "values": good_values()},
-                              msg_id="d1-1")
+    seq = await fleet.publish(
+        "d1", {"ts": 1_700_000_000_000, "seq": 1, "values": good_values()}, msg_id="d1-1"
+    )
     stats = await fleet.consume(1)
     row = await fleet.message(seq)
     assert row["status"] == "completed" and row["error_code"] is None
     assert row["source_deduplication_key"] == "m:acme:d1-1"
     assert await fleet.stages(row["id"]) == [
-        ("ingress", "ok", None), ("validate", "ok", None), ("mutate", "ok", None),
-        ("derive", "ok", None), ("persist", "ok", None), ("publish", "ok", None),
+        ("ingress", "ok", None),
+        ("validate", "ok", None),
+        ("mutate", "ok", None),
+        ("derive", "ok", None),
+        ("persist", "ok", None),
+        ("publish", "ok", None),
     ]
     telemetry = await fleet.telemetry(row["id"])
     assert telemetry is not None and telemetry["processing_state"] == "processed"
@@ -32,16 +37,21 @@ async def test_completed_envelope_is_recorded_persisted_and_published(fleet: Har
 async def test_snapshots_are_off_by_default(fleet: Harness) -> None:
     await fleet.publish("d1", {"ts": 1, "values": good_values()})
     await fleet.consume(1)
-    assert await fleet.count(
-        "SELECT count(*) FROM ingestion_stage_logs WHERE input_snapshot IS NOT NULL "
-        "OR output_snapshot IS NOT NULL") == 0
+    assert (
+        await fleet.count(
+            "SELECT count(*) FROM ingestion_stage_logs WHERE input_snapshot IS NOT NULL "
+            "OR output_snapshot IS NOT NULL"
+        )
+        == 0
+    )
 
 
 async def test_unknown_device_topic_and_missing_schema_stop_after_ingress(fleet: Harness) -> None:
     seqs = {
         "UNKNOWN_DEVICE": await fleet.publish("ghost", {"ts": 1, "values": good_values()}),
-        "UNKNOWN_TOPIC": await fleet.publish("d1", {"ts": 1, "values": good_values()},
-                                             topic="diagnostics"),
+        "UNKNOWN_TOPIC": await fleet.publish(
+            "d1", {"ts": 1, "values": good_values()}, topic="diagnostics"
+        ),
         "DEVICE_NO_SCHEMA_VERSION": await fleet.publish("bare", {"ts": 1, "values": good_values()}),
     }
     await fleet.consume(3)
@@ -60,7 +70,8 @@ async def test_failed_validation_keeps_an_invalid_telemetry_row(fleet: Harness) 
     row = await fleet.message(seq)
     assert (row["status"], row["error_code"]) == ("failed_validation", "VALIDATION_FAILED")
     assert await fleet.stages(row["id"]) == [
-        ("ingress", "ok", None), ("validate", "failed", "VALIDATION_FAILED"),
+        ("ingress", "ok", None),
+        ("validate", "failed", "VALIDATION_FAILED"),
         ("persist", "ok", None),
     ]
     telemetry = await fleet.telemetry(row["id"])
@@ -75,7 +86,10 @@ async def test_inactive_device_is_persisted_for_audit_without_side_effects(fleet
     row = await fleet.message(seq)
     assert row["status"] == "inactive_skipped"
     assert await fleet.stages(row["id"]) == [
-        ("ingress", "ok", None), ("validate", "ok", None), ("persist", "ok", None)]
+        ("ingress", "ok", None),
+        ("validate", "ok", None),
+        ("persist", "ok", None),
+    ]
     telemetry = await fleet.telemetry(row["id"])
     assert telemetry is not None and telemetry["processing_state"] == "inactive_skipped"
     assert await fleet.analytics_rows() == 0
@@ -97,11 +111,13 @@ async def test_unparseable_and_oversized_envelopes_are_recorded_and_dead_lettere
         assert (row["status"], row["error_code"]) == ("failed_terminal", code)
         async with fleet.pool.acquire() as conn:
             dead = await conn.fetchrow(
-                "SELECT * FROM dead_letters WHERE ingestion_message_id = $1", row["id"])
+                "SELECT * FROM dead_letters WHERE ingestion_message_id = $1", row["id"]
+            )
         assert dead is not None and dead["reason_code"] == code and dead["state"] == "open"
         assert dead["failures"][0]["code"] == code
     big_row = await fleet.message(seqs["ENVELOPE_TOO_LARGE"])
     async with fleet.pool.acquire() as conn:
         payload = await conn.fetchval(
-            "SELECT payload FROM dead_letters WHERE ingestion_message_id = $1", big_row["id"])
+            "SELECT payload FROM dead_letters WHERE ingestion_message_id = $1", big_row["id"]
+        )
     assert payload == big  # the original envelope, byte for byte

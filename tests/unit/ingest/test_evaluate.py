@@ -22,9 +22,17 @@ TOPIC_ID = uuid.uuid4()
 PROGRAMS = compile_schema(parse_schema_text(demo_schema_text("acme")))
 
 
-def _device(external_id: str, *, active: bool = True, version: uuid.UUID | None = VERSION) -> DeviceRecord:
-    return DeviceRecord(id=uuid.uuid4(), tenant_id=uuid.uuid4(), tenant="acme",
-                        external_id=external_id, active=active, schema_version_id=version)
+def _device(
+    external_id: str, *, active: bool = True, version: uuid.UUID | None = VERSION
+) -> DeviceRecord:
+    return DeviceRecord(
+        id=uuid.uuid4(),
+        tenant_id=uuid.uuid4(),
+        tenant="acme",
+        external_id=external_id,
+        active=active,
+        schema_version_id=version,
+    )
 
 
 REGISTRY = Registry(
@@ -33,22 +41,51 @@ REGISTRY = Registry(
         ("acme", "off"): _device("off", active=False),
         ("acme", "bare"): _device("bare", version=None),
     },
-    topics={(VERSION, name): TopicBinding(schema_version_id=VERSION, schema_topic_id=TOPIC_ID,
-                                          program=program) for name, program in PROGRAMS.items()},
+    topics={
+        (VERSION, name): TopicBinding(
+            schema_version_id=VERSION, schema_topic_id=TOPIC_ID, program=program
+        )
+        for name, program in PROGRAMS.items()
+    },
 )
-GOOD_VALUES: dict[str, Any] = {"temp": 21.5, "rh": 40, "pressure_pa": 101325, "bat_mv": 3700,
-                               "door": 0, "wind": {"speed": 3.2, "dir": 270}, "fw": "1.0"}
+GOOD_VALUES: dict[str, Any] = {
+    "temp": 21.5,
+    "rh": 40,
+    "pressure_pa": 101325,
+    "bat_mv": 3700,
+    "door": 0,
+    "wind": {"speed": 3.2, "dir": 270},
+    "fw": "1.0",
+}
 _ticks = itertools.count(0, 7_000)  # each clock read advances 7 µs
 
 
-def _run(payload: Any, *, device: str = "d1", topic: str = "state", capture: bool = False,
-         msg_id: str | None = None, raw: bytes | None = None, limit: int = 65536):
+def _run(
+    payload: Any,
+    *,
+    device: str = "d1",
+    topic: str = "state",
+    capture: bool = False,
+    msg_id: str | None = None,
+    raw: bytes | None = None,
+    limit: int = 65536,
+):
     data = raw if raw is not None else orjson.dumps(payload)
-    receipt = Receipt(subject=f"ns.telemetry.acme.{device}.{topic}", data=data,
-                      headers={"Nats-Msg-Id": msg_id} if msg_id else None, stream_seq=5,
-                      received_at_ns=1_700_000_000_123_456_789)
-    return evaluate(receipt, REGISTRY, prefix="ns", max_payload_bytes=limit, capture=capture,
-                    clock=lambda: next(_ticks))
+    receipt = Receipt(
+        subject=f"ns.telemetry.acme.{device}.{topic}",
+        data=data,
+        headers={"Nats-Msg-Id": msg_id} if msg_id else None,
+        stream_seq=5,
+        received_at_ns=1_700_000_000_123_456_789,
+    )
+    return evaluate(
+        receipt,
+        REGISTRY,
+        prefix="ns",
+        max_payload_bytes=limit,
+        capture=capture,
+        clock=lambda: next(_ticks),
+    )
 
 
 def _stages(ev) -> list[tuple[str, str]]:
@@ -59,7 +96,12 @@ def test_a_good_envelope_runs_every_pure_stage() -> None:
     ev = _run({"ts": 1_700_000_000_000, "seq": 3, "values": GOOD_VALUES})
     assert ev.status is Status.COMPLETED and ev.needs_publish
     assert ev.state is ProcessingState.PROCESSED and ev.error_code is None
-    assert _stages(ev) == [("ingress", "ok"), ("validate", "ok"), ("mutate", "ok"), ("derive", "ok")]
+    assert _stages(ev) == [
+        ("ingress", "ok"),
+        ("validate", "ok"),
+        ("mutate", "ok"),
+        ("derive", "ok"),
+    ]
     assert ev.values is not None
     assert ev.values["pressure_hpa"] == pytest.approx(1013.25)
     assert ev.values["battery_v"] == pytest.approx(3.7)
@@ -101,8 +143,11 @@ def test_malformed_envelopes_are_dead_lettered(kwargs: dict[str, Any], code: str
 
 @pytest.mark.parametrize(
     ("device", "topic", "code"),
-    [("ghost", "state", "UNKNOWN_DEVICE"), ("bare", "state", "DEVICE_NO_SCHEMA_VERSION"),
-     ("d1", "diagnostics", "UNKNOWN_TOPIC")],
+    [
+        ("ghost", "state", "UNKNOWN_DEVICE"),
+        ("bare", "state", "DEVICE_NO_SCHEMA_VERSION"),
+        ("d1", "diagnostics", "UNKNOWN_TOPIC"),
+    ],
 )
 def test_ingress_rejections_stop_after_ingress(device: str, topic: str, code: str) -> None:
     ev = _run({"ts": 1, "values": GOOD_VALUES}, device=device, topic=topic)
@@ -143,9 +188,19 @@ def test_a_stage_bug_becomes_internal_error_not_an_exception() -> None:
             raise RuntimeError("boom")
 
     broken = Registry(devices=Exploding(), topics={})
-    receipt = Receipt(subject="telemetry.acme.d1.state", data=b'{"ts":1,"values":{}}',
-                      headers=None, stream_seq=1, received_at_ns=1)
-    ev = evaluate(receipt, broken, prefix="", max_payload_bytes=1000, capture=False,
-                  clock=lambda: 0)
-    assert (ev.status, ev.error_code, ev.dead_letter) == (Status.FAILED_TERMINAL, "INTERNAL_ERROR", True)
+    receipt = Receipt(
+        subject="telemetry.acme.d1.state",
+        data=b'{"ts":1,"values":{}}',
+        headers=None,
+        stream_seq=1,
+        received_at_ns=1,
+    )
+    ev = evaluate(
+        receipt, broken, prefix="", max_payload_bytes=1000, capture=False, clock=lambda: 0
+    )
+    assert (ev.status, ev.error_code, ev.dead_letter) == (
+        Status.FAILED_TERMINAL,
+        "INTERNAL_ERROR",
+        True,
+    )
     assert ev.error_message == "RuntimeError: boom"
