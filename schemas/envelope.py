@@ -11,7 +11,7 @@ Wire contract. A device publishes one JSON object per message on the subject
 ``seq``     optional non-negative integer the device counts up (breaks ties between two
             measurements with the same ``ts``).
 ``values``  an object; the device schema's parameters read their ``source`` keys (or dotted
-            paths) from it.
+            paths) from it. No key or string may contain a NUL character.
 
 Other top-level fields are ignored, so devices can add fields before Tideway reads them.
 Optional NATS headers: ``Nats-Msg-Id`` (a stable id per message; repeats are deduplicated,
@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_EPOCH_MS = 253_402_300_799_999
@@ -121,13 +121,33 @@ class Envelope(BaseModel):
         ),
     ] = None
     values: Annotated[
-        dict[str, Any], Field(description="Measured values, read by the device schema.")
+        dict[str, Any],
+        AfterValidator(_no_nul),
+        Field(description="Measured values, read by the device schema (no NUL characters)."),
     ]
 
     @property
     def ts_us(self) -> int:
         """``ts`` as microseconds since the epoch (exact, for ordering measurements)."""
         return (self.ts - EPOCH) // timedelta(microseconds=1)
+
+
+def has_nul(value: Any) -> bool:
+    """Whether a NUL character hides in any key or string of ``value`` (nested)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any("\x00" in k or has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(has_nul(v) for v in value)
+    return False
+
+
+def _no_nul(values: dict[str, Any]) -> dict[str, Any]:
+    # Postgres text and JSONB cannot hold NUL; refuse it at the door, like a bad type.
+    if has_nul(values):
+        raise ValueError("values must not contain NUL characters")
+    return values
 
 
 def json_schema() -> dict[str, Any]:

@@ -20,6 +20,8 @@ building a pydantic model per envelope.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from schemas.envelope import EPOCH, parse_seq, parse_ts
+from schemas.envelope import EPOCH, has_nul, parse_seq, parse_ts
 from stages.errors import StageError
 
 TOO_LARGE = "ENVELOPE_TOO_LARGE"
@@ -36,6 +38,13 @@ INVALID = "ENVELOPE_INVALID"
 BAD_SUBJECT = "SUBJECT_INVALID"
 
 _US = timedelta(microseconds=1)
+
+# The registry's spelling of tenants, device ids and topics; anything else cannot be ours.
+_SUBJECT = re.compile(
+    r"telemetry\.([a-z0-9][a-z0-9_-]{0,62})\.([A-Za-z0-9_-]{1,128})\.([A-Za-z0-9_-]{1,64})"
+)
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+_PLAIN_ID = re.compile(r"[\x21-\x7e]{1,200}")
 
 
 class EnvelopeError(StageError):
@@ -62,7 +71,9 @@ class Receipt:
 
     @property
     def traceparent(self) -> str | None:
-        return self.headers.get("traceparent") or None if self.headers else None
+        """The W3C ``traceparent`` header when well-formed (anything else is not recorded)."""
+        value = self.headers.get("traceparent") if self.headers else None
+        return value if value and _TRACEPARENT.fullmatch(value) else None
 
     @property
     def received_at(self) -> datetime:
@@ -90,21 +101,32 @@ class DecodedEnvelope:
 
 
 def parse_subject(subject: str, prefix: str = "") -> SubjectParts | None:
-    """Split an envelope subject; ``prefix`` is the namespace (``""`` in production)."""
+    """Split an envelope subject; ``prefix`` is the namespace (``""`` in production).
+
+    ``None`` unless every part is spelled the way the registry allows (so nothing odd, such
+    as a NUL byte NATS would carry happily, ever reaches a query).
+    """
     if prefix:
         if not subject.startswith(prefix + "."):
             return None
         subject = subject[len(prefix) + 1 :]
-    parts = subject.split(".")
-    if len(parts) != 4 or parts[0] != "telemetry" or not all(parts[1:]):
+    match = _SUBJECT.fullmatch(subject)
+    if match is None:
         return None
-    return SubjectParts(tenant=parts[1], device=parts[2], topic=parts[3])
+    tenant, device, topic = match.groups()
+    return SubjectParts(tenant=tenant, device=device, topic=topic)
 
 
 def dedupe_key(tenant: str, receipt: Receipt) -> str:
-    """Spec 001's ``source_deduplication_key`` for ``receipt`` (see the module docstring)."""
+    """Spec 001's ``source_deduplication_key`` for ``receipt`` (see the module docstring).
+
+    A message id that is long or not plain printable ASCII is replaced by its SHA-256, so the
+    key always fits the unique index and stays stable for every repeat of that id.
+    """
     msg_id = receipt.msg_id
     if msg_id is not None:
+        if not _PLAIN_ID.fullmatch(msg_id):
+            msg_id = "sha256:" + hashlib.sha256(msg_id.encode("utf-8", "surrogatepass")).hexdigest()
         return f"m:{tenant}:{msg_id}"
     return f"r:{tenant}:{receipt.received_at_ns}:{receipt.stream_seq}"
 
@@ -137,4 +159,6 @@ def decode_envelope(data: bytes) -> DecodedEnvelope:
         raise EnvelopeError(
             "values is missing" if values is None else "values must be an object", code=INVALID
         )
+    if b"\\u0000" in data and has_nul(values):  # cheap test first, exact test if it hits
+        raise EnvelopeError("values must not contain NUL characters", code=INVALID)
     return DecodedEnvelope(ts=ts, ts_us=(ts - EPOCH) // _US, seq=seq, values=values)

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
-from uuid import UUID
 
 import orjson
 
@@ -159,8 +158,10 @@ def finalize(ev: Evaluation, publish: PublishOutcome | None) -> Final:
                  error_message=ev.error_message, publish=publish, dead_letter=ev.dead_letter)
 
 
-def _none_if_empty(value: str | None) -> str | None:
-    return value or None
+def text(value: str) -> str:
+    """``value`` safe for a Postgres text or JSON column (NUL bytes, which NATS allows in
+    subjects and headers, are spelled out)."""
+    return value.replace("\x00", "\\u0000") if "\x00" in value else value
 
 
 @dataclass(kw_only=True, slots=True)
@@ -222,8 +223,9 @@ class Recording:
         receipt = ev.receipt
         # JSON as text: a list inside a jsonb[] parameter would read as another array dimension.
         return (
-            message_id, ev.parts.tenant if ev.parts else None, receipt.subject,
-            orjson.dumps(dict(receipt.headers or {})).decode(), receipt.data,
+            message_id, ev.parts.tenant if ev.parts else None, text(receipt.subject),
+            orjson.dumps({text(k): text(v) for k, v in (receipt.headers or {}).items()}).decode(),
+            receipt.data,
             final.error_code or PUBLISH_FAILED, orjson.dumps(failures).decode(),
         )
 
@@ -231,8 +233,8 @@ class Recording:
         """The ``duplicate`` row recording a dedupe hit on ``owner_id``'s key."""
         receipt, device, env = ev.receipt, ev.device, ev.envelope
         self.duplicates.append((
-            owner_id, receipt.stream_seq, receipt.received_at, receipt.subject,
-            _none_if_empty(receipt.traceparent), len(receipt.data),
+            owner_id, receipt.stream_seq, receipt.received_at, text(receipt.subject),
+            receipt.traceparent, len(receipt.data),
             device.tenant_id if device else None, device.id if device else None,
             env.ts if env else None, env.seq if env else None,
         ))
@@ -243,8 +245,8 @@ def message_row(final: Final) -> tuple[Any, ...]:
     ev = final.ev
     receipt, device, binding, env = ev.receipt, ev.device, ev.binding, ev.envelope
     return (
-        ev.key, receipt.stream_seq, receipt.received_at, receipt.subject,
-        _none_if_empty(receipt.traceparent), len(receipt.data),
+        ev.key, receipt.stream_seq, receipt.received_at, text(receipt.subject),
+        receipt.traceparent, len(receipt.data),
         device.tenant_id if device else None, device.id if device else None,
         binding.schema_version_id if binding else None,
         binding.schema_topic_id if binding else None,
@@ -276,7 +278,3 @@ def owner_ids(
             assert c.owner_index is not None
             out.append(inserted.get(keys[c.owner_index]))
     return out
-
-
-def uuid_or_none(value: Any) -> UUID | None:
-    return value if isinstance(value, UUID) else None

@@ -24,7 +24,7 @@ import orjson
 
 from stages.ingest.ack_policy import AckDecision, Disposition, decide, publish_failure_is_final
 from stages.ingest.evaluate import Evaluation, Registry, evaluate
-from stages.ingest.ingress import Receipt
+from stages.ingest.ingress import Receipt, parse_subject
 from stages.ingest.plan import Classified, Fate, Final, PublishOutcome, classify, finalize
 from stages.ingest.retry_policy import Backoff
 from streams.ingest.analytics import Analytics
@@ -104,11 +104,10 @@ class Pipeline:
     ) -> tuple[list[Evaluation], list[Classified]]:
         """Evaluate every receipt and classify it against Postgres (registry + dedupe read)."""
         pairs = []
-        prefix_len = len(self.prefix) + 1 if self.prefix else 0
         for r in receipts:
-            tokens = r.subject[prefix_len:].split(".")
-            if len(tokens) == 4:
-                pairs.append((tokens[1], tokens[2]))
+            parts = parse_subject(r.subject, self.prefix)
+            if parts is not None:  # only well-formed names ever reach a query
+                pairs.append((parts.tenant, parts.device))
         try:
             async with self.resources.pool.acquire() as conn:
                 view = await self.cache.view(conn, pairs)
