@@ -25,12 +25,22 @@ from stages.ingest.ingress import Receipt
 _ACK = b"+ACK"
 
 
-def receipt_of(msg: Msg) -> Receipt:
-    """The :class:`Receipt` of a JetStream message (metadata parsed from its reply subject)."""
-    tokens = msg.reply.split(".")
+def _tokens(msg: Msg) -> tuple[list[str], int]:
     # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>, or the v2 form
     # with <domain>.<account hash> after $JS.ACK (and a trailing token).
-    base = 2 if len(tokens) == 9 else 4
+    tokens = msg.reply.split(".")
+    return tokens, 2 if len(tokens) == 9 else 4
+
+
+def pending_of(msg: Msg) -> int:
+    """How many messages the consumer still had pending when it delivered ``msg``."""
+    tokens, base = _tokens(msg)
+    return int(tokens[base + 6])
+
+
+def receipt_of(msg: Msg) -> Receipt:
+    """The :class:`Receipt` of a JetStream message (metadata parsed from its reply subject)."""
+    tokens, base = _tokens(msg)
     return Receipt(
         subject=msg.subject, data=msg.data, headers=msg.headers,
         stream_seq=int(tokens[base + 3]), received_at_ns=int(tokens[base + 5]),
