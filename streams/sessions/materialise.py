@@ -26,9 +26,11 @@ them (``ADD COLUMN IF NOT EXISTS``), a conflicting type fails the job with a sta
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from streams.clickhouse import ClickHouse, ident
@@ -149,10 +151,10 @@ async def _ensure_record_table(ch: ClickHouse) -> None:
 def _with_keys(table: pa.Table, *, tenant: str, session_id: str, run_id: str) -> pa.Table:
     n = table.num_rows
     keys = {
-        "tenant": pa.array([tenant] * n, pa.string()),
-        "session_id": pa.array([session_id] * n, pa.string()),
-        "run_id": pa.array([run_id] * n, pa.string()),
-        "row_no": pa.array(range(n), pa.uint64()),
+        "tenant": pa.repeat(pa.scalar(tenant, pa.string()), n),
+        "session_id": pa.repeat(pa.scalar(session_id, pa.string()), n),
+        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
+        "row_no": pa.array(np.arange(n, dtype=np.uint64)),
     }
     data = table.drop_columns([c for c in _KEYS if c in table.column_names])
     for i, (name, arr) in enumerate(keys.items()):
@@ -170,8 +172,11 @@ async def _load_one(
     run_id: str,
 ) -> dict[str, Any]:
     table = table_name(ds.name)
+    started = time.perf_counter()
     data = await asyncio.to_thread(read_table, store, ds.url, sha256=ds.sha256)
+    read_s = time.perf_counter() - started
     await _ensure_table(ch, table, data.schema)
+    ddl_s = time.perf_counter() - started - read_s
     where = "run_id = {run:UUID}"
     params = {"run": run_id}
     rows = await ch.query_rows(f"SELECT count() FROM {ch.database}.{table} WHERE {where}", params)
@@ -191,6 +196,9 @@ async def _load_one(
         "content_hash": ds.sha256,
         "schema_version": ds.schema_version,
         "action": action,
+        "read_s": round(read_s, 4),
+        "ddl_s": round(ddl_s, 4),
+        "seconds": round(time.perf_counter() - started, 4),
     }
 
 
