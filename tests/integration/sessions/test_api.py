@@ -133,3 +133,33 @@ async def test_too_large_uploads_are_refused(settings: Settings, pool: Any, limi
         resp = await client.post("/v1/sessions?device=d", data=b"x" * 100, headers=headers)
         assert resp.status == 413
     assert ObjectStore(small.objects()).list("tmp") == []
+
+
+async def test_run_api_serves_until_stopped(settings: Settings) -> None:
+    import socket
+
+    from streams.api.server import run_api
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    served = settings.model_copy(
+        update={"api": settings.api.model_copy(update={"host": "127.0.0.1", "port": port})}
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_api(served, stop=stop))
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/v1/healthz") as resp:
+                        assert resp.status == 200
+                        break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the API never answered")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    assert task.done() and task.exception() is None
