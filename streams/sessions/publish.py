@@ -32,24 +32,25 @@ _SET_SUMMARY: Final = """
 UPDATE processing_runs SET summary = summary || $2::jsonb, updated_at = now() WHERE id = $1
 """
 
-# feature -> (job, summary flag saying the content is there, summary key with the reason)
+# feature -> (job, summary flag saying the content is there, summary key with the reason,
+#             the reason when the summary gives none)
 _CONTENT: Final = {
-    "laps": ("detect_laps", "laps_available", "reason"),
-    "segments": ("detect_segments", "segments_available", "reason"),
-    "jumps": ("detect_segments", "jumps_available", "jumps_reason"),
-    "lap_compare": ("compute_metrics", "lap_compare_available", None),
+    "laps": ("detect_laps", "laps_available", "reason", "NO_LAPS"),
+    "segments": ("detect_segments", "segments_available", "reason", "NO_SEGMENTS"),
+    "jumps": ("detect_segments", "jumps_available", "jumps_reason", "NO_JUMPS"),
+    "lap_compare": ("compute_metrics", "lap_compare_available", None, "FEWER_THAN_2_VALID_LAPS"),
 }
 
 
 def content_features(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per feature: is its content there (from the summaries of jobs that ran), and why not."""
     out: dict[str, dict[str, Any]] = {}
-    for feature, (job, flag, why) in _CONTENT.items():
+    for feature, (job, flag, why, fallback) in _CONTENT.items():
         s = summaries.get(job)
         if s is None or flag not in s:
             continue
         available = bool(s[flag])
-        reason = None if available else (s.get(why) if why else None) or f"NO_{feature.upper()}"
+        reason = None if available else (s.get(why) if why else None) or fallback
         out[feature] = {"available": available, "reason": reason}
     fusion = summaries.get("fuse_gnss_imu")
     if fusion is not None:
