@@ -17,13 +17,15 @@ finds (or creates) exactly the same rows. Files named in ``objects`` are first c
 JetStream object-store bucket into the object store at their content address (the bucket
 itself checks the object's SHA-256 digest while reading). A notice that can never be accepted
 (malformed body, bad subject, missing object) is published to the SESSIONS_DLQ stream with its
-reason code and terminated; a failing dependency (Postgres, storage) naks it with a delay.
+reason code and terminated; a failing dependency (Postgres, storage) or a bug naks it with
+full-jitter backoff, and its last delivery goes to the DLQ too - a notice is never dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ from nats.js.api import (
 )
 from pydantic import ValidationError
 
+from stages.jobs.retry import full_jitter
 from streams import db
 from streams.config import Settings
 from streams.errors import PermanentError, TidewayError, TransientError, UsageError
@@ -94,16 +97,17 @@ async def provision_sessions(settings: Settings) -> None:
                 num_replicas=replicas,
             ),
         )
-        await js.add_consumer(
-            names.sessions_stream,
-            ConsumerConfig(
-                durable_name=names.intake_durable,
-                ack_policy=AckPolicy.EXPLICIT,
-                ack_wait=ACK_WAIT_S,
-                max_deliver=MAX_DELIVER,
-                filter_subject=names.sessions_subjects,
-            ),
+        consumer = ConsumerConfig(
+            durable_name=names.intake_durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ACK_WAIT_S,
+            max_deliver=MAX_DELIVER,
+            filter_subject=names.sessions_subjects,
         )
+        try:
+            await js.add_consumer(names.sessions_stream, consumer)
+        except nats.js.errors.BadRequestError as exc:  # exists with other settings: keep it
+            log.warning("intake consumer kept as it is: %s", exc)
         try:
             await js.object_store(names.session_bucket)
         except nats.js.errors.BucketNotFoundError:
@@ -181,12 +185,32 @@ async def _handle(ctx: _Intake, msg: Msg) -> None:
             "new" if result.created else "duplicate",
         )
     except TransientError as exc:
-        log.warning("intake deferred (%s): %s", exc.code, exc)
-        await msg.nak(delay=ctx.settings.retry.redelivery_delay_s)
+        await _retry_or_give_up(ctx, msg, exc.code, str(exc))
     except (ValidationError, UsageError, PermanentError) as exc:
         code = exc.code if isinstance(exc, TidewayError) else "BAD_NOTICE"
         await _dead_letter(ctx, msg, code, str(exc))
         await msg.term()
+    except Exception as exc:  # a bug: keep the notice (redelivered) rather than lose it
+        log.exception("intake failed on a notice on %s", msg.subject)
+        await _retry_or_give_up(ctx, msg, "INTAKE_CRASHED", f"{type(exc).__name__}: {exc}")
+
+
+async def _retry_or_give_up(ctx: _Intake, msg: Msg, code: str, message: str) -> None:
+    """Nak with full-jitter backoff; on the last delivery, dead-letter instead of dropping."""
+    delivered = msg.metadata.num_delivered or 1
+    if delivered >= MAX_DELIVER:
+        await _dead_letter(ctx, msg, code, f"gave up after {delivered} deliveries: {message}")
+        await msg.term()
+        return
+    retry = ctx.settings.retry
+    delay = full_jitter(
+        base_s=retry.redelivery_delay_s,
+        cap_s=retry.redelivery_cap_s,
+        attempt=delivered,
+        u=random.random(),
+    )
+    log.warning("intake deferred (%s, delivery %d): %s", code, delivered, message)
+    await msg.nak(delay=max(delay, 0.05))
 
 
 def _parse_subject(names: Names, subject: str) -> tuple[str, str]:

@@ -175,3 +175,44 @@ async def test_a_bad_notice_is_dead_lettered_not_lost(settings: Settings, pool: 
     assert [b["code"] for b in bodies] == ["BAD_NOTICE", "ARTIFACT_MISSING"]
     assert bodies[0]["notice"] == "{not json"
     assert await _runs(pool) == []
+
+
+async def test_a_notice_that_keeps_failing_ends_in_the_dlq(
+    settings: Settings, pool: Any, nmea_file: Path, monkeypatch: Any
+) -> None:
+    """A crash (here: intake's Postgres pool is gone) is retried, then dead-lettered, not lost."""
+    from streams import db
+    from streams.sessions import intake
+
+    names = Names(namespace=settings.namespace)
+    await intake.provision_sessions(settings)
+    receipt = await upload_files(settings, tenant="acme", device="d9", paths=[nmea_file])
+    monkeypatch.setattr(intake, "MAX_DELIVER", 2)
+    broken = await db.create_pool(settings.postgres(), max_size=1)
+    await broken.close()
+    nc = await nats.connect(settings.nats())
+    try:
+        js = nc.jetstream()
+        ctx = intake._Intake(
+            settings=settings,
+            names=names,
+            pool=broken,
+            store=ObjectStore(settings.objects()),
+            js=js,
+        )
+        sub = await js.pull_subscribe_bind(names.intake_durable, stream=names.sessions_stream)
+        first = (await sub.fetch(1, timeout=5))[0]
+        await intake._handle(ctx, first)  # delivery 1: nak with backoff
+        second = (await sub.fetch(1, timeout=10))[0]
+        assert second.metadata.num_delivered == 2
+        await intake._handle(ctx, second)  # delivery 2 = the last: dead-lettered
+        dlq = await js.pull_subscribe(
+            names.sessions_dead_letter_subjects, stream=names.sessions_dead_letter_stream
+        )
+        dead = orjson.loads((await dlq.fetch(1, timeout=5))[0].data)
+    finally:
+        await nc.close()
+    assert dead["code"] == "INTAKE_CRASHED"
+    assert dead["subject"] == receipt.subject
+    assert orjson.loads(dead["notice"])["artifacts"][0]["sha256"] == receipt.artifacts[0].sha256
+    assert await _runs(pool) == []
