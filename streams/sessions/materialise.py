@@ -12,7 +12,10 @@ Parquet on the object store is canonical; ClickHouse is a cache for interactive 
 Loading is idempotent per ``(table, run_id)``: when the table already holds exactly the
 dataset's row count for the run nothing is written; when it holds some other count (an earlier
 attempt died mid-insert) those rows are deleted first; then the dataset is inserted. Running the
-job twice therefore leaves one copy. A row per loaded dataset goes to
+job twice therefore leaves one copy. The tables are ``ReplacingMergeTree`` on
+``(session_id, run_id, row_no)`` as a second line of defence: should two attempts ever insert
+concurrently (a job reaped while its first attempt still runs), merges collapse the duplicate
+rows and ``FINAL`` reads see one copy. A row per loaded dataset goes to
 ``session_materialisations`` (ReplacingMergeTree on ``(run_id, dataset)``) as the
 materialisation record.
 
@@ -112,7 +115,7 @@ async def _ensure_table(ch: ClickHouse, table: str, schema: pa.Schema) -> None:
     ddl = (
         f"CREATE TABLE IF NOT EXISTS {ch.database}.{table} ({_KEY_DDL}"
         + "".join(", " + c for c in cols)
-        + ") ENGINE = MergeTree ORDER BY (session_id, run_id, row_no)"
+        + ") ENGINE = ReplacingMergeTree ORDER BY (session_id, run_id, row_no)"
     )
     await ch.command(ddl)
     existing = dict(

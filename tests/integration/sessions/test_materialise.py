@@ -82,16 +82,20 @@ async def test_a_partial_earlier_load_is_replaced(ch: ClickHouse, tmp_path: Path
     await materialise_run(
         ch, store, tenant="acme", session_id=session, run_id=run, datasets=out.datasets
     )
-    # Simulate an attempt that died after inserting one extra (duplicate) row.
-    await ch.command(
-        f"INSERT INTO {ch.database}.session_laps SELECT * FROM {ch.database}.session_laps LIMIT 1"
-    )
+    # Simulate an attempt that died part-way: only some of the run's rows are there.
+    await ch.command(f"DELETE FROM {ch.database}.session_laps WHERE row_no = 1")
     again = await materialise_run(
         ch, store, tenant="acme", session_id=session, run_id=run, datasets=out.datasets
     )
     assert again["loaded"][0]["action"] == "reloaded"
-    rows = await ch.query_rows(f"SELECT count() FROM {ch.database}.session_laps")
-    assert rows == [(2,)]
+    rows = await ch.query_rows(f"SELECT lap FROM {ch.database}.session_laps ORDER BY row_no")
+    assert rows == [(1,), (2,)]
+    # Two attempts inserting at once (a reaped job still running) would double the rows;
+    # the ReplacingMergeTree key collapses them for FINAL readers.
+    db = ch.database
+    await ch.command(f"INSERT INTO {db}.session_laps SELECT * FROM {db}.session_laps")
+    rows = await ch.query_rows(f"SELECT count(), uniqExact(row_no) FROM {db}.session_laps FINAL")
+    assert rows == [(2, 2)]
 
 
 async def test_a_conflicting_column_type_fails_closed(ch: ClickHouse, tmp_path: Path) -> None:
