@@ -399,8 +399,6 @@ def upgrade() -> None:
         unique=False,
         postgresql_where=sa.text("state = 'retry_wait'"),
     )
-    op.create_index("ix_jobs_run_id", "jobs", ["run_id"], unique=False)
-    op.create_index(op.f("ix_jobs_tenant_id"), "jobs", ["tenant_id"], unique=False)
     op.create_table(
         "run_artifacts",
         sa.Column("run_id", sa.UUID(), nullable=False),
@@ -544,8 +542,6 @@ def downgrade() -> None:
     op.drop_table("derived_datasets")
     op.drop_index("ix_run_artifacts_artifact_id", table_name="run_artifacts")
     op.drop_table("run_artifacts")
-    op.drop_index(op.f("ix_jobs_tenant_id"), table_name="jobs")
-    op.drop_index("ix_jobs_run_id", table_name="jobs")
     op.drop_index(
         "ix_jobs_retry", table_name="jobs", postgresql_where=sa.text("state = 'retry_wait'")
     )

@@ -161,8 +161,11 @@ jobs = sa.Table(
     metadata,
     uuid_pk(),
     _uuid_fk("run_id", "processing_runs.id", ondelete="CASCADE"),
-    # Denormalised from the run so the claim can count running jobs per tenant cheaply.
-    tenant_fk(),
+    # Denormalised from the run so the claim can count running jobs per tenant cheaply. No
+    # plain index: every job UPDATE pays for each index (state sits in partial-index
+    # predicates, so no update is HOT); ix_jobs_active serves the claim's counts, and
+    # uq_jobs_run_name (run_id first) serves lookups by run.
+    _uuid_fk("tenant_id", "tenants.id", ondelete="RESTRICT"),
     sa.Column("name", sa.Text, nullable=False),
     sa.Column("job_type", sa.Text, nullable=False),
     sa.Column("state", sa.Text, nullable=False, server_default="created"),
@@ -190,7 +193,6 @@ jobs = sa.Table(
     updated_at(),
     _ts("finished_at"),
     sa.UniqueConstraint("run_id", "name", name="uq_jobs_run_name"),
-    sa.Index("ix_jobs_run_id", "run_id"),
     # The claim walks this index in order: priority desc, then oldest first.
     sa.Index(
         "ix_jobs_claim",

@@ -1,32 +1,29 @@
-"""Build the :class:`JobContext` of claimed jobs: two queries per claimed batch."""
+"""Build the :class:`JobContext` of claimed jobs from the rows the claim statement returns.
+
+The claim statement already joins each job's run (config, versions, artifacts) and the outputs
+of its succeeded ancestors, so a batch of jobs costs no extra round trip.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping
+from typing import Any
 
-from streams.jobs import sql
 from streams.jobs.executor import ArtifactRef, JobContext, UpstreamDataset
-from streams.jobs.model import ClaimedJob, RunVersions
-from streams.jobs.txn import Conn
+from streams.jobs.model import ClaimedJob, Row, RunVersions
 
 
-async def load_contexts(conn: Conn, jobs: Sequence[ClaimedJob]) -> dict[uuid.UUID, JobContext]:
-    """The context of each job: its run's config, versions and artifacts, and its ancestors'
-    datasets and summaries."""
-    if not jobs:
-        return {}
-    runs = {
-        row["id"]: row for row in await conn.fetch(sql.RUN_CONTEXT, list({j.run_id for j in jobs}))
-    }
-    datasets: dict[uuid.UUID, dict[str, UpstreamDataset]] = {j.id: {} for j in jobs}
-    summaries: dict[uuid.UUID, dict[str, dict[str, object]]] = {j.id: {} for j in jobs}
-    for row in await conn.fetch(sql.UPSTREAM, [j.id for j in jobs]):
-        summaries[row["job_id"]][row["name"]] = row["output"] or {}
-        for d in row["datasets"]:
-            datasets[row["job_id"]][d["name"]] = UpstreamDataset(
+def context_from_row(row: Row) -> JobContext:
+    """The context of the claimed job in ``row`` (a row of ``sql.CLAIM``)."""
+    datasets: dict[str, UpstreamDataset] = {}
+    summaries: dict[str, Mapping[str, Any]] = {}
+    for upstream in row["upstream"]:
+        summaries[upstream["name"]] = upstream["output"] or {}
+        for d in upstream["datasets"]:
+            datasets[d["name"]] = UpstreamDataset(
                 name=d["name"],
-                job=row["name"],
+                job=upstream["name"],
                 dataset_type=d["dataset_type"],
                 storage_url=d["storage_url"],
                 content_hash=d["content_hash"],
@@ -34,31 +31,27 @@ async def load_contexts(conn: Conn, jobs: Sequence[ClaimedJob]) -> dict[uuid.UUI
                 row_count=d["row_count"],
                 stats=d["stats"] or {},
             )
-    contexts: dict[uuid.UUID, JobContext] = {}
-    for job in jobs:
-        run = runs[job.run_id]
-        contexts[job.id] = JobContext(
-            job=job,
-            session_id=run["session_id"],
-            config=run["config"] or {},
-            versions=RunVersions(
-                parser=run["parser_version"],
-                pipeline=run["pipeline_version"],
-                fusion=run["fusion_version"],
-            ),
-            artifacts=tuple(
-                ArtifactRef(
-                    id=uuid.UUID(a["id"]),
-                    sha256=a["sha256"],
-                    storage_url=a["storage_url"],
-                    filename=a["filename"],
-                    bytes=a["bytes"],
-                    content_type=a["content_type"],
-                    format_detected=a["format_detected"],
-                )
-                for a in run["artifacts"]
-            ),
-            datasets=datasets[job.id],
-            summaries=summaries[job.id],
-        )
-    return contexts
+    return JobContext(
+        job=ClaimedJob.from_row(row),
+        session_id=row["session_id"],
+        config=row["config"] or {},
+        versions=RunVersions(
+            parser=row["parser_version"],
+            pipeline=row["pipeline_version"],
+            fusion=row["fusion_version"],
+        ),
+        artifacts=tuple(
+            ArtifactRef(
+                id=uuid.UUID(a["id"]),
+                sha256=a["sha256"],
+                storage_url=a["storage_url"],
+                filename=a["filename"],
+                bytes=a["bytes"],
+                content_type=a["content_type"],
+                format_detected=a["format_detected"],
+            )
+            for a in row["artifacts"]
+        ),
+        datasets=datasets,
+        summaries=summaries,
+    )

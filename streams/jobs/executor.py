@@ -15,7 +15,6 @@ acknowledgement. CPU-bound work must not run on the event loop: wrap a plain fun
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor as PoolExecutor
@@ -76,7 +75,9 @@ class JobContext:
     artifacts: tuple[ArtifactRef, ...] = ()
     datasets: Mapping[str, UpstreamDataset] = field(default_factory=dict)
     summaries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    # A plain flag: set from the event loop, read from executor threads (a bool attribute
+    # write is atomic under the GIL; an Event per job would cost more than a no-op job).
+    _cancel: bool = field(default=False, repr=False)
 
     @property
     def input_hashes(self) -> tuple[str, ...]:
@@ -88,15 +89,15 @@ class JobContext:
     @property
     def cancel_requested(self) -> bool:
         """Whether the worker has learnt that this job should stop."""
-        return self._cancel.is_set()
+        return self._cancel
 
     def request_cancel(self) -> None:
         """Mark the job as to be cancelled (called by the worker; thread-safe)."""
-        self._cancel.set()
+        self._cancel = True
 
     def checkpoint(self) -> None:
         """Raise :class:`Cancelled` if cancellation was requested; call between safe steps."""
-        if self._cancel.is_set():
+        if self._cancel:
             raise Cancelled(f"job {self.job.name} ({self.job.id}) was cancelled")
 
 

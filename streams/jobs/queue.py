@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -29,7 +30,9 @@ from stages.jobs.run_state import RunState
 from streams.config import Settings
 from streams.errors import NotFoundError
 from streams.jobs import sql
+from streams.jobs.context import context_from_row
 from streams.jobs.enqueue import EnqueuedRun, enqueue_run, retry_run
+from streams.jobs.executor import JobContext
 from streams.jobs.model import ClaimedJob, FailOutcome, JobResult, Outcome
 from streams.jobs.settle import Closed, apply_gating, finalise, settle
 from streams.jobs.txn import Conn, atomically
@@ -44,6 +47,7 @@ __all__ = [
     "cancel_requested",
     "cancel_run",
     "claim",
+    "claim_contexts",
     "complete",
     "complete_many",
     "enqueue_run",
@@ -80,23 +84,71 @@ async def claim(
     ``tenant_max_running`` running jobs per tenant nor ``heavy_max_running`` heavy jobs in
     total. Claims are serialised by an advisory lock so those limits hold under concurrency.
     """
+    rows = await _claim_rows(
+        conn, worker_id, limit, tenant_max_running, heavy_max_running, pools, job_types, now
+    )
+    return [ClaimedJob.from_row(row) for row in rows]
+
+
+async def claim_contexts(
+    conn: Conn,
+    *,
+    worker_id: str,
+    limit: int,
+    tenant_max_running: int,
+    heavy_max_running: int,
+    pools: Sequence[str] | None = None,
+    job_types: Sequence[str] | None = None,
+    now: Now = None,
+) -> list[JobContext]:
+    """Like :func:`claim`, returning each job's :class:`JobContext` (same single statement)."""
+    rows = await _claim_rows(
+        conn, worker_id, limit, tenant_max_running, heavy_max_running, pools, job_types, now
+    )
+    return [context_from_row(row) for row in rows]
+
+
+async def _claim_rows(
+    conn: Conn,
+    worker_id: str,
+    limit: int,
+    tenant_max_running: int,
+    heavy_max_running: int,
+    pools: Sequence[str] | None,
+    job_types: Sequence[str] | None,
+    now: Now,
+) -> list[Any]:
     if limit <= 0:
         return []
-
-    async def work(c: Conn) -> list[asyncpg.Record]:
-        await c.execute(sql.CLAIM_LOCK)
-        return await c.fetch(
-            sql.CLAIM,
-            now,
-            limit,
-            worker_id,
-            _list(pools),
-            _list(job_types),
-            tenant_max_running,
-            heavy_max_running,
-        )
-
-    return [ClaimedJob.from_row(row) for row in await atomically(conn, work)]
+    args = (
+        now,
+        limit,
+        worker_id,
+        _list(pools),
+        _list(job_types),
+        tenant_max_running,
+        heavy_max_running,
+    )
+    if conn.is_in_transaction():  # the caller's transaction: a savepoint is not needed
+        await conn.execute(sql.CLAIM_LOCK)
+        return list(await conn.fetch(sql.CLAIM, *args))
+    for attempt in range(1, 6):
+        # BEGIN and the lock travel in one message; CLAIM and COMMIT follow: 3 round trips.
+        await conn.execute(sql.CLAIM_BEGIN)
+        try:
+            rows = await conn.fetch(sql.CLAIM, *args)
+        except asyncpg.exceptions.DeadlockDetectedError:
+            await conn.execute("ROLLBACK")
+            if attempt == 5:
+                raise
+            continue
+        except BaseException:
+            if not conn.is_closed():
+                await conn.execute("ROLLBACK")
+            raise
+        await conn.execute("COMMIT")
+        return list(rows)
+    raise AssertionError("unreachable")
 
 
 async def complete(

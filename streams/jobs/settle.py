@@ -84,8 +84,7 @@ async def settle(
         assert row is not None
         finished.update(row["finished_runs"])
         pending = [Closed.from_json(item, JobState.SKIPPED) for item in row["skipped"]]
-    for run_id in sorted(finished):
-        await finalise(conn, run_id, now=now)
+    await finalise_many(conn, finished, now=now)
 
 
 async def stop_run(
@@ -105,46 +104,56 @@ async def stop_run(
 
 
 async def finalise(conn: Conn, run_id: uuid.UUID, *, now: Any) -> RunState | None:
-    """Derive the run's final state and flags once every job has ended."""
-    run = await conn.fetchrow(sql.RUN_FOR_UPDATE, run_id)
-    if run is None or run["jobs_open"] != 0:
-        return None
-    rows = await conn.fetch(sql.RUN_OUTCOMES, run_id)
-    outcomes = [
-        JobOutcome(
-            name=r["name"],
-            job_type=r["job_type"],
-            critical=r["critical"],
-            state=JobState(r["state"]),
-            skip_reason=r["skip_reason"],
-            error_code=r["last_error_code"],
+    """Derive the run's final state and flags once every job has ended; move the session."""
+    return (await finalise_many(conn, [run_id], now=now)).get(run_id)
+
+
+async def finalise_many(
+    conn: Conn, run_ids: Iterable[uuid.UUID], *, now: Any
+) -> dict[uuid.UUID, RunState]:
+    """Finalise every run of ``run_ids`` whose jobs have all ended (two statements in all)."""
+    ids = sorted(set(run_ids))
+    if not ids:
+        return {}
+    verdicts = []
+    for run in await conn.fetch(sql.RUN_OUTCOMES, ids):
+        if run["jobs_open"] != 0:
+            continue
+        outcomes = [
+            JobOutcome(
+                name=j["name"],
+                job_type=j["job_type"],
+                critical=j["critical"],
+                state=JobState(j["state"]),
+                skip_reason=j["skip_reason"],
+                error_code=j["error_code"],
+            )
+            for j in run["jobs"] or []
+        ]
+        verdict = reduce_run(
+            outcomes, cancelled=run["status"] == RunState.CANCELLED, features=FEATURES
         )
-        for r in rows
-    ]
-    verdict = reduce_run(outcomes, cancelled=run["status"] == RunState.CANCELLED, features=FEATURES)
-    if verdict.state not in TERMINAL_RUN:
-        # jobs_open says every job ended but the jobs disagree: never finalise on a guess.
-        log.error("run %s: jobs_open is 0 but the reducer says %s", run_id, verdict.state)
-        return None
-    counts: dict[str, int] = {}
-    for outcome in outcomes:
-        counts[outcome.state.value] = counts.get(outcome.state.value, 0) + 1
-    status = await conn.fetchval(
-        sql.FINALISE_RUN,
-        now,
-        run_id,
-        verdict.state.value,
-        verdict.failure_reason,
-        dict(verdict.features_available),
-        dict(verdict.feature_reasons),
-        {"jobs": counts},
-    )
-    final = RunState(status)
-    if final in (RunState.SUCCEEDED, RunState.PARTIAL):
-        await conn.execute(sql.POINT_SESSION, now, run["session_id"], run_id)
-    else:
-        await conn.execute(sql.SESSION_FAILED, run["session_id"])
-    return final
+        if verdict.state not in TERMINAL_RUN:
+            # jobs_open says every job ended but the jobs disagree: never finalise on a guess.
+            log.error("run %s: jobs_open is 0 but the reducer says %s", run["id"], verdict.state)
+            continue
+        counts: dict[str, int] = {}
+        for outcome in outcomes:
+            counts[outcome.state.value] = counts.get(outcome.state.value, 0) + 1
+        verdicts.append(
+            {
+                "id": str(run["id"]),
+                "status": verdict.state.value,
+                "failure_reason": verdict.failure_reason,
+                "features_available": dict(verdict.features_available),
+                "feature_reasons": dict(verdict.feature_reasons),
+                "summary": {"jobs": counts},
+            }
+        )
+    if not verdicts:
+        return {}
+    rows = await conn.fetch(sql.FINALISE_RUNS, now, verdicts)
+    return {row["id"]: RunState(row["status"]) for row in rows}
 
 
 async def apply_gating(

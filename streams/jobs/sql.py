@@ -23,10 +23,19 @@ from typing import Final
 
 NOW: Final = "SELECT coalesce($1::timestamptz, now()) AS now"
 
-# A transaction-level advisory lock taken before CLAIM: claims are serialised so the running
-# counts CLAIM reads (per tenant, heavy jobs) cannot be raced past the limits. The key is an
-# arbitrary constant ("TWCLAIM" in ASCII).
+# Opens the claim's transaction in one message (no parameters, so the simple protocol carries
+# several statements):
+# - a transaction-level advisory lock serialises claims, so the running counts CLAIM reads
+#   (per tenant, heavy jobs) cannot be raced past the limits; CLAIM, sent next, takes its
+#   snapshot after the lock is granted. The key is an arbitrary constant.
+# - the planner is told not to scan tables or bitmaps for this transaction only. The jobs
+#   table churns faster than its statistics: with stale ones the planner believes few jobs are
+#   queued and sorts all of them, where walking ix_jobs_claim reads only the few it takes.
 CLAIM_LOCK: Final = "SELECT pg_advisory_xact_lock(6075895573793101)"
+CLAIM_BEGIN: Final = (
+    "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; "
+    "SET LOCAL enable_bitmapscan = off; " + CLAIM_LOCK
+)
 
 # $2 limit, $3 worker id, $4 pools (NULL = any), $5 job types (NULL = any),
 # $6 running jobs allowed per tenant, $7 running heavy jobs allowed globally.
@@ -45,7 +54,9 @@ candidates AS (
       AND j.attempt_count < j.max_attempts
       AND ($4::text[] IS NULL OR j.pool = ANY($4::text[]))
       AND ($5::text[] IS NULL OR j.job_type = ANY($5::text[]))
-      AND NOT EXISTS (SELECT 1 FROM active a WHERE a.tenant_id = j.tenant_id AND a.n >= $6)
+      -- NOT IN (a hashed subplan) keeps the walk on ix_jobs_claim; NOT EXISTS or an array
+      -- filter make the planner sort every queued job instead (tenant_id is never NULL).
+      AND j.tenant_id NOT IN (SELECT tenant_id FROM active WHERE n >= $6)
       AND (NOT j.heavy OR (SELECT n FROM heavy_free) > 0)
     ORDER BY j.priority DESC, j.created_at
     LIMIT $2::int * 2 + 8
@@ -80,7 +91,36 @@ started AS (
     FROM p
     WHERE r.id IN (SELECT run_id FROM claimed) AND r.status = 'pending'
 )
-SELECT * FROM claimed ORDER BY priority DESC, created_at, id
+-- Each job comes back with what its executor needs (saves two round trips per batch): the
+-- run's session, config, versions and ordered artifacts, and the outputs of its succeeded
+-- ancestors (through any edge, transitively - never parallel branches).
+SELECT c.*, r.session_id, r.config, r.parser_version, r.pipeline_version, r.fusion_version,
+       coalesce((
+           SELECT jsonb_agg(jsonb_build_object(
+               'id', a.id, 'sha256', a.sha256, 'storage_url', a.storage_url,
+               'filename', a.filename, 'bytes', a.bytes, 'content_type', a.content_type,
+               'format_detected', a.format_detected) ORDER BY ra.position)
+           FROM run_artifacts ra JOIN artifacts a ON a.id = ra.artifact_id
+           WHERE ra.run_id = c.run_id), '[]'::jsonb) AS artifacts,
+       coalesce((
+           WITH RECURSIVE anc(id) AS (
+               SELECT e.depends_on_id FROM job_edges e WHERE e.job_id = c.id
+               UNION
+               SELECT e.depends_on_id FROM anc JOIN job_edges e ON e.job_id = anc.id
+           )
+           SELECT jsonb_agg(jsonb_build_object(
+               'name', u.name, 'output', u.output,
+               'datasets', coalesce((
+                   SELECT jsonb_agg(jsonb_build_object(
+                       'name', d.name, 'dataset_type', d.dataset_type,
+                       'storage_url', d.storage_url, 'content_hash', d.content_hash,
+                       'schema_version', d.schema_version, 'row_count', d.row_count,
+                       'stats', d.stats) ORDER BY d.name)
+                   FROM derived_datasets d WHERE d.job_id = u.id), '[]'::jsonb)))
+           FROM anc JOIN jobs u ON u.id = anc.id
+           WHERE u.state = 'succeeded'), '[]'::jsonb) AS upstream
+FROM claimed c JOIN processing_runs r ON r.id = c.run_id
+ORDER BY c.priority DESC, c.created_at, c.id
 """
 
 # $2 worker id, $3 jobs [{id, attempt, output, idempotency_key, metrics}],
@@ -372,44 +412,63 @@ LIMIT $3
 FOR UPDATE OF j SKIP LOCKED
 """
 
-RUN_FOR_UPDATE: Final = """
-SELECT id, session_id, status, jobs_open, created_at FROM processing_runs WHERE id = $1 FOR UPDATE
-"""
-
+# Runs (locked, in id order) with every job's outcome, for the reducer. $1 run ids.
 RUN_OUTCOMES: Final = """
-SELECT name, job_type, critical, state, skip_reason, last_error_code FROM jobs WHERE run_id = $1
+SELECT r.id, r.status, r.jobs_open,
+       (SELECT jsonb_agg(jsonb_build_object(
+            'name', j.name, 'job_type', j.job_type, 'critical', j.critical, 'state', j.state,
+            'skip_reason', j.skip_reason, 'error_code', j.last_error_code))
+        FROM jobs j WHERE j.run_id = r.id) AS jobs
+FROM processing_runs r WHERE r.id = ANY($1::uuid[])
+ORDER BY r.id
+FOR UPDATE OF r
 """
 
-# $2 run id, $3 status, $4 failure reason, $5 features, $6 reasons, $7 summary.
-FINALISE_RUN: Final = f"""
-WITH p AS ({NOW})
-UPDATE processing_runs r
-SET status = CASE WHEN r.status IN ('pending', 'running') THEN $3::text ELSE r.status END,
-    failure_reason = coalesce(r.failure_reason, $4),
-    features_available = $5::jsonb, feature_reasons = $6::jsonb,
-    summary = r.summary || $7::jsonb,
-    completed_at = p.now, updated_at = p.now
-FROM p
-WHERE r.id = $2 AND r.jobs_open = 0
-RETURNING r.status
-"""
-
-# Blue/green: the session reads the newest run that ended succeeded or partial; an older run
-# finishing late never takes the pointer back. $2 session id, $3 run id.
-POINT_SESSION: Final = f"""
-WITH p AS ({NOW})
-UPDATE sessions s
-SET active_run_id = $3, status = 'ready', query_ready = true, updated_at = p.now
-FROM p
-WHERE s.id = $2
-  AND (s.active_run_id IS NULL
-       OR (SELECT created_at FROM processing_runs WHERE id = s.active_run_id)
-          <= (SELECT created_at FROM processing_runs WHERE id = $3))
-"""
-
-SESSION_FAILED: Final = """
-UPDATE sessions SET status = 'failed', updated_at = now()
-WHERE id = $1 AND active_run_id IS NULL AND status = 'pending'
+# Write the reducer's verdicts, then move each run's session: blue/green, a session reads the
+# newest run that ended succeeded or partial - an older run finishing late never takes the
+# pointer back; a session no run ever succeeded for is marked failed.
+# $2 [{id, status, failure_reason, features_available, feature_reasons, summary}].
+FINALISE_RUNS: Final = f"""
+WITH p AS ({NOW}),
+verdict AS (
+    SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(
+        id uuid, status text, failure_reason text, features_available jsonb,
+        feature_reasons jsonb, summary jsonb)
+),
+run AS (
+    UPDATE processing_runs r
+    SET status = CASE WHEN r.status IN ('pending', 'running') THEN v.status ELSE r.status END,
+        failure_reason = coalesce(r.failure_reason, v.failure_reason),
+        features_available = v.features_available, feature_reasons = v.feature_reasons,
+        summary = r.summary || v.summary,
+        completed_at = p.now, updated_at = p.now
+    FROM verdict v, p
+    WHERE r.id = v.id AND r.jobs_open = 0
+    RETURNING r.id, r.session_id, r.status, r.created_at
+),
+-- If one transaction ends several runs of a session, the newest of those is the candidate.
+newest AS (
+    SELECT DISTINCT ON (session_id) id, session_id, created_at FROM run
+    WHERE status IN ('succeeded', 'partial')
+    ORDER BY session_id, created_at DESC
+),
+pointed AS (
+    UPDATE sessions s
+    SET active_run_id = n.id, status = 'ready', query_ready = true, updated_at = p.now
+    FROM newest n, p
+    WHERE s.id = n.session_id
+      AND (s.active_run_id IS NULL
+           OR (SELECT created_at FROM processing_runs WHERE id = s.active_run_id)
+              <= n.created_at)
+),
+unready AS (
+    UPDATE sessions s SET status = 'failed', updated_at = p.now
+    FROM p
+    WHERE s.id IN (SELECT session_id FROM run WHERE status NOT IN ('succeeded', 'partial'))
+      AND s.id NOT IN (SELECT session_id FROM newest)
+      AND s.active_run_id IS NULL AND s.status = 'pending'
+)
+SELECT id, status FROM run
 """
 
 # $1 tenant, $2 session, $3 artifact set hash, $4 idempotency key, $5 requested by,
@@ -468,37 +527,6 @@ SELECT r.id, r.tenant_id, r.session_id, r.artifact_set_hash, r.parser_version,
        coalesce(array(SELECT artifact_id FROM run_artifacts ra WHERE ra.run_id = r.id
                       ORDER BY ra.position), '{}') AS artifact_ids
 FROM processing_runs r WHERE r.id = $1
-"""
-
-# The run each claimed job belongs to: config, versions, artifacts in order.
-RUN_CONTEXT: Final = """
-SELECT r.id, r.session_id, r.config, r.parser_version, r.pipeline_version, r.fusion_version,
-       coalesce((
-           SELECT jsonb_agg(jsonb_build_object(
-               'id', a.id, 'sha256', a.sha256, 'storage_url', a.storage_url,
-               'filename', a.filename, 'bytes', a.bytes, 'content_type', a.content_type,
-               'format_detected', a.format_detected) ORDER BY ra.position)
-           FROM run_artifacts ra JOIN artifacts a ON a.id = ra.artifact_id
-           WHERE ra.run_id = r.id), '[]'::jsonb) AS artifacts
-FROM processing_runs r WHERE r.id = ANY($1::uuid[])
-"""
-
-# Succeeded ancestors (through any edge, transitively) of each job, with their outputs.
-UPSTREAM: Final = """
-WITH RECURSIVE anc(job_id, ancestor) AS (
-    SELECT e.job_id, e.depends_on_id FROM job_edges e WHERE e.job_id = ANY($1::uuid[])
-    UNION
-    SELECT a.job_id, e.depends_on_id FROM anc a JOIN job_edges e ON e.job_id = a.ancestor
-)
-SELECT a.job_id, u.name, u.job_type, u.output,
-       coalesce((
-           SELECT jsonb_agg(jsonb_build_object(
-               'name', d.name, 'dataset_type', d.dataset_type, 'storage_url', d.storage_url,
-               'content_hash', d.content_hash, 'schema_version', d.schema_version,
-               'row_count', d.row_count, 'stats', d.stats) ORDER BY d.name)
-           FROM derived_datasets d WHERE d.job_id = u.id), '[]'::jsonb) AS datasets
-FROM anc a JOIN jobs u ON u.id = a.ancestor
-WHERE u.state = 'succeeded'
 """
 
 CANCEL_REQUESTED: Final = "SELECT state = 'cancel_requested' FROM jobs WHERE id = $1"

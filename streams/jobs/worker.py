@@ -46,7 +46,6 @@ from stages.jobs.job_state import JobState
 from streams import db
 from streams.config import Settings
 from streams.jobs import queue
-from streams.jobs.context import load_contexts
 from streams.jobs.executor import Cancelled, Executor, JobContext
 from streams.jobs.failure import error_from_exception
 from streams.jobs.model import ClaimedJob, JobResult, Outcome
@@ -69,6 +68,7 @@ class _Running:
     ctx: JobContext
     task: asyncio.Task[None] | None = None
     finishing: bool = False  # the outcome is being recorded: do not abandon it
+    slot: bool = True  # holds one of the worker's execution slots
 
 
 @dataclass(kw_only=True)
@@ -127,7 +127,10 @@ class _Worker:
         self.rand = rand
         self.channel = Names(namespace=settings.namespace).jobs_channel
         self.wake = asyncio.Event()
-        self.running: dict[uuid.UUID, _Running] = {}
+        self.running: dict[uuid.UUID, _Running] = {}  # held: executing or being recorded
+        self.executing = 0
+        self.backlog = False  # the last claim was full: more jobs are probably waiting
+        self.min_batch = max(1, concurrency // 4)
         self.done: asyncio.Queue[_Done | None] = asyncio.Queue()
         self.db: asyncpg.Pool
 
@@ -163,7 +166,13 @@ class _Worker:
     async def _claim_loop(self) -> None:
         while not self.stop.is_set():
             self.wake.clear()
-            free = self.concurrency - len(self.running)
+            # A slot frees when its executor returns, before its completion commits, so claims
+            # overlap flushes; results waiting to be recorded are capped at one more round.
+            free = min(self.concurrency - self.executing, 2 * self.concurrency - len(self.running))
+            # Under a backlog, claim in batches: while work is running, wait until a quarter of
+            # the slots are free (or the poll interval passes) rather than claim one at a time.
+            if self.backlog and self.executing and free < self.min_batch:
+                free = 0
             if free > 0:
                 try:
                     await self._claim(free)
@@ -171,10 +180,12 @@ class _Worker:
                     log.warning("worker %s: claim failed: %s", self.id, exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.cfg.poll_interval_s)
+                continue
+            self.backlog = False  # a quiet poll interval: take any free slot next time
 
     async def _claim(self, limit: int) -> None:
         async with self.db.acquire() as conn:
-            jobs = await queue.claim(
+            contexts = await queue.claim_contexts(
                 conn,
                 worker_id=self.id,
                 limit=limit,
@@ -183,13 +194,14 @@ class _Worker:
                 tenant_max_running=self.cfg.tenant_max_running,
                 heavy_max_running=self.cfg.heavy_max_running,
             )
-            contexts = await load_contexts(conn, jobs)
-        for job in jobs:
-            entry = _Running(job=job, ctx=contexts[job.id])
-            self.running[job.id] = entry
-            entry.task = asyncio.create_task(self._execute(entry), name=f"job-{job.name}")
-        if len(jobs) == limit:
-            self.wake.set()  # the queue may hold more: look again as soon as a slot frees
+        for ctx in contexts:
+            entry = _Running(job=ctx.job, ctx=ctx)
+            self.running[ctx.job.id] = entry
+            self.executing += 1
+            entry.task = asyncio.create_task(self._execute(entry), name=f"job-{ctx.job.name}")
+        self.backlog = len(contexts) == limit
+        if self.backlog:
+            self.wake.set()  # the queue may hold more: look again as soon as slots free
 
     def _on_notify(self, _conn: Conn, _pid: int, _channel: str, payload: object) -> None:
         if self.pools is None or not payload or str(payload) in self.pools:
@@ -232,6 +244,7 @@ class _Worker:
             await self._guarded(self._fail(job, error_from_exception(exc)))
         else:
             entry.finishing = True
+            self._release(entry)
             done = _Done(job=job, result=result)
             await self.done.put(done)
             try:
@@ -242,7 +255,14 @@ class _Worker:
                 if outcome is Outcome.CANCEL_REQUESTED:
                     await self._guarded(self._acknowledge(job))
         finally:
+            self._release(entry)
             self.running.pop(job.id, None)
+            self.wake.set()
+
+    def _release(self, entry: _Running) -> None:
+        if entry.slot:
+            entry.slot = False
+            self.executing -= 1
             self.wake.set()
 
     async def _fail(self, job: ClaimedJob, error: JobError, *, timed_out: bool = False) -> None:

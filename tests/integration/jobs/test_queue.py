@@ -159,10 +159,10 @@ async def test_complete_records_everything_and_releases_dependents(
     assert attempt["metrics"]["duration_s"] >= 0
     ds = await conn.fetchrow("SELECT * FROM derived_datasets WHERE run_id = $1", run_id)
     assert (ds["name"], ds["job_id"], ds["row_count"]) == ("gnss", a.id, 3)
-    [c] = await claim(conn)
-    from streams.jobs.context import load_contexts
-
-    ctx = (await load_contexts(conn, [c]))[c.id]
+    [ctx] = await queue.claim_contexts(
+        conn, worker_id="w1", limit=10, tenant_max_running=9, heavy_max_running=1
+    )
+    c = ctx.job
     assert set(ctx.datasets) == {"gnss"} and ctx.summaries["a"] == {"rows": 3}
     assert ctx.artifacts[0].id == owner.artifact_id
     assert ctx.input_hashes == tuple(sorted([ctx.artifacts[0].sha256, "c" * 64]))

@@ -1,0 +1,229 @@
+"""Claim + complete throughput of the job engine, against procrastinate, on one Postgres.
+
+For each worker count (default 1, 4 and 16) the script makes a fresh database, enqueues
+``--jobs`` no-op jobs (runs of ``--jobs-per-run`` independent jobs, so run finalisation and the
+session pointer are part of the cost), starts that many Tideway workers (``run_worker``, each
+with its own connections, ``--concurrency`` slots, in this process) and times them until every
+run is finalised. The same number of no-op tasks is then deferred to procrastinate and drained
+by the same number of procrastinate workers with the same concurrency. Enqueueing is not timed.
+
+    .venv/bin/python bench/queue.py                      # 20k jobs, workers 1/4/16
+    .venv/bin/python bench/queue.py --jobs 5000 --workers 1,4 --no-procrastinate
+
+Prints a table and writes ``bench/results/queue.json``. The Postgres server comes from
+``TIDEWAY_BENCH_POSTGRES_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# This file is called queue.py: keep its folder off sys.path so the stdlib ``queue`` is found.
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT))
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import resource  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from typing import Any  # noqa: E402
+
+from stages.jobs.dag import JobSpec  # noqa: E402
+from stages.jobs.planner import plan_run  # noqa: E402
+from streams import db, migrate  # noqa: E402
+from streams.config import Settings, WorkerSettings  # noqa: E402
+from streams.jobs import queue  # noqa: E402
+from streams.jobs.executor import noop  # noqa: E402
+from streams.jobs.model import RunVersions  # noqa: E402
+from streams.jobs.worker import run_worker  # noqa: E402
+
+ADMIN_DSN = os.environ.get(
+    "TIDEWAY_BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+RESULTS = ROOT / "bench" / "results" / "queue.json"
+
+
+async def fresh_database(tag: str) -> tuple[str, str]:
+    name = f"tw_bench_{tag}_{uuid.uuid4().hex[:6]}"
+    return name, await db.create_database(ADMIN_DSN, name)
+
+
+async def enqueue(dsn: str, jobs: int, per_run: int) -> int:
+    conn = await db.connect(dsn)
+    try:
+        tenant = await conn.fetchval("INSERT INTO tenants (name) VALUES ('bench') RETURNING id")
+        device = await conn.fetchval(
+            "INSERT INTO devices (tenant_id, external_id) VALUES ($1, 'bench') RETURNING id",
+            tenant,
+        )
+        dag = {f"n{i}": JobSpec(name=f"n{i}", job_type="noop") for i in range(per_run)}
+        plan = plan_run(dag=dag)
+        runs = jobs // per_run
+        for _ in range(runs):
+            session = await conn.fetchval(
+                "INSERT INTO sessions (tenant_id, device_id) VALUES ($1, $2) RETURNING id",
+                tenant,
+                device,
+            )
+            await queue.enqueue_run(
+                conn, tenant_id=tenant, session_id=session, plan=plan, config={},
+                versions=RunVersions(parser="b", pipeline="b"), artifact_ids=[],
+                artifact_set_hash="0" * 64, channel="bench_unused",
+            )  # fmt: skip
+        return runs * per_run
+    finally:
+        await conn.close()
+
+
+async def tideway_round(workers: int, jobs: int, per_run: int, concurrency: int) -> dict[str, Any]:
+    name, dsn = await fresh_database("tw")
+    try:
+        await asyncio.to_thread(migrate.upgrade, dsn)
+        total = await enqueue(dsn, jobs, per_run)
+        settings = Settings(
+            postgres_dsn=dsn,
+            namespace="bench",
+            worker=WorkerSettings(
+                concurrency=concurrency, poll_interval_s=0.05, heartbeat_s=5.0,
+                tenant_max_running=10_000, heavy_max_running=10,
+            ),
+        )  # fmt: skip
+        stop = asyncio.Event()
+        watcher = await db.connect(dsn)
+        cpu = _cpu()
+        started = time.perf_counter()
+        tasks = [
+            asyncio.create_task(
+                run_worker(settings, executors={"noop": noop}, pool=None,
+                           concurrency=concurrency, stop=stop, worker_id=f"bench-{i}")
+            )
+            for i in range(workers)
+        ]  # fmt: skip
+        await _drained(watcher)
+        elapsed = time.perf_counter() - started
+        cpu = _cpu() - cpu
+        stop.set()
+        await asyncio.gather(*tasks)
+        done = await watcher.fetchval("SELECT count(*) FROM jobs WHERE state = 'succeeded'")
+        attempts = await watcher.fetchval("SELECT count(*) FROM job_attempts")
+        await watcher.close()
+        assert done == total == attempts, (done, total, attempts)
+        return {"system": "tideway", "workers": workers, "concurrency": concurrency,
+                "jobs": total, "seconds": round(elapsed, 3),
+                "jobs_per_s": round(total / elapsed, 1),
+                "client_cpu_us_per_job": round(cpu / total * 1e6, 1)}  # fmt: skip
+    finally:
+        await db.drop_database(ADMIN_DSN, name)
+
+
+async def procrastinate_round(workers: int, jobs: int, concurrency: int) -> dict[str, Any]:
+    import procrastinate
+
+    name, dsn = await fresh_database("pc")
+    try:
+        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+
+        @app.task(name="noop")
+        async def noop_task() -> None:
+            return None
+
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+            for start in range(0, jobs, 1000):
+                await noop_task.batch_defer_async(*({} for _ in range(min(1000, jobs - start))))
+            cpu = _cpu()
+            started = time.perf_counter()
+            await asyncio.gather(
+                *(
+                    app.run_worker_async(
+                        concurrency=concurrency, wait=False, install_signal_handlers=False,
+                        delete_jobs="never", name=f"pc-{i}", fetch_job_polling_interval=0.05,
+                    )
+                    for i in range(workers)
+                )
+            )  # fmt: skip
+            elapsed = time.perf_counter() - started
+            cpu = _cpu() - cpu
+            conn = await db.connect(dsn)
+            try:
+                done = await conn.fetchval(
+                    "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+                )
+            finally:
+                await conn.close()
+        assert done == jobs, (done, jobs)
+        return {"system": "procrastinate", "workers": workers, "concurrency": concurrency,
+                "jobs": jobs, "seconds": round(elapsed, 3),
+                "jobs_per_s": round(jobs / elapsed, 1),
+                "client_cpu_us_per_job": round(cpu / jobs * 1e6, 1)}  # fmt: skip
+    finally:
+        await db.drop_database(ADMIN_DSN, name)
+
+
+async def _drained(watcher: Any) -> None:
+    """Return once every run is finalised (polls lightly: one count every 20 ms)."""
+    pending = True
+    while pending:
+        pending = bool(await watcher.fetchval(
+            "SELECT count(*) FROM processing_runs WHERE completed_at IS NULL"
+        ))  # fmt: skip
+        if pending:
+            await asyncio.sleep(0.02)
+
+
+def _cpu() -> float:
+    """CPU seconds this process (the workers' Python side) has used so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    header = (f"{'system':<14}{'workers':>8}{'conc.':>7}{'jobs':>8}{'seconds':>10}"
+              f"{'jobs/s':>10}{'client µs/job':>15}")  # fmt: skip
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(f"{r['system']:<14}{r['workers']:>8}{r['concurrency']:>7}{r['jobs']:>8}"
+              f"{r['seconds']:>10.2f}{r['jobs_per_s']:>10.0f}"
+              f"{r['client_cpu_us_per_job']:>15.0f}")  # fmt: skip
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--jobs-per-run", type=int, default=20)
+    parser.add_argument("--workers", default="1,4,16")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--no-procrastinate", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    counts = [int(w) for w in args.workers.split(",")]
+    rows: list[dict[str, Any]] = []
+    for workers in counts:
+        rows.append(await tideway_round(workers, args.jobs, args.jobs_per_run, args.concurrency))
+        print_table(rows[-1:])
+    if not args.no_procrastinate:
+        for workers in counts:
+            rows.append(await procrastinate_round(workers, args.jobs, args.concurrency))
+            print_table(rows[-1:])
+    print()
+    print_table(rows)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "benchmark": "claim+complete of no-op jobs",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "jobs_per_run": args.jobs_per_run,
+        "results": rows,
+    }, indent=2) + "\n")  # fmt: skip
+    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
