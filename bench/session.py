@@ -276,13 +276,24 @@ async def main() -> None:
         meta = await asyncio.to_thread(make_session, args.minutes, args.format, path)
         fl = await asyncio.to_thread(floor, path, work / "floor.parquet")
         config = {"start_finish": meta.pop("start_finish")}
+        load_before = os.getloadavg()
         dag = await run_dag(args, path, work, config)
+        load_after = os.getloadavg()
         report(meta, fl, dag)
+        print(
+            f"load average (1 min) before/after: {load_before[0]:.2f} / {load_after[0]:.2f} "
+            f"on {os.cpu_count()} CPUs (other processes slow every number above)"
+        )
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(
             json.dumps(
                 {
-                    "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+                    "machine": {
+                        "cpus": os.cpu_count(),
+                        "python": platform.python_version(),
+                        "loadavg_before": load_before,
+                        "loadavg_after": load_after,
+                    },
                     "args": vars(args),
                     "session": meta,
                     "floor": fl,

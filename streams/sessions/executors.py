@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Executor as PoolExecutor
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -151,19 +152,26 @@ class SessionExecutors(Mapping[str, Executor]):
         """The pool stage bodies run in (created on first use)."""
         if self._pool is None:
             if self.compute == "process":
-                # spawn: a forked child would inherit the event loop's threads and locks.
+                # spawn: a forked child would inherit the event loop's threads and locks. The
+                # initializer imports every stage in each process before its first job.
                 ctx = multiprocessing.get_context("spawn")
-                self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+                self._pool = ProcessPoolExecutor(
+                    max_workers=self.workers, mp_context=ctx, initializer=_import_stages
+                )
             else:
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="stage")
         return self._pool
 
     async def warm_up(self) -> None:
-        """Start every compute worker and import the stages there (keeps first jobs fast)."""
+        """Start every compute process now rather than on the first jobs (~1-2 s each).
+
+        Each task holds its process briefly, so the pool has to start all of them; every
+        process runs the initializer (imports, a Parquet round trip) before its first task.
+        """
         loop = asyncio.get_running_loop()
         pool = self.compute_pool()
         await asyncio.gather(
-            *(loop.run_in_executor(pool, _import_stages) for _ in range(self.workers))
+            *(loop.run_in_executor(pool, time.sleep, 0.3) for _ in range(self.workers))
         )
 
     async def db(self) -> Any:

@@ -165,10 +165,16 @@ def _with_keys(table: pa.Table, *, tenant: str, session_id: str, run_id: str) ->
     return data
 
 
+async def _read(store: ObjectStore, ds: DatasetFile) -> tuple[pa.Table, float]:
+    started = time.perf_counter()
+    data = await asyncio.to_thread(read_table, store, ds.url, sha256=ds.sha256)
+    return data, time.perf_counter() - started
+
+
 async def _load_one(
     ch: ClickHouse,
-    store: ObjectStore,
     ds: DatasetFile,
+    read: asyncio.Task[tuple[pa.Table, float]],
     *,
     tenant: str,
     session_id: str,
@@ -176,10 +182,10 @@ async def _load_one(
 ) -> dict[str, Any]:
     table = table_name(ds.name)
     started = time.perf_counter()
-    data = await asyncio.to_thread(read_table, store, ds.url, sha256=ds.sha256)
-    read_s = time.perf_counter() - started
+    data, read_s = await read
+    waited_s = time.perf_counter() - started
     await _ensure_table(ch, table, data.schema)
-    ddl_s = time.perf_counter() - started - read_s
+    ddl_s = time.perf_counter() - started - waited_s
     where = "run_id = {run:UUID}"
     params = {"run": run_id}
     rows = await ch.query_rows(f"SELECT count() FROM {ch.database}.{table} WHERE {where}", params)
@@ -219,10 +225,20 @@ async def materialise_run(
     await _ensure_record_table(ch)
     chosen = sorted((d for d in datasets if is_materialised(d.name)), key=lambda d: d.name)
     loaded: list[dict[str, Any]] = []
-    for ds in chosen:
-        loaded.append(
-            await _load_one(ch, store, ds, tenant=tenant, session_id=session_id, run_id=run_id)
-        )
+    # Read (and verify) the next Parquet file while the current one is being inserted.
+    reads = [asyncio.create_task(_read(store, chosen[0]))] if chosen else []
+    try:
+        for i, ds in enumerate(chosen):
+            if i + 1 < len(chosen):
+                reads.append(asyncio.create_task(_read(store, chosen[i + 1])))
+            loaded.append(
+                await _load_one(
+                    ch, ds, reads[i], tenant=tenant, session_id=session_id, run_id=run_id
+                )
+            )
+    finally:
+        for task in reads:
+            task.cancel()
     await _record(ch, loaded, tenant=tenant, session_id=session_id, run_id=run_id)
     return {
         "database": ch.database,
