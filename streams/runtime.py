@@ -50,16 +50,19 @@ def components(settings: Settings) -> list[Component]:
     from streams.sessions.executors import default_executors
     from streams.sessions.intake import run_intake
 
-    executors = default_executors(settings)
+    async def worker(s: Settings, stop: asyncio.Event) -> None:
+        executors = default_executors(s)
+        try:
+            await run_worker(
+                s, executors=executors, pool=None, concurrency=s.worker.concurrency, stop=stop
+            )
+        finally:
+            await executors.aclose()
+
     return [
         Component(name="ingest", run=lambda s, stop: run_consumer(s, stop=stop)),
         Component(name="intake", run=lambda s, stop: run_intake(s, stop=stop)),
-        Component(
-            name="worker",
-            run=lambda s, stop: run_worker(
-                s, executors=executors, pool=None, concurrency=s.worker.concurrency, stop=stop
-            ),
-        ),
+        Component(name="worker", run=worker),
         Component(name="api", run=lambda s, stop: run_api(s, stop=stop)),
     ]
 

@@ -13,7 +13,7 @@ from streams.cli.output import console
 from streams.config import Settings
 
 
-def _services_table(services: dict[str, str], settings: Settings) -> Table:
+def services_table(services: dict[str, str], settings: Settings) -> Table:
     table = Table(title="Tideway services")
     table.add_column("service")
     table.add_column("where")
@@ -65,7 +65,7 @@ async def _up(settings: Settings) -> None:
     from streams.runtime import system
 
     async with system(settings) as (resolved, started, stop):
-        console.print(_services_table(started.services, resolved))
+        console.print(services_table(started.services, resolved))
         console.print("[bold green]tideway is up[/] — Ctrl-C to stop")
         await stop.wait()
     console.print("stopped")

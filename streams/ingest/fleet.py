@@ -73,6 +73,9 @@ class Station:
     def __init__(self, index: int, rng: random.Random) -> None:
         self.device = device_id(index)
         self.seq = 0
+        # A real device's message ids survive its restarts (boot id + counter); without the
+        # boot part a second simulation would repeat the first one's ids and be all duplicates.
+        self.boot: int | None = None
         self.phase = rng.uniform(0, 2 * math.pi)
         self.base_temp = rng.uniform(-5, 30)
         self.battery_mv = rng.uniform(3600, 4200)
@@ -97,6 +100,8 @@ class Station:
     def envelope(self, ts_ms: int, rng: random.Random, *, kind: str = "normal") -> SimEnvelope:
         """The next envelope of this station (``kind`` chooses a fault to inject)."""
         self.seq += 1
+        if self.boot is None:
+            self.boot = ts_ms
         values = self.reading(ts_ms, rng)
         topic = TOPIC
         if kind == "invalid":
@@ -108,7 +113,7 @@ class Station:
         elif kind == "unknown_topic":
             topic = UNKNOWN_TOPIC
         payload = {"ts": ts_ms, "seq": self.seq, "values": values}
-        return SimEnvelope(device=self.device, topic=topic, msg_id=f"{self.device}-{self.seq}",
+        return SimEnvelope(device=self.device, topic=topic, msg_id=f"{self.device}-{self.boot}-{self.seq}",
                            payload=payload, kind=kind)
 
 
