@@ -90,8 +90,17 @@ class JobError:
 
 
 def describe(code: str, message: str, *, retriable: bool, source: ErrorSource) -> JobError:
-    """Place ``code`` in the taxonomy."""
-    default = (_T.TRANSIENT, 2) if retriable else (_T.INTERNAL, 3)
+    """Place ``code`` in the taxonomy.
+
+    Unknown codes are typed by what raised them: retriable ones are transient; a pure stage
+    refusing its input deterministically is a validation error; anything else is internal.
+    """
+    if retriable:
+        default = (_T.TRANSIENT, 2)
+    elif source is ErrorSource.STAGE:
+        default = (_T.VALIDATION, 3)
+    else:
+        default = (_T.INTERNAL, 3)
     error_type, severity = _CODES.get(code, default)
     return JobError(
         code=code,

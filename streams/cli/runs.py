@@ -1,9 +1,245 @@
-"""CLI commands for this area (registered on the main ``tideway`` app)."""
+"""``tideway worker`` and ``tideway runs list|show|cancel|retry``.
+
+``runs show`` draws the run's DAG as a tree: one node per job in dependency order with its
+state, what it waits for (soft dependencies in parentheses), attempts and timings, and one child
+per failed, timed-out or cancelled attempt with its error code, type, source and severity.
+More run commands (reprocess, rollback) attach to :data:`runs_app`.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import signal
+import uuid
+from datetime import datetime
+
 import typer
+from rich.text import Text
+from rich.tree import Tree
+
+from streams import db
+from streams.cli.output import console, print_json, print_record, print_rows
+from streams.config import Settings
+from streams.errors import NotFoundError, UsageError
+from streams.jobs import queue
+from streams.jobs.executor import default_executors
+from streams.jobs.runs import JobView, RunView, list_runs, show_run
+from streams.jobs.txn import Conn
+from streams.jobs.worker import run_worker
+
+runs_app = typer.Typer(help="Processing runs: list, show, cancel, retry.", no_args_is_help=True)
+
+_STYLE = {
+    "succeeded": "green",
+    "failed": "bold red",
+    "running": "yellow",
+    "cancel_requested": "yellow",
+    "retry_wait": "yellow",
+    "queued": "cyan",
+    "created": "dim",
+    "skipped": "magenta",
+    "cancelled": "red",
+    "pending": "dim",
+    "partial": "yellow",
+}
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to ``app``."""
+    """Add ``worker`` and the ``runs`` group to ``app``."""
+    app.command("worker")(worker)
+    app.add_typer(runs_app, name="runs")
+
+
+def worker(
+    pool: str | None = typer.Option(
+        None, "--pool", help="Only jobs of this pool (io, cpu, heavy)."
+    ),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", min=1, max=256, help="Jobs at a time (default: worker.concurrency)."
+    ),
+) -> None:
+    """Run batch jobs until interrupted (SIGINT/SIGTERM finish running jobs, then exit)."""
+    settings = Settings()
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(message)s")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_worker(
+            settings,
+            executors=default_executors(settings),
+            pool=pool,
+            concurrency=concurrency or settings.worker.concurrency,
+            stop=stop,
+        )
+
+    asyncio.run(main())
+
+
+@runs_app.command("list")
+def list_command(
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's runs."),
+    session: str | None = typer.Option(None, "--session", help="Only this session's runs."),
+    status: str | None = typer.Option(None, "--status", help="Only runs in this state."),
+    limit: int = typer.Option(50, "--limit", min=1),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List runs, newest first."""
+
+    async def main() -> None:
+        conn = await db.connect(Settings().postgres())
+        try:
+            tenant_id = await _tenant_id(conn, tenant) if tenant else None
+            rows = await list_runs(
+                conn, tenant_id=tenant_id, session_id=_uuid(session, "session") if session
+                else None, status=status, limit=limit,
+            )  # fmt: skip
+        finally:
+            await conn.close()
+        data = [
+            {**r.__dict__, "jobs": f"{r.jobs_total - r.jobs_open}/{r.jobs_total}"} for r in rows
+        ]
+        columns = ("id", "tenant", "status", "jobs", "priority", "created_at", "failure_reason")
+        print_rows(data, columns=columns, title="Processing runs", as_json=as_json)
+
+    asyncio.run(main())
+
+
+@runs_app.command("show")
+def show_command(
+    run_id: str = typer.Argument(..., help="The run's id."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show a run's DAG with each job's state, attempts and timings."""
+
+    async def main() -> RunView:
+        conn = await db.connect(Settings().postgres())
+        try:
+            return await show_run(conn, _uuid(run_id, "run"))
+        finally:
+            await conn.close()
+
+    view = asyncio.run(main())
+    if as_json:
+        print_json(view.as_json())
+        return
+    console.print(render_run(view))
+
+
+@runs_app.command("cancel")
+def cancel_command(run_id: str = typer.Argument(..., help="The run's id.")) -> None:
+    """Cancel a run: jobs not started are cancelled, running ones stop at a checkpoint."""
+
+    async def main() -> queue.CancelSummary:
+        conn = await db.connect(Settings().postgres())
+        try:
+            return await queue.cancel_run(conn, _uuid(run_id, "run"))
+        finally:
+            await conn.close()
+
+    summary = asyncio.run(main())
+    print_record(
+        {"run": summary.run_id, "status": summary.status.value,
+         "jobs cancelled": summary.cancelled, "running jobs asked to stop": summary.requested},
+        title="Cancelled",
+    )  # fmt: skip
+
+
+@runs_app.command("retry")
+def retry_command(
+    run_id: str = typer.Argument(..., help="A failed, cancelled or partial run."),
+    requested_by: str = typer.Option("operator", "--requested-by"),
+) -> None:
+    """Start a new run repeating this one (same artifacts, config and versions)."""
+    settings = Settings()
+
+    async def main() -> queue.EnqueuedRun:
+        conn = await db.connect(settings.postgres())
+        try:
+            return await queue.retry_run(
+                conn, _uuid(run_id, "run"), requested_by=requested_by,
+                channel=queue.jobs_channel(settings),
+            )  # fmt: skip
+        finally:
+            await conn.close()
+
+    new = asyncio.run(main())
+    print_record({"run": new.run_id, "retry of": run_id, "status": "pending"}, title="Retry")
+
+
+def render_run(view: RunView) -> Tree:
+    """The run as a rich tree: jobs in dependency order, failed attempts beneath them."""
+    run = view.run
+    head = Text.assemble(
+        ("run ", "bold"), str(run.id), "  ", (run.status, _STYLE.get(run.status, "")),
+        f"  {run.jobs_total - run.jobs_open}/{run.jobs_total} jobs done",
+        f"  tenant {run.tenant}  session {run.session_id}",
+    )  # fmt: skip
+    tree = Tree(head)
+    if run.failure_reason:
+        tree.add(Text(f"failure: {run.failure_reason}", style="red"))
+    if view.features_available:
+        flags = ", ".join(
+            name if ok else f"{name} ✗ {view.feature_reasons.get(name, '')}".rstrip()
+            for name, ok in sorted(view.features_available.items())
+        )
+        tree.add(Text(f"features: {flags}"))
+    for decision in view.gating:
+        tree.add(Text(f"gating: {decision['job']} skipped ({decision['reason']}) - "
+                      f"{decision['detail']}", style="magenta"))  # fmt: skip
+    for job in view.jobs:
+        node = tree.add(_job_line(job))
+        for attempt in job.attempts:
+            if attempt.status == "succeeded":
+                continue
+            node.add(Text(
+                f"attempt {attempt.number} {attempt.status} {attempt.error_code} "
+                f"({attempt.error_type}/{attempt.error_source}, severity {attempt.severity}) "
+                f"on {attempt.worker} after {_secs(attempt.duration_s)}: {attempt.message}",
+                style="red" if attempt.status != "cancelled" else "dim",
+            ))  # fmt: skip
+    return tree
+
+
+def _job_line(job: JobView) -> Text:
+    waits = [name if hard else f"({name})" for name, hard in job.deps]
+    text = Text.assemble(
+        (f"{job.name:<24}", "bold" if job.critical else ""),
+        (f"{job.state:<17}", _STYLE.get(job.state, "")),
+        f"attempts {job.attempt_count}/{job.max_attempts}  ",
+        f"started {_time(job.started_at)}  busy {_secs(job.busy_s if job.attempts else None)}",
+    )
+    if waits:
+        text.append(f"  after {', '.join(waits)}", style="dim")
+    if job.skip_reason and job.state in ("skipped", "cancelled"):
+        text.append(f"  [{job.skip_reason}]", style="magenta")
+    if job.datasets:
+        text.append(f"  → {', '.join(job.datasets)}", style="green")
+    if job.state == "retry_wait" and job.next_run_at is not None:
+        text.append(f"  retry at {_time(job.next_run_at)}", style="yellow")
+    return text
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
+def _time(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%H:%M:%S")
+
+
+def _uuid(value: str, what: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError as exc:
+        raise UsageError(f"not a {what} id: {value!r}") from exc
+
+
+async def _tenant_id(conn: Conn, name: str) -> uuid.UUID:
+    found = await conn.fetchval("SELECT id FROM tenants WHERE name = $1", name)
+    if found is None:
+        raise NotFoundError(f"no tenant {name!r}")
+    return uuid.UUID(str(found))

@@ -17,6 +17,8 @@ def test_known_and_unknown_codes() -> None:
     assert e.error_type is ErrorType.TRANSIENT
     e = describe("SOMETHING_NEW", "x", retriable=False, source=ErrorSource.EXECUTOR)
     assert e.error_type is ErrorType.INTERNAL
+    e = describe("NO_START_LINE", "x", retriable=False, source=ErrorSource.STAGE)
+    assert (e.error_type, e.severity) == (ErrorType.VALIDATION, 3)
 
 
 def test_severity_grows_when_a_critical_job_is_lost() -> None:
