@@ -153,10 +153,16 @@ async def _ensure_record_table(ch: ClickHouse) -> None:
 
 def _with_keys(table: pa.Table, *, tenant: str, session_id: str, run_id: str) -> pa.Table:
     n = table.num_rows
+    zeros = pa.array(np.zeros(n, dtype=np.int32))
+
+    def constant(value: str) -> pa.DictionaryArray:
+        # One dictionary entry: ClickHouse parses the string (a UUID) once, not once per row.
+        return pa.DictionaryArray.from_arrays(zeros, pa.array([value], pa.string()))
+
     keys = {
-        "tenant": pa.repeat(pa.scalar(tenant, pa.string()), n),
-        "session_id": pa.repeat(pa.scalar(session_id, pa.string()), n),
-        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
+        "tenant": constant(tenant),
+        "session_id": constant(session_id),
+        "run_id": constant(run_id),
         "row_no": pa.array(np.arange(n, dtype=np.uint64)),
     }
     data = table.drop_columns([c for c in _KEYS if c in table.column_names])
