@@ -11,7 +11,8 @@ by the same number of procrastinate workers with the same concurrency. Enqueuein
     .venv/bin/python bench/queue.py --jobs 5000 --workers 1,4 --no-procrastinate
 
 Prints a table and writes ``bench/results/queue.json``. The Postgres server comes from
-``TIDEWAY_BENCH_POSTGRES_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``).
+``TIDEWAY_BENCH_POSTGRES_DSN`` (default: the local server's Unix socket when it exists, else
+``postgresql://postgres@127.0.0.1:5432/postgres``).
 """
 
 from __future__ import annotations
@@ -38,15 +39,21 @@ from typing import Any  # noqa: E402
 from stages.jobs.dag import JobSpec  # noqa: E402
 from stages.jobs.planner import plan_run  # noqa: E402
 from streams import db, migrate  # noqa: E402
-from streams.config import Settings, WorkerSettings  # noqa: E402
+from streams.config import Settings, WorkerSettings, mask_url  # noqa: E402
 from streams.jobs import queue  # noqa: E402
 from streams.jobs.executor import noop  # noqa: E402
 from streams.jobs.model import RunVersions  # noqa: E402
 from streams.jobs.worker import run_worker  # noqa: E402
 
-ADMIN_DSN = os.environ.get(
-    "TIDEWAY_BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+# A co-located Postgres is reached over its Unix socket when there is one (loopback TCP costs
+# the client a kernel round of its own per message); both systems always share one DSN.
+_SOCKET_DIR = "/var/run/postgresql"
+_DEFAULT_DSN = (
+    f"postgresql://postgres@/postgres?host={_SOCKET_DIR}"
+    if os.path.exists(f"{_SOCKET_DIR}/.s.PGSQL.5432")
+    else "postgresql://postgres@127.0.0.1:5432/postgres"
 )
+ADMIN_DSN = os.environ.get("TIDEWAY_BENCH_POSTGRES_DSN", _DEFAULT_DSN)
 RESULTS = ROOT / "bench" / "results" / "queue.json"
 
 
@@ -91,7 +98,7 @@ async def tideway_round(workers: int, jobs: int, per_run: int, concurrency: int)
             postgres_dsn=dsn,
             namespace="bench",
             worker=WorkerSettings(
-                concurrency=concurrency, poll_interval_s=0.05, heartbeat_s=5.0,
+                concurrency=min(concurrency, 64), poll_interval_s=0.5, heartbeat_s=5.0,
                 tenant_max_running=10_000, heavy_max_running=10,
             ),
         )  # fmt: skip
@@ -205,6 +212,8 @@ async def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     counts = [int(w) for w in args.workers.split(",")]
+    load_at_start = os.getloadavg()[0]
+    print(f"postgres: {mask_url(ADMIN_DSN)}   load average: {load_at_start:.2f}")
     rows: list[dict[str, Any]] = []
     for workers in counts:
         rows.append(await tideway_round(workers, args.jobs, args.jobs_per_run, args.concurrency))
@@ -218,7 +227,9 @@ async def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "benchmark": "claim+complete of no-op jobs",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_average_at_start": load_at_start},
+        "postgres": mask_url(ADMIN_DSN),
         "jobs_per_run": args.jobs_per_run,
         "results": rows,
     }, indent=2) + "\n")  # fmt: skip

@@ -31,10 +31,13 @@ NOW: Final = "SELECT coalesce($1::timestamptz, now()) AS now"
 # - the planner is told not to scan tables or bitmaps for this transaction only. The jobs
 #   table churns faster than its statistics: with stale ones the planner believes few jobs are
 #   queued and sorts all of them, where walking ix_jobs_claim reads only the few it takes.
+# - the commit does not wait for its WAL flush: a claim lost in a database crash leaves the
+#   job queued, its worker's completion is then refused by the guards and the job simply runs
+#   again. Completions, which record results, keep synchronous commits.
 CLAIM_LOCK: Final = "SELECT pg_advisory_xact_lock(6075895573793101)"
 CLAIM_BEGIN: Final = (
     "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; "
-    "SET LOCAL enable_bitmapscan = off; " + CLAIM_LOCK
+    "SET LOCAL enable_bitmapscan = off; SET LOCAL synchronous_commit = off; " + CLAIM_LOCK
 )
 
 # $2 limit, $3 worker id, $4 pools (NULL = any), $5 job types (NULL = any),
@@ -90,18 +93,21 @@ started AS (
     SET status = 'running', started_at = coalesce(r.started_at, p.now), updated_at = p.now
     FROM p
     WHERE r.id IN (SELECT run_id FROM claimed) AND r.status = 'pending'
+),
+run_artifacts_json AS (
+    SELECT ra.run_id, jsonb_agg(jsonb_build_object(
+               'id', a.id, 'sha256', a.sha256, 'storage_url', a.storage_url,
+               'filename', a.filename, 'bytes', a.bytes, 'content_type', a.content_type,
+               'format_detected', a.format_detected) ORDER BY ra.position) AS artifacts
+    FROM run_artifacts ra JOIN artifacts a ON a.id = ra.artifact_id
+    WHERE ra.run_id IN (SELECT run_id FROM claimed)
+    GROUP BY ra.run_id
 )
 -- Each job comes back with what its executor needs (saves two round trips per batch): the
 -- run's session, config, versions and ordered artifacts, and the outputs of its succeeded
 -- ancestors (through any edge, transitively - never parallel branches).
 SELECT c.*, r.session_id, r.config, r.parser_version, r.pipeline_version, r.fusion_version,
-       coalesce((
-           SELECT jsonb_agg(jsonb_build_object(
-               'id', a.id, 'sha256', a.sha256, 'storage_url', a.storage_url,
-               'filename', a.filename, 'bytes', a.bytes, 'content_type', a.content_type,
-               'format_detected', a.format_detected) ORDER BY ra.position)
-           FROM run_artifacts ra JOIN artifacts a ON a.id = ra.artifact_id
-           WHERE ra.run_id = c.run_id), '[]'::jsonb) AS artifacts,
+       coalesce(ra.artifacts, '[]'::jsonb) AS artifacts,
        coalesce((
            WITH RECURSIVE anc(id) AS (
                SELECT e.depends_on_id FROM job_edges e WHERE e.job_id = c.id
@@ -120,6 +126,7 @@ SELECT c.*, r.session_id, r.config, r.parser_version, r.pipeline_version, r.fusi
            FROM anc JOIN jobs u ON u.id = anc.id
            WHERE u.state = 'succeeded'), '[]'::jsonb) AS upstream
 FROM claimed c JOIN processing_runs r ON r.id = c.run_id
+LEFT JOIN run_artifacts_json ra ON ra.run_id = c.run_id
 ORDER BY c.priority DESC, c.created_at, c.id
 """
 

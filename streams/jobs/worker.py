@@ -9,12 +9,14 @@ One worker process runs up to ``concurrency`` jobs at a time on one event loop:
   the jobs channel (sent by the transaction that made jobs runnable, so an idle worker starts
   within milliseconds), until a slot frees, or for ``poll_interval_s`` (the fallback when a
   notification is missed).
-- **Execute.** Each task awaits the executor under the job's soft timeout. A soft timeout is a
-  retriable failure (attempt ``timed_out``); ``Cancelled`` from a checkpoint acknowledges the
-  cancellation; any other exception is translated by ``streams.jobs.failure``.
+- **Execute.** One task per job awaits its executor. A watchdog checks every 50 ms for jobs
+  past their soft timeout and cancels them: a retriable failure (attempt ``timed_out``).
+  ``Cancelled`` from a checkpoint acknowledges the cancellation; any other exception is
+  translated by ``streams.jobs.failure``. A slot frees as soon as the executor returns.
 - **Complete.** Successful results go through a queue to one flusher, which completes every
   result waiting at that moment in a single transaction (group commit): under load many jobs
-  share a round trip, when idle each completes immediately.
+  share a round trip, when idle each completes immediately. Under a backlog the worker also
+  claims in batches (a quarter of its slots at a time) rather than one job per free slot.
 - **Heartbeat.** Every ``heartbeat_s`` the worker refreshes all its jobs in one statement. A job
   whose cancellation was requested gets its context flagged (``checkpoint()`` raises); a job no
   longer held (reaped after a stall, hard timeout) is abandoned locally.
@@ -37,7 +39,7 @@ import secrets
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import asyncpg
 
@@ -55,6 +57,7 @@ from streams.names import Names
 log = logging.getLogger(__name__)
 
 _FLUSH_MAX = 256
+_TICK_S = 0.05  # how often the watchdog looks for soft timeouts
 
 
 def default_worker_id() -> str:
@@ -66,18 +69,13 @@ def default_worker_id() -> str:
 class _Running:
     job: ClaimedJob
     ctx: JobContext
+    deadline: float  # loop time of the soft timeout
     task: asyncio.Task[None] | None = None
-    finishing: bool = False  # the outcome is being recorded: do not abandon it
     slot: bool = True  # holds one of the worker's execution slots
-
-
-@dataclass(kw_only=True)
-class _Done:
-    job: ClaimedJob
-    result: JobResult
-    outcome: asyncio.Future[Outcome] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
+    finishing: bool = False  # the outcome is being recorded: never abandon or time it out
+    timed_out: bool = False  # stopped by the watchdog at the soft timeout
+    abandoned: bool = False  # no longer held in the database (reaped): drop it silently
+    result: JobResult | None = None
 
 
 async def run_worker(
@@ -131,7 +129,7 @@ class _Worker:
         self.executing = 0
         self.backlog = False  # the last claim was full: more jobs are probably waiting
         self.min_batch = max(1, concurrency // 4)
-        self.done: asyncio.Queue[_Done | None] = asyncio.Queue()
+        self.done: asyncio.Queue[_Running | None] = asyncio.Queue()
         self.db: asyncpg.Pool
 
     async def run(self) -> None:
@@ -143,6 +141,7 @@ class _Worker:
             asyncio.create_task(self._flush_loop(), name="flush"),
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
             asyncio.create_task(self._maintain_loop(), name="maintain"),
+            asyncio.create_task(self._watchdog_loop(), name="watchdog"),
             asyncio.create_task(self._stop_watch(), name="stop-watch"),
         ]
         log.info(
@@ -194,8 +193,9 @@ class _Worker:
                 tenant_max_running=self.cfg.tenant_max_running,
                 heavy_max_running=self.cfg.heavy_max_running,
             )
+        now = asyncio.get_running_loop().time()
         for ctx in contexts:
-            entry = _Running(job=ctx.job, ctx=ctx)
+            entry = _Running(job=ctx.job, ctx=ctx, deadline=now + ctx.job.soft_timeout_s)
             self.running[ctx.job.id] = entry
             self.executing += 1
             entry.task = asyncio.create_task(self._execute(entry), name=f"job-{ctx.job.name}")
@@ -214,56 +214,52 @@ class _Worker:
     # -- executing -----------------------------------------------------------------------
     async def _execute(self, entry: _Running) -> None:
         job, ctx = entry.job, entry.ctx
-        deadline = asyncio.timeout(job.soft_timeout_s)
+        handed_over = False
         try:
-            executor = self.executors[job.job_type]
-            async with deadline:
-                result = await executor(ctx)
+            result = await self.executors[job.job_type](ctx)
         except Cancelled:
             entry.finishing = True
             await self._guarded(self._acknowledge(job))
-        except TimeoutError as exc:
-            entry.finishing = True
-            ctx.request_cancel()  # a threaded executor stops at its next checkpoint
-            if deadline.expired():
-                error = describe(
-                    Code.SOFT_TIMEOUT,
-                    f"soft timeout of {job.soft_timeout_s:g}s",
-                    retriable=True,
-                    source=ErrorSource.WORKER,
-                )
-                await self._guarded(self._fail(job, error, timed_out=True))
-            else:
-                await self._guarded(self._fail(job, error_from_exception(exc)))
         except asyncio.CancelledError:
-            if self.stop.is_set() and not entry.finishing:
+            if not entry.timed_out:
+                if entry.abandoned:
+                    return  # reaped or re-claimed: the job is no longer ours
                 raise
-            return  # abandoned: the job is no longer ours
+            # The watchdog stopped the executor at the job's soft timeout.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            entry.finishing = True
+            error = describe(
+                Code.SOFT_TIMEOUT,
+                f"soft timeout of {job.soft_timeout_s:g}s",
+                retriable=True,
+                source=ErrorSource.WORKER,
+            )
+            await self._guarded(self._fail(job, error, timed_out=True))
         except Exception as exc:
             entry.finishing = True
             await self._guarded(self._fail(job, error_from_exception(exc)))
         else:
             entry.finishing = True
+            entry.result = result
             self._release(entry)
-            done = _Done(job=job, result=result)
-            await self.done.put(done)
-            try:
-                outcome = await done.outcome
-            except Exception as exc:
-                await self._guarded(self._fail(job, error_from_exception(exc)))
-            else:
-                if outcome is Outcome.CANCEL_REQUESTED:
-                    await self._guarded(self._acknowledge(job))
+            self.done.put_nowait(entry)  # the flusher records it, then lets go of the job
+            handed_over = True
         finally:
-            self._release(entry)
-            self.running.pop(job.id, None)
-            self.wake.set()
+            if not handed_over:
+                self._let_go(entry)
 
     def _release(self, entry: _Running) -> None:
         if entry.slot:
             entry.slot = False
             self.executing -= 1
             self.wake.set()
+
+    def _let_go(self, entry: _Running) -> None:
+        self._release(entry)
+        self.running.pop(entry.job.id, None)
+        self.wake.set()
 
     async def _fail(self, job: ClaimedJob, error: JobError, *, timed_out: bool = False) -> None:
         async with self.db.acquire() as conn:
@@ -317,21 +313,42 @@ class _Worker:
                 batch.append(item)
             await self._flush(batch)
 
-    async def _flush(self, batch: list[_Done]) -> None:
+    async def _flush(self, batch: list[_Running]) -> None:
         try:
             async with self.db.acquire() as conn:
                 outcomes = await queue.complete_many(
-                    conn, [(d.job, d.result) for d in batch], channel=self.channel
+                    conn,
+                    [(e.job, e.result or JobResult()) for e in batch],
+                    channel=self.channel,
                 )
         except Exception as exc:
-            if len(batch) > 1:
-                for item in batch:
-                    await self._flush([item])
+            if len(batch) > 1:  # isolate the job that broke the batch
+                for entry in batch:
+                    await self._flush([entry])
                 return
-            batch[0].outcome.set_exception(exc)
+            # Recording failed: a refused result (e.g. a dataset name clash) fails the job; if
+            # the database is unreachable the failure cannot be recorded either, and the
+            # reaper takes the job back once its heartbeats stop.
+            await self._guarded(self._fail(batch[0].job, error_from_exception(exc)))
+            self._let_go(batch[0])
             return
-        for item in batch:
-            item.outcome.set_result(outcomes[item.job.id])
+        for entry in batch:
+            if outcomes[entry.job.id] is Outcome.CANCEL_REQUESTED:
+                await self._guarded(self._acknowledge(entry.job))
+            self._let_go(entry)
+
+    async def _watchdog_loop(self) -> None:
+        """Stop executors at their soft timeout (one timer for all jobs, checked every tick)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(_TICK_S)
+            now = loop.time()
+            for entry in list(self.running.values()):
+                if now >= entry.deadline and not (entry.finishing or entry.timed_out):
+                    entry.timed_out = True
+                    entry.ctx.request_cancel()  # a threaded executor stops at a checkpoint
+                    if entry.task is not None:
+                        entry.task.cancel()
 
     # -- heartbeats and maintenance ------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
@@ -359,6 +376,7 @@ class _Worker:
                         entry.job.id,
                         self.id,
                     )
+                    entry.abandoned = True
                     entry.ctx.request_cancel()
                     entry.task.cancel()
 
