@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from streams.cli.output import console
-from streams.config import Settings
+from streams.config import Settings, load_settings
 
 
 def services_table(services: dict[str, str], settings: Settings) -> Table:
@@ -59,6 +59,40 @@ def register(app: typer.Typer) -> None:
             run_demo(Settings(), duration=duration, devices=devices, rate=rate, laps=laps)
         )
         raise typer.Exit(code)
+
+
+    @app.command("intake")
+    def intake() -> None:
+        """Run the session intake consumer (SESSIONS stream → runs and jobs) until Ctrl-C."""
+        from streams.sessions.intake import provision_sessions, run_intake
+
+        async def main(settings: Settings) -> None:
+            await provision_sessions(settings)
+            await run_intake(settings, stop=_stop_on_signals())
+
+        asyncio.run(main(load_settings()))
+
+    @app.command("api")
+    def api() -> None:
+        """Serve the HTTP API (TIDEWAY_API__HOST / TIDEWAY_API__PORT) until Ctrl-C."""
+        from streams.api.server import run_api
+
+        async def main(settings: Settings) -> None:
+            console.print(f"serving http://{settings.api.host}:{settings.api.port}")
+            await run_api(settings, stop=_stop_on_signals())
+
+        asyncio.run(main(load_settings()))
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT/SIGTERM (call inside the running loop)."""
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
 
 
 async def _up(settings: Settings) -> None:
