@@ -10,7 +10,7 @@ idempotency key - into a picklable :class:`StageJob` and hands it to a pool. The
    every file verifies, they are returned as they are and the stage does not run again;
 2. reads the artifacts (sha256-verified) and builds a :class:`StageInput` whose ``datasets``
    mapping loads each upstream Parquet file lazily, verifying it, on first access - a stage
-   reads only the inputs it uses;
+   reads only the inputs it uses, and a table this process already verified is reused;
 3. runs the stage, then writes every output table as Parquet plus a manifest to a temporary
    directory and promotes it atomically (``datasets.write_outputs``).
 
@@ -22,7 +22,9 @@ constructor arguments do not survive pickling; the executor raises them again on
 from __future__ import annotations
 
 import importlib
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +87,52 @@ class StageRun:
     inputs_read: tuple[str, ...] = ()
 
 
+class _VerifiedTables:
+    """Tables already read and verified in this process, by content hash (an LRU by bytes).
+
+    Datasets are immutable and named by their sha256, so a table verified once is that content
+    for good: later jobs in the same worker process (``time_align.imu`` is read by five of them,
+    ``fused`` by five) skip the read, the hash and the decode. Bounded by ``max_bytes``.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._tables: OrderedDict[str, pa.Table] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, sha256: str) -> pa.Table | None:
+        with self._lock:
+            table = self._tables.get(sha256)
+            if table is not None:
+                self._tables.move_to_end(sha256)
+            return table
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tables.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+    def put(self, sha256: str, table: pa.Table) -> None:
+        size = table.nbytes
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            if sha256 in self._tables:
+                return
+            self._tables[sha256] = table
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, old = self._tables.popitem(last=False)
+                self._bytes -= old.nbytes
+
+
+VERIFIED = _VerifiedTables(max_bytes=768 * 1024 * 1024)
+
+
 class LazyDatasets(Mapping[str, pa.Table]):
     """Upstream datasets by name, each read and sha256-verified on first access."""
 
@@ -95,12 +143,19 @@ class LazyDatasets(Mapping[str, pa.Table]):
             self._refs.setdefault(ref.name, ref)
         self._cache: dict[str, pa.Table] = {}
         self.read_s = 0.0
+        self.cache_hits = 0
 
     def __getitem__(self, name: str) -> pa.Table:
         if name not in self._cache:
             ref = self._refs[name]  # KeyError for unknown names, as a Mapping should
             started = time.perf_counter()
-            self._cache[name] = read_table(self._store, ref.url, sha256=ref.sha256)
+            table = VERIFIED.get(ref.sha256)
+            if table is None:
+                table = read_table(self._store, ref.url, sha256=ref.sha256)
+                VERIFIED.put(ref.sha256, table)
+            else:
+                self.cache_hits += 1
+            self._cache[name] = table
             self.read_s += time.perf_counter() - started
         return self._cache[name]
 
@@ -149,6 +204,7 @@ def run_stage_job(job: StageJob) -> StageRun:
         out: StageOutput = _stage(job.stage)(inp)
         timings["stage_s"] = time.perf_counter() - started - datasets.read_s
         timings["inputs_s"] = datasets.read_s
+        timings["inputs_cached"] = datasets.cache_hits
         started = time.perf_counter()
         outputs = write_outputs(
             store,

@@ -18,6 +18,7 @@ from streams.jobs.failure import error_from_exception
 from streams.jobs.model import ClaimedJob, DatasetRecord, JobResult, RunVersions
 from streams.objects import ObjectStore
 from streams.sessions.executors import SessionExecutors, local_name, record_name
+from streams.sessions.stage_job import VERIFIED
 
 RUN = uuid.uuid4()
 VERSIONS = RunVersions(parser="p1", pipeline="pl1", fusion="f1")
@@ -55,6 +56,11 @@ def _upstream(job: str, records: list[DatasetRecord]) -> dict[str, UpstreamDatas
         )
         for r in records
     }
+
+
+@pytest.fixture(autouse=True)
+def _fresh_table_cache() -> None:
+    VERIFIED.clear()  # tables verified by another test must not hide this test's corruption
 
 
 @pytest.fixture

@@ -8,9 +8,14 @@ import pytest
 
 from streams.objects import ObjectStore
 from streams.sessions.datasets import output_prefix
-from streams.sessions.stage_job import InputRef, StageJob, run_stage_job
+from streams.sessions.stage_job import VERIFIED, InputRef, StageJob, _VerifiedTables, run_stage_job
 
 NMEA = "ublox-zed-f9p-nmea.log"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_table_cache() -> None:
+    VERIFIED.clear()
 
 
 @pytest.fixture
@@ -109,3 +114,55 @@ def test_a_stage_error_keeps_its_code(store: ObjectStore) -> None:
     assert run.failure is not None
     assert run.failure.code == "UNSUPPORTED_FORMAT" and not run.failure.retriable
     assert store.list("datasets") == []  # nothing promoted for a failed job
+
+
+def test_a_table_verified_once_is_reused_by_later_jobs(
+    store: ObjectStore, shared_dir: Path
+) -> None:
+    art = _artifact(store, (shared_dir / "data" / "nmea" / NMEA).read_bytes())
+    parsed = run_stage_job(
+        _job(store, "parse_raw", "stages.session.parse_raw:run", "p" * 64, artifacts=(art,))
+    )
+    assert parsed.outputs is not None
+    inputs = tuple(
+        InputRef(name=d.name, url=d.url, sha256=d.sha256) for d in parsed.outputs.datasets
+    )
+    summaries = {"parse_raw": parsed.outputs.summary}
+    first = run_stage_job(
+        _job(
+            store,
+            "normalise_units",
+            "stages.session.normalise_units:run",
+            "1" * 64,
+            inputs=inputs,
+            summaries=summaries,
+        )
+    )
+    second = run_stage_job(
+        _job(
+            store,
+            "normalise_units",
+            "stages.session.normalise_units:run",
+            "2" * 64,
+            inputs=inputs,
+            summaries=summaries,
+        )
+    )
+    assert first.timings["inputs_cached"] == 0 and second.timings["inputs_cached"] == 3
+    assert first.outputs is not None and second.outputs is not None
+    assert [d.sha256 for d in first.outputs.datasets] == [d.sha256 for d in second.outputs.datasets]
+
+
+def test_the_table_cache_is_bounded() -> None:
+    import pyarrow as pa
+
+    cache = _VerifiedTables(max_bytes=3000)
+    tables = {k: pa.table({"x": pa.array(range(125), pa.int64())}) for k in "abcd"}  # 1000 B
+    for k, t in tables.items():
+        cache.put(k, t)
+    assert len(cache) == 3 and cache.get("a") is None  # the oldest went first
+    assert cache.get("b") is tables["b"]
+    cache.put("e", tables["a"])
+    assert cache.get("c") is None and cache.get("b") is not None  # b was used recently
+    cache.put("huge", pa.table({"x": pa.array(range(1000), pa.int64())}))
+    assert cache.get("huge") is None  # larger than the whole cache: never kept
