@@ -22,7 +22,7 @@ a dataset is the sha256 of its file.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,11 +159,13 @@ def write_outputs(
     tables: Mapping[str, pa.Table],
     summary: Mapping[str, Any],
     header: Mapping[str, Any],
+    on_encoded: Callable[[str, pa.Table, bytes], None] | None = None,
 ) -> JobOutputs:
     """Write ``tables`` and a manifest to a temp directory, then promote it to ``prefix``.
 
     When another attempt already promoted ``prefix`` the existing outputs are verified and
-    returned (``reused=True``) and this attempt's files are discarded.
+    returned (``reused=True``) and this attempt's files are discarded. ``on_encoded(sha256,
+    table, parquet_bytes)`` is called for every file written (the stage job caches tables).
     """
     temp = store.temp_key()
     files: list[dict[str, Any]] = []
@@ -175,6 +177,8 @@ def write_outputs(
         data = encode_parquet(table)
         digest = sha256_hex(data)
         store.write_temp(f"{temp}/{name}.parquet", data)
+        if on_encoded is not None:
+            on_encoded(digest, table, data)
         start, end = _time_range(table)
         files.append(
             {

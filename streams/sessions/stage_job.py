@@ -10,7 +10,8 @@ idempotency key - into a picklable :class:`StageJob` and hands it to a pool. The
    every file verifies, they are returned as they are and the stage does not run again;
 2. reads the artifacts (sha256-verified) and builds a :class:`StageInput` whose ``datasets``
    mapping loads each upstream Parquet file lazily, verifying it, on first access - a stage
-   reads only the inputs it uses, and a table this process already verified is reused;
+   reads only the inputs it uses, and a table this process already verified (or wrote) is
+   reused;
 3. runs the stage, then writes every output table as Parquet plus a manifest to a temporary
    directory and promotes it atomically (``datasets.write_outputs``).
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from stages.errors import StageError
 from stages.session.contract import ArtifactBlob, StageInput, StageOutput
@@ -173,6 +175,17 @@ class LazyDatasets(Mapping[str, pa.Table]):
         return tuple(sorted(self._cache))
 
 
+def _remember(sha256: str, table: pa.Table, data: bytes) -> None:
+    """Cache an output under its hash when reading the file back gives the same schema.
+
+    Parquet keeps the values of every column type the stages use exactly; the schema (types,
+    time zones, field metadata) is the part that could differ, and it is in the footer, so
+    checking it costs no decode. A downstream job then gets the same table either way.
+    """
+    if pq.read_schema(pa.BufferReader(data)).equals(table.schema, check_metadata=True):
+        VERIFIED.put(sha256, table)
+
+
 def _stage(path: str) -> Any:
     module, _, func = path.partition(":")
     return getattr(importlib.import_module(module), func)
@@ -212,6 +225,7 @@ def run_stage_job(job: StageJob) -> StageRun:
             tables=dict(out.datasets),
             summary=dict(out.summary),
             header={"run_id": job.run_id, "job": job.job_name, "idempotency_key": job.key},
+            on_encoded=_remember,
         )
         timings["write_s"] = time.perf_counter() - started
         return StageRun(outputs=outputs, timings=timings, inputs_read=datasets.loaded)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from streams.objects import ObjectStore
-from streams.sessions.datasets import output_prefix
+from streams.sessions.datasets import output_prefix, read_table
 from streams.sessions.stage_job import VERIFIED, InputRef, StageJob, _VerifiedTables, run_stage_job
 
 NMEA = "ublox-zed-f9p-nmea.log"
@@ -128,6 +128,12 @@ def test_a_table_verified_once_is_reused_by_later_jobs(
         InputRef(name=d.name, url=d.url, sha256=d.sha256) for d in parsed.outputs.datasets
     )
     summaries = {"parse_raw": parsed.outputs.summary}
+    # The writer remembered its outputs, exactly as they read back from the store.
+    for d in parsed.outputs.datasets:
+        cached = VERIFIED.get(d.sha256)
+        assert cached is not None
+        assert cached.equals(read_table(store, d.url, sha256=d.sha256), check_metadata=True)
+    VERIFIED.clear()  # as if the next job ran in another process
     first = run_stage_job(
         _job(
             store,
