@@ -62,7 +62,9 @@ candidates AS (
       AND j.tenant_id NOT IN (SELECT tenant_id FROM active WHERE n >= $6)
       AND (NOT j.heavy OR (SELECT n FROM heavy_free) > 0)
     ORDER BY j.priority DESC, j.created_at
-    LIMIT $2::int * 2 + 8
+    -- A small margin for rows the per-tenant and heavy ranking below drops (tenants already
+    -- at their limit are excluded above). Every locked row costs a write, so no more.
+    LIMIT $2::int + 8
     FOR UPDATE OF j SKIP LOCKED
 ),
 chosen AS (
