@@ -53,6 +53,7 @@ def components(settings: Settings) -> list[Component]:
     async def worker(s: Settings, stop: asyncio.Event) -> None:
         executors = default_executors(s)
         try:
+            await executors.warm_up()  # start compute processes before the first job arrives
             await run_worker(
                 s, executors=executors, pool=None, concurrency=s.worker.concurrency, stop=stop
             )
