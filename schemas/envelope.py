@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, PlainValidator, WithJsonSchema
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_EPOCH_MS = 253_402_300_799_999
@@ -80,6 +80,20 @@ def parse_seq(raw: Any) -> int | None:
     return seq
 
 
+_NO_NUL = "^[^\\u0000]*$"
+# Pydantic manages "$ref"s itself; the recursive value schema is spliced in by json_schema().
+_VALUE_REF = {"x-tideway": "value"}
+_VALUE: dict[str, Any] = {
+    "description": "Any JSON value whose strings and keys hold no NUL character.",
+    "anyOf": [
+        {"type": ["number", "boolean", "null"]},
+        {"type": "string", "pattern": _NO_NUL},
+        {"type": "array", "items": {"$ref": "#/$defs/Value"}},
+        {"type": "object", "propertyNames": {"pattern": _NO_NUL},
+         "additionalProperties": {"$ref": "#/$defs/Value"}},
+    ],
+}
+
 Timestamp = Annotated[
     datetime,
     PlainValidator(parse_ts),
@@ -123,7 +137,12 @@ class Envelope(BaseModel):
     values: Annotated[
         dict[str, Any],
         AfterValidator(_no_nul),
-        Field(description="Measured values, read by the device schema (no NUL characters)."),
+        WithJsonSchema({
+            "type": "object",
+            "description": "Measured values, read by the device schema (no NUL characters).",
+            "propertyNames": {"pattern": _NO_NUL},
+            "additionalProperties": _VALUE_REF,
+        }),
     ]
 
     @property
@@ -152,7 +171,19 @@ def _no_nul(values: dict[str, Any]) -> dict[str, Any]:
 
 def json_schema() -> dict[str, Any]:
     """The envelope's JSON Schema (what ``schemas/envelope.schema.json`` holds)."""
-    return Envelope.model_json_schema()
+
+    def splice(node: Any) -> Any:
+        if node == _VALUE_REF:
+            return {"$ref": "#/$defs/Value"}
+        if isinstance(node, dict):
+            return {k: splice(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [splice(v) for v in node]
+        return node
+
+    schema: dict[str, Any] = splice(Envelope.model_json_schema())
+    schema["$defs"] = {"Value": _VALUE}
+    return schema
 
 
 def _main(argv: list[str]) -> int:

@@ -23,9 +23,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -63,6 +63,11 @@ class Receipt:
     """When JetStream stored the message (ns since the epoch); stable across redeliveries."""
     delivered: int = 1
     """How many times JetStream has delivered it, this time included."""
+    received_at: datetime = field(init=False, compare=False)
+    """``received_at_ns`` as an aware datetime (microsecond precision, floored)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "received_at", EPOCH + (self.received_at_ns // 1000) * _US)
 
     @property
     def msg_id(self) -> str | None:
@@ -75,23 +80,16 @@ class Receipt:
         value = self.headers.get("traceparent") if self.headers else None
         return value if value and _TRACEPARENT.fullmatch(value) else None
 
-    @property
-    def received_at(self) -> datetime:
-        """``received_at_ns`` as an aware datetime (microsecond precision, floored)."""
-        return EPOCH + (self.received_at_ns // 1000) * _US
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SubjectParts:
-    """``telemetry.<tenant>.<device>.<topic>`` taken apart."""
+class SubjectParts(NamedTuple):
+    """``telemetry.<tenant>.<device>.<topic>`` taken apart (a tuple: one per envelope)."""
 
     tenant: str
     device: str
     topic: str
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DecodedEnvelope:
+class DecodedEnvelope(NamedTuple):
     """A well-formed envelope's fields (see :class:`schemas.envelope.Envelope`)."""
 
     ts: datetime
@@ -113,8 +111,7 @@ def parse_subject(subject: str, prefix: str = "") -> SubjectParts | None:
     match = _SUBJECT.fullmatch(subject)
     if match is None:
         return None
-    tenant, device, topic = match.groups()
-    return SubjectParts(tenant=tenant, device=device, topic=topic)
+    return SubjectParts(*match.groups())
 
 
 def dedupe_key(tenant: str, receipt: Receipt) -> str:
@@ -161,4 +158,4 @@ def decode_envelope(data: bytes) -> DecodedEnvelope:
         )
     if b"\\u0000" in data and has_nul(values):  # cheap test first, exact test if it hits
         raise EnvelopeError("values must not contain NUL characters", code=INVALID)
-    return DecodedEnvelope(ts=ts, ts_us=(ts - EPOCH) // _US, seq=seq, values=values)
+    return DecodedEnvelope(ts, (ts - EPOCH) // _US, seq, values)

@@ -25,17 +25,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from stages.ingest.evaluate import Evaluation, StageLog, issues_json
-from stages.ingest.processing_state import ProcessingState, recorded_path
+from stages.ingest.processing_state import IllegalStateTransition, ProcessingState, recorded_path
 from stages.ingest.processing_state import check_path as check_state_path
-from stages.ingest.status import Status, check_path
+from stages.ingest.status import FINAL, IllegalTransition, Status, check_path
+from stages.ingest.status import recorded_path as recorded_path_of_status
 
 PUBLISH_FAILED = "PUBLISH_FAILED"
 
+MESSAGE_COPY_COLUMNS = (
+    "id", "source_deduplication_key", "stream_seq", "received_at", "subject", "traceparent",
+    "payload_bytes", "tenant_id", "device_id", "schema_version_id", "schema_topic_id",
+    "measured_at", "seq", "status", "error_code", "error_message",
+)
 MESSAGE_COLUMNS = (
     "source_deduplication_key", "stream_seq", "received_at", "subject", "traceparent",
     "payload_bytes", "tenant_id", "device_id", "schema_version_id", "schema_topic_id",
@@ -87,6 +93,10 @@ class Classified:
     owner_index: int | None = None
 
 
+NEW = Classified(fate=Fate.NEW)
+RECORDED = Classified(fate=Fate.RECORDED)
+
+
 def classify(evaluations: Sequence[Evaluation], existing: Sequence[Existing]) -> list[Classified]:
     """Decide each envelope's :class:`Fate` from the rows the dedupe read returned."""
     by_key = {row.key: row for row in existing if row.key is not None}
@@ -99,14 +109,14 @@ def classify(evaluations: Sequence[Evaluation], existing: Sequence[Existing]) ->
         if receipt in duplicate_receipts or (
             owner is not None and (owner.stream_seq, owner.received_at) == receipt
         ):
-            out.append(Classified(fate=Fate.RECORDED))
+            out.append(RECORDED)
         elif owner is not None:
             out.append(Classified(fate=Fate.DUPLICATE, owner_id=owner.id))
         elif ev.key in first_in_batch:
             out.append(Classified(fate=Fate.DUPLICATE, owner_index=first_in_batch[ev.key]))
         else:
             first_in_batch[ev.key] = index
-            out.append(Classified(fate=Fate.NEW))
+            out.append(NEW)
     return out
 
 
@@ -134,9 +144,8 @@ class PublishOutcome:
         return not self.failures
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Final:
-    """How one new envelope is recorded."""
+class Final(NamedTuple):
+    """How one new envelope is recorded (a tuple: one is made per envelope)."""
 
     ev: Evaluation
     status: Status
@@ -164,49 +173,141 @@ def text(value: str) -> str:
     return value.replace("\x00", "\\u0000") if "\x00" in value else value
 
 
+_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+NULL = "\\N"
+
+
+def copy_text(value: str | None) -> str:
+    """``value`` as one field of Postgres ``COPY ... (FORMAT text)`` (``\\N`` for ``None``).
+
+    NUL bytes, which NATS allows in subjects and headers but Postgres text cannot hold, are
+    spelled out as ``\\u0000``.
+    """
+    if value is None:
+        return NULL
+    if "\x00" in value:
+        value = value.replace("\x00", "\\u0000")
+    return value.translate(_ESCAPES)
+
+
+def _json_field(value: str | None) -> str:
+    # orjson never emits tabs, newlines or CR inside JSON; only its backslashes need doubling.
+    if value is None:
+        return NULL
+    return value.replace("\\", "\\\\") if "\\" in value else value
+
+
+def _int(value: int | None) -> str:
+    return NULL if value is None else str(value)
+
+
+def _ts(value: datetime | None) -> str:
+    return NULL if value is None else value.isoformat()
+
+
+_OK_TAIL = "\t\\N\t\\N\t\\N\t\\N\n"
+
+
+def _log_line(message_id: int, attempt: int, log: StageLog, capture: bool) -> str:
+    if log.status == "ok" and not capture:  # the common case, formatted in one step
+        return f"{message_id}\t{attempt}\t{log.stage}\tok\t{log.duration_us}{_OK_TAIL}"
+    return "\t".join((
+        str(message_id), str(attempt), log.stage, log.status, str(log.duration_us),
+        copy_text(log.error_code), copy_text(log.error_message),
+        _json_field(orjson.dumps(log.input_snapshot, default=str).decode())
+        if capture and log.input_snapshot is not None else NULL,
+        _json_field(orjson.dumps(log.output_snapshot, default=str).decode())
+        if capture and log.output_snapshot is not None else NULL,
+    )) + "\n"
+
+
+def _recordable() -> tuple[frozenset[Status], frozenset[ProcessingState]]:
+    # Every (status, state) a batch may insert, checked once against the machines' tables so
+    # the per-envelope check is a set lookup.
+    statuses = frozenset(s for s in Status if s in FINAL and s is not Status.DUPLICATE)
+    for status in statuses:
+        check_path(recorded_path_of_status(status))
+    states = frozenset(ProcessingState)
+    for state in states:
+        check_state_path(recorded_path(state))
+    return statuses, states
+
+
+RECORDABLE_STATUSES, RECORDABLE_STATES = _recordable()
+
+
 @dataclass(kw_only=True, slots=True)
 class Recording:
-    """Rows for the recording transaction, built once the new rows' ids are known."""
+    """Rows for the recording transaction, built once the new rows' ids are known.
+
+    Messages, telemetry and stage logs are ``COPY`` text lines (cheap to build, and the bulk of
+    the batch); duplicates and dead letters are rare and stay tuples for ``unnest`` inserts.
+    :meth:`add` makes a new envelope's message and telemetry lines; :meth:`stage_log_lines`
+    makes every stage log once the persist step has been timed.
+    """
 
     capture: bool
     now: datetime
-    telemetry: list[tuple[Any, ...]] = field(default_factory=list)
-    stage_logs: list[tuple[Any, ...]] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    telemetry: list[str] = field(default_factory=list)
     dead_letters: list[tuple[Any, ...]] = field(default_factory=list)
     duplicates: list[tuple[Any, ...]] = field(default_factory=list)
+    recorded: list[tuple[Final, int]] = field(default_factory=list)
 
-    def add(self, final: Final, message_id: int, persist_us: int) -> None:
-        """Telemetry, stage logs and dead letter of one recorded new envelope."""
+    def add(self, final: Final, message_id: int, *, message_line: bool = True) -> None:
+        """The message row (unless inserted another way), telemetry row and dead letter of
+        one new envelope."""
+        if final.status not in RECORDABLE_STATUSES:
+            raise IllegalTransition(f"an envelope cannot be recorded as {final.status}")
         ev = final.ev
-        check_path((Status.QUEUED, Status.PROCESSING, final.status))
-        logs = self.stage_logs
-        for log in ev.logs:
-            logs.append((message_id, 1, *log))
-        if final.state is not None and ev.device is not None and ev.binding is not None:
-            check_state_path(recorded_path(final.state))
-            assert ev.envelope is not None and ev.values is not None
-            self.telemetry.append((
-                message_id, ev.device.tenant_id, ev.device.id, ev.binding.schema_version_id,
-                ev.binding.program.topic, ev.envelope.ts, ev.envelope.seq, ev.receipt.received_at,
-                final.state.value, ev.values, issues_json(ev.issues),
-            ))
-            logs.append((message_id, 1, *StageLog(
-                "persist", "ok", persist_us, None, None,
-                {"processing_state": final.state.value} if self.capture else None,
-                {"device_telemetry_log_id": message_id} if self.capture else None,
-            )))
-        publish = final.publish
-        if publish is not None:
-            failed = not publish.ok
-            logs.append((message_id, 1, *StageLog(
-                "publish", "failed" if failed else "ok", publish.duration_us,
-                PUBLISH_FAILED if failed else None, final.error_message if failed else None,
-                None, {"hot_state_written": publish.hot_state_written,
-                       "analytics_published": publish.analytics_published}
-                if self.capture else None,
-            )))
+        receipt, device, binding, env = ev.receipt, ev.device, ev.binding, ev.envelope
+        received = receipt.received_at.isoformat()
+        measured = env.ts.isoformat() if env else NULL
+        seq = _int(env.seq) if env else NULL
+        if message_line:
+            self.messages.append("\t".join((
+                str(message_id), copy_text(ev.key), str(receipt.stream_seq), received,
+                copy_text(receipt.subject), copy_text(receipt.traceparent),
+                str(len(receipt.data)), device.tenant_id_text if device else NULL,
+                device.id_text if device else NULL, binding.version_text if binding else NULL,
+                binding.topic_id_text if binding else NULL, measured, seq, final.status.value,
+                copy_text(final.error_code), copy_text(final.error_message),
+            )) + "\n")
+        state = final.state
+        if state is not None and device is not None and binding is not None:
+            if state not in RECORDABLE_STATES:
+                raise IllegalStateTransition(f"telemetry cannot be recorded as {state}")
+            self.telemetry.append("\t".join((
+                str(message_id), device.tenant_id_text, device.id_text, binding.version_text,
+                binding.program.topic, measured, seq, received, state.value,
+                _json_field(ev.values_json),
+                _json_field(orjson.dumps(issues_json(ev.issues)).decode()) if ev.issues else NULL,
+            )) + "\n")
+        self.recorded.append((final, message_id))
         if final.dead_letter:
             self.dead_letters.append(self.dead_letter_row(final, message_id))
+
+    def stage_log_lines(self, persist_us: int) -> list[str]:
+        """Every stage log of the recorded envelopes (``persist`` took ``persist_us``)."""
+        capture = self.capture
+        lines: list[str] = []
+        for final, message_id in self.recorded:
+            for log in final.ev.logs:
+                lines.append(_log_line(message_id, 1, log, capture))
+            if final.state is not None and final.ev.device is not None:
+                lines.append(_log_line(message_id, 1, StageLog(
+                    "persist", "ok", persist_us, None, None,
+                    {"processing_state": final.state.value},
+                    {"device_telemetry_log_id": message_id}), capture))
+            publish = final.publish
+            if publish is not None:
+                failed = not publish.ok
+                lines.append(_log_line(message_id, 1, StageLog(
+                    "publish", "failed" if failed else "ok", publish.duration_us,
+                    PUBLISH_FAILED if failed else None, final.error_message if failed else None,
+                    None, {"hot_state_written": publish.hot_state_written,
+                           "analytics_published": publish.analytics_published}), capture))
+        return lines
 
     def dead_letter_row(self, final: Final, message_id: int) -> tuple[Any, ...]:
         ev = final.ev
@@ -225,8 +326,7 @@ class Recording:
         return (
             message_id, ev.parts.tenant if ev.parts else None, text(receipt.subject),
             orjson.dumps({text(k): text(v) for k, v in (receipt.headers or {}).items()}).decode(),
-            receipt.data,
-            final.error_code or PUBLISH_FAILED, orjson.dumps(failures).decode(),
+            receipt.data, final.error_code or PUBLISH_FAILED, orjson.dumps(failures).decode(),
         )
 
     def add_duplicate(self, ev: Evaluation, owner_id: int) -> None:
@@ -241,7 +341,8 @@ class Recording:
 
 
 def message_row(final: Final) -> tuple[Any, ...]:
-    """The ``ingestion_messages`` row of a new envelope, in :data:`MESSAGE_COLUMNS` order."""
+    """The ``ingestion_messages`` row of a new envelope, in :data:`MESSAGE_COLUMNS` order
+    (the careful path after a race, which inserts with ``ON CONFLICT`` over ``unnest``)."""
     ev = final.ev
     receipt, device, binding, env = ev.receipt, ev.device, ev.binding, ev.envelope
     return (

@@ -91,7 +91,8 @@ def _evaluation(row: Any, binding: Any) -> Evaluation:
         receipt=receipt, key=row["key"], parts=parts, status=Status.COMPLETED, error_code=None,
         error_message=None, device=device, binding=binding,
         envelope=DecodedEnvelope(ts=measured, ts_us=ts_us, seq=row["seq"], values={}),
-        state=ProcessingState.PROCESSED, values=row["parameter_values"], issues=(), logs=(),
+        state=ProcessingState.PROCESSED, values=row["parameter_values"],
+        values_json=orjson.dumps(row["parameter_values"]).decode(), issues=(), logs=(),
         dead_letter=False,
     )
 

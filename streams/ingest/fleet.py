@@ -113,8 +113,9 @@ class Station:
         elif kind == "unknown_topic":
             topic = UNKNOWN_TOPIC
         payload = {"ts": ts_ms, "seq": self.seq, "values": values}
-        return SimEnvelope(device=self.device, topic=topic, msg_id=f"{self.device}-{self.boot}-{self.seq}",
-                           payload=payload, kind=kind)
+        msg_id = f"{self.device}-{self.boot}-{self.seq}"
+        return SimEnvelope(device=self.device, topic=topic, msg_id=msg_id, payload=payload,
+                           kind=kind)
 
 
 def choose_kind(rng: random.Random, *, late: float, invalid: float, unknown_topic: float) -> str:

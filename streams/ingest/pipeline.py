@@ -24,7 +24,7 @@ import orjson
 
 from stages.ingest.ack_policy import AckDecision, Disposition, decide, publish_failure_is_final
 from stages.ingest.evaluate import Evaluation, Registry, evaluate
-from stages.ingest.ingress import Receipt, parse_subject
+from stages.ingest.ingress import Receipt, SubjectParts, parse_subject
 from stages.ingest.plan import Classified, Fate, Final, PublishOutcome, classify, finalize
 from stages.ingest.retry_policy import Backoff
 from streams.ingest.analytics import Analytics
@@ -89,29 +89,34 @@ class Pipeline:
         self.redelivery = Backoff(base_s=retry.redelivery_delay_s,
                                   cap_s=max(retry.redelivery_cap_s, retry.redelivery_delay_s))
 
-    def evaluate_all(self, receipts: Sequence[Receipt], registry: Registry) -> list[Evaluation]:
-        """Run the pure stages over every receipt."""
+    def evaluate_all(
+        self, receipts: Sequence[Receipt], registry: Registry,
+        parts: Sequence[SubjectParts | None] | None = None,
+    ) -> list[Evaluation]:
+        """Run the pure stages over every receipt (``parts``: their parsed subjects, if known)."""
         consumer = self.settings.consumer
         clock = time.perf_counter_ns
+        limit, capture, prefix = (consumer.max_payload_bytes, consumer.capture_stage_snapshots,
+                                  self.prefix)
+        if parts is None:
+            parts = [parse_subject(r.subject, prefix) for r in receipts]
         return [
-            evaluate(r, registry, prefix=self.prefix, max_payload_bytes=consumer.max_payload_bytes,
-                     capture=consumer.capture_stage_snapshots, clock=clock)
-            for r in receipts
+            evaluate(r, registry, prefix=prefix, max_payload_bytes=limit, capture=capture,
+                     clock=clock, parts=p)
+            for r, p in zip(receipts, parts, strict=True)
         ]
 
     async def prepare(
         self, receipts: Sequence[Receipt]
     ) -> tuple[list[Evaluation], list[Classified]]:
         """Evaluate every receipt and classify it against Postgres (registry + dedupe read)."""
-        pairs = []
-        for r in receipts:
-            parts = parse_subject(r.subject, self.prefix)
-            if parts is not None:  # only well-formed names ever reach a query
-                pairs.append((parts.tenant, parts.device))
+        parts = [parse_subject(r.subject, self.prefix) for r in receipts]
+        # Only well-formed names ever reach a query.
+        pairs = [(p.tenant, p.device) for p in parts if p is not None]
         try:
             async with self.resources.pool.acquire() as conn:
                 view = await self.cache.view(conn, pairs)
-                evaluations = self.evaluate_all(receipts, view)
+                evaluations = self.evaluate_all(receipts, view, parts)
                 existing = await lookup(conn, evaluations)
         except PG_FAILURES as exc:
             raise translate(exc) from exc

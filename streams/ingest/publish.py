@@ -43,11 +43,11 @@ class Publisher:
         key_of = self.names.hot_state_key
         for ev in evaluations:
             env, parts = ev.envelope, ev.parts
-            assert env is not None and parts is not None
-            doc = orjson.dumps({
-                "ts": env.ts, "seq": env.seq, "values": ev.values, "message_key": ev.key,
-                "received_at": ev.receipt.received_at,
-            })
+            assert env is not None and parts is not None and ev.values_json is not None
+            # The values are already JSON: splice them in rather than encoding them again.
+            head = orjson.dumps({"ts": env.ts, "seq": env.seq, "message_key": ev.key,
+                                 "received_at": ev.receipt.received_at})
+            doc = head[:-1] + b',"values":' + ev.values_json.encode() + b"}"
             items.append(HotItem(key=key_of(parts.tenant, parts.device), topic=parts.topic,
                                  order=hot_state_order(env.ts_us, env.seq), doc=doc))
         return items
@@ -61,17 +61,24 @@ class Publisher:
             self._hot_state(evaluations), self._analytics(evaluations)
         )
         duration_us = (time.perf_counter_ns() - started) // 1000
+        # Outcomes are immutable: envelopes that ended alike share one object.
+        shared = {
+            written: PublishOutcome(duration_us=duration_us, hot_state_written=written,
+                                    analytics_published=analytics_failure is None,
+                                    failures=() if analytics_failure is None
+                                    else (analytics_failure,))
+            for written in (True, False)
+        }
         outcomes = []
         for index in range(len(evaluations)):
-            failures = []
             failure = hot_failures.get(index)
-            if failure is not None:
-                failures.append(failure)
-            if analytics_failure is not None:
-                failures.append(analytics_failure)
+            if failure is None:
+                outcomes.append(shared[hot[index] == WRITTEN])
+                continue
+            failures = (failure,) if analytics_failure is None else (failure, analytics_failure)
             outcomes.append(PublishOutcome(
-                duration_us=duration_us, hot_state_written=hot[index] == WRITTEN,
-                analytics_published=analytics_failure is None, failures=tuple(failures),
+                duration_us=duration_us, hot_state_written=False,
+                analytics_published=analytics_failure is None, failures=failures,
             ))
         return outcomes
 

@@ -14,7 +14,7 @@ split the batch in halves until the poison envelope is alone, and that one is re
 
 from __future__ import annotations
 
-import dataclasses
+import io
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,9 +62,9 @@ async def lookup(conn: Conn, evaluations: Sequence[Evaluation]) -> list[Existing
     try:
         rows = await conn.fetch(
             sql.LOOKUP,
-            [ev.key for ev in evaluations],
-            [ev.receipt.stream_seq for ev in evaluations],
-            [ev.receipt.received_at for ev in evaluations],
+            "\n".join([ev.key for ev in evaluations]),
+            "\n".join([f"{ev.receipt.stream_seq}:{ev.receipt.received_at_ns // 1000}"
+                       for ev in evaluations]),
         )
     except PG_FAILURES as exc:
         raise translate(exc) from exc
@@ -130,22 +130,39 @@ class Recorder:
         self, evaluations: Sequence[Evaluation], fates: Sequence[Classified],
         finals: Mapping[int, Final],
     ) -> Recorded:
-        """Record the batch in one transaction (see the module docstring)."""
-        try:
-            async with self.pool.acquire() as conn, conn.transaction():
-                return await self._record(conn, evaluations, list(fates), finals)
-        except PG_FAILURES as exc:
-            raise translate(exc) from exc
+        """Record the batch in one transaction (see the module docstring).
+
+        The fast path reserves ids and ``COPY``s the new rows; if another consumer recorded
+        one of the keys since the lookup, the unique index refuses the ``COPY`` and the batch
+        is recorded again on the careful path (``INSERT … ON CONFLICT DO NOTHING``).
+        """
+        for careful in (False, True):
+            try:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    return await self._record(conn, evaluations, list(fates), finals, careful)
+            except asyncpg.UniqueViolationError:
+                if careful:
+                    raise PermanentError("duplicate key on the careful path",
+                                         code=PERSIST_REJECTED) from None
+            except PG_FAILURES as exc:
+                raise translate(exc) from exc
+        raise AssertionError("unreachable")
 
     async def _record(
         self, conn: Conn, evaluations: Sequence[Evaluation],
-        fates: list[Classified], finals: Mapping[int, Final],
+        fates: list[Classified], finals: Mapping[int, Final], careful: bool,
     ) -> Recorded:
         out = Recorded()
         rec = Recording(capture=self.capture, now=datetime.now(UTC))
         started = time.perf_counter_ns()
         owners: dict[str, int] = {}
-        if finals:
+        if finals and not careful:
+            ids = await conn.fetchval(sql.RESERVE_IDS, len(finals))
+            for index, message_id in zip(finals, ids, strict=True):
+                owners[evaluations[index].key] = message_id
+                rec.add(finals[index], message_id)
+            await _copy(conn, sql.MESSAGES, sql.MESSAGE_COPY, rec.messages)
+        elif finals:
             rows = [message_row(finals[i]) for i in finals]
             for row in await conn.fetch(sql.INSERT_MESSAGES, *_columns(rows)):
                 owners[row["source_deduplication_key"]] = row["id"]
@@ -160,22 +177,20 @@ class Recorder:
                     fates[index] = fate
                     if fate.owner_id is not None:
                         owners[evaluations[index].key] = fate.owner_id
-        recorded_new = [i for i in finals if fates[i].fate is Fate.NEW]
+            for index in finals:
+                if fates[index].fate is Fate.NEW:
+                    rec.add(finals[index], owners[evaluations[index].key], message_line=False)
+        await _copy(conn, sql.TELEMETRY, sql.TELEMETRY_COPY, rec.telemetry)
         persist_us = (time.perf_counter_ns() - started) // 1000
-        for index in recorded_new:
-            message_id = owners[evaluations[index].key]
-            rec.add(finals[index], message_id, persist_us)
-            out.statuses[index] = finals[index].status
-            out.message_ids[index] = message_id
-            if finals[index].dead_letter:
-                out.dead_letters.append((message_id, evaluations[index],
-                                         finals[index].error_code or "PUBLISH_FAILED"))
-        if rec.telemetry:
-            await conn.copy_records_to_table(sql.TELEMETRY, records=rec.telemetry,
-                                             columns=sql.TELEMETRY_COPY)
-        if rec.stage_logs:
-            await conn.copy_records_to_table(sql.STAGE_LOGS, records=rec.stage_logs,
-                                             columns=sql.STAGE_LOG_COPY)
+        await _copy(conn, sql.STAGE_LOGS, sql.STAGE_LOG_COPY, rec.stage_log_lines(persist_us))
+        for index in finals:
+            if fates[index].fate is Fate.NEW:
+                message_id = owners[evaluations[index].key]
+                out.statuses[index] = finals[index].status
+                out.message_ids[index] = message_id
+                if finals[index].dead_letter:
+                    out.dead_letters.append((message_id, evaluations[index],
+                                             finals[index].error_code or "PUBLISH_FAILED"))
         for index, fate in enumerate(fates):
             if fate.fate is not Fate.DUPLICATE:
                 continue
@@ -196,6 +211,13 @@ class Recorder:
         return out
 
 
+async def _copy(conn: Conn, table: str, columns: Sequence[str], lines: list[str]) -> None:
+    """``COPY table FROM STDIN`` of text-format lines (nothing when there are none)."""
+    if lines:
+        await conn.copy_to_table(table, source=io.BytesIO("".join(lines).encode()),
+                                 columns=list(columns), format="text")
+
+
 def _columns(rows: Sequence[tuple[object, ...]]) -> list[list[object]]:
     return [list(column) for column in zip(*rows, strict=True)]
 
@@ -203,9 +225,10 @@ def _columns(rows: Sequence[tuple[object, ...]]) -> list[list[object]]:
 def _rejected(final: Final, exc: PermanentError) -> Final:
     """The minimal record of an envelope Postgres refused: no telemetry, a dead letter."""
     message = exc.message[:2000]
-    ev = dataclasses.replace(
-        final.ev, status=Status.FAILED_TERMINAL, error_code=PERSIST_REJECTED,
-        error_message=message, state=None, values=None, issues=(), dead_letter=True,
+    ev = final.ev._replace(
+        status=Status.FAILED_TERMINAL, error_code=PERSIST_REJECTED,
+        error_message=message, state=None, values=None, values_json=None, issues=(),
+        dead_letter=True,
         logs=(StageLog("persist", "failed", 0, PERSIST_REJECTED, message),),
     )
     return Final(ev=ev, status=Status.FAILED_TERMINAL, state=None,

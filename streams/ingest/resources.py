@@ -52,7 +52,10 @@ async def pg_pool(dsn: str, *, size: int) -> asyncpg.Pool:
     """A pool for the streaming pipeline (binary JSONB codec; see the module docstring)."""
     try:
         pool = await asyncpg.create_pool(
-            dsn, min_size=1, max_size=size, init=_init_connection, command_timeout=60
+            dsn, min_size=1, max_size=size, init=_init_connection, command_timeout=60,
+            # Small, frequent, index-driven statements: parallel workers and JIT only add
+            # start-up cost (and steal cores the consumer needs).
+            server_settings={"jit": "off", "max_parallel_workers_per_gather": "0"},
         )
     except (OSError, asyncpg.PostgresConnectionError) as exc:
         raise TransientError(f"cannot connect to Postgres: {exc}", code="PG_UNAVAILABLE") from exc
@@ -67,12 +70,18 @@ def redis_client(url: str) -> aioredis.Redis:
     )
 
 
-async def nats_connect(url: str, *, name: str) -> Nats:
-    """A NATS connection that keeps reconnecting (a restarted server is not fatal)."""
+async def nats_connect(url: str, *, name: str, trusted_subjects: bool = False) -> Nats:
+    """A NATS connection that keeps reconnecting (a restarted server is not fatal).
+
+    ``trusted_subjects`` skips the client's per-publish subject check: the consumer only
+    publishes to reply subjects the server handed it and to subjects built from validated
+    names, and the check is a measurable share of acknowledging thousands of envelopes/s.
+    """
     try:
         return await nats.connect(
             url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
             connect_timeout=2, allow_reconnect=True,
+            skip_subject_validation=trusted_subjects,
         )
     except Exception as exc:  # nats raises several unrelated types for "cannot connect"
         raise TransientError(f"cannot connect to NATS: {exc}", code="NATS_UNAVAILABLE") from exc
@@ -94,7 +103,7 @@ class Resources:
                    pool_size: int | None = None, nats: bool = True) -> Resources:
         """Connect to everything (``TransientError`` if a service is unreachable)."""
         size = pool_size or settings.consumer.concurrency + 2
-        nc = await nats_connect(settings.nats(), name=name) if nats else None
+        nc = await nats_connect(settings.nats(), name=name, trusted_subjects=True) if nats else None
         try:
             pool = await pg_pool(settings.postgres(), size=size)
         except BaseException:

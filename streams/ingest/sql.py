@@ -13,10 +13,12 @@ from stages.ingest.plan import (
     DEAD_LETTER_COLUMNS,
     DUPLICATE_COLUMNS,
     MESSAGE_COLUMNS,
+    MESSAGE_COPY_COLUMNS,
     STAGE_LOG_COLUMNS,
     TELEMETRY_COLUMNS,
 )
 
+MESSAGES = "ingestion_messages"
 STAGE_LOGS = "ingestion_stage_logs"
 TELEMETRY = "device_telemetry_logs"
 
@@ -39,15 +41,25 @@ WHERE v.id = ANY($1::uuid[])
 
 # -- dedupe read: which keys (and which duplicate receipts) are already recorded ------------
 
+# $1: keys, newline-separated; $2: receipts "<stream seq>:<received_at µs>", newline-separated.
+# (Two text parameters instead of arrays: encoding thousands of array elements one by one is
+# the most expensive part of a batch for the client.)
 LOOKUP = """
 SELECT m.source_deduplication_key AS key, m.id, m.stream_seq, m.received_at, m.status
 FROM ingestion_messages m
-WHERE m.source_deduplication_key = ANY($1::text[])
+WHERE m.source_deduplication_key = ANY(string_to_array($1::text, E'\\n')::text[] COLLATE "C")
 UNION ALL
 SELECT NULL, d.id, d.stream_seq, d.received_at, d.status
-FROM unnest($2::bigint[], $3::timestamptz[]) AS r(seq, rx)
+FROM (SELECT split_part(r, ':', 1)::bigint AS seq,
+             'epoch'::timestamptz + split_part(r, ':', 2)::bigint * interval '1 microsecond' AS rx
+      FROM unnest(string_to_array($2::text, E'\\n')) AS r) AS r
 JOIN ingestion_messages d
   ON d.stream_seq = r.seq AND d.received_at = r.rx AND d.duplicate_of IS NOT NULL
+"""
+
+RESERVE_IDS = """
+SELECT array_agg(nextval(pg_get_serial_sequence('ingestion_messages', 'id')))
+FROM generate_series(1, $1)
 """
 
 # -- the recording transaction ---------------------------------------------------------------
@@ -95,6 +107,7 @@ SELECT m, t, s, h::jsonb, p, r, f::jsonb FROM unnest({_unnest(_DEAD_LETTER_TYPES
 ON CONFLICT (ingestion_message_id) DO NOTHING
 """
 
+MESSAGE_COPY = MESSAGE_COPY_COLUMNS
 STAGE_LOG_COPY = STAGE_LOG_COLUMNS
 TELEMETRY_COPY = TELEMETRY_COLUMNS
 

@@ -1,0 +1,396 @@
+"""Benchmark of the streaming pipeline: full pipeline vs floor loop vs naive loop.
+
+Run:  .venv/bin/python bench/ingest.py [--envelopes 100000] [--latency-seconds 20]
+
+On one generated data set (the demo weather-station fleet: a 10-parameter topic with two
+mutations and two derived parameters; every envelope valid) it measures, in one run:
+
+* **floor** — a JetStream pull of the same batch size and one ack per message, nothing else:
+  the most any consumer built on this client could do;
+* **full** — ``run_consumer`` as ``tideway ingest`` runs it: dedupe, stages, stage logs (no
+  snapshots), telemetry rows, Redis hot state and ClickHouse (chDB) analytics, then acks;
+* **naive** — the same stages, but one statement per envelope (its own transaction, a Redis
+  call and a ClickHouse insert per envelope), for a bounded time;
+* **latency** — end-to-end latency (JetStream stored → batch recorded, published and acked)
+  while a separate process offers a steady 5,000 envelopes/s.
+
+It prints a table and writes ``bench/results/ingest.json``. Everything lives in a private
+namespace, Postgres database and chDB directory, all removed at the end. Service URLs come
+from ``TIDEWAY_BENCH_*`` (defaults: the local NATS, Postgres and Redis).
+"""
+
+# ruff: noqa: E402  (the imports follow the import-path fix just below)
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# bench/ also holds queue.py (another benchmark), which would shadow the standard library's
+# ``queue`` for a script run from here; drop this folder from the import path first.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import platform
+import random
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from stages.ingest.ack_policy import ACK
+from stages.ingest.plan import hot_state_order
+from streams import db, migrate
+from streams.config import ConsumerSettings, Settings
+from streams.ingest.consumer import run_consumer
+from streams.ingest.fetch import Fetcher, acknowledge, receipt_of
+from streams.ingest.fleet import Station
+from streams.ingest.hot_state import HotItem, HotState
+from streams.ingest.pipeline import BatchStats, Pipeline
+from streams.ingest.provision import provision
+from streams.ingest.resources import Resources
+from streams.ingest.simulate import ensure_fleet
+from streams.names import Names
+
+PG_ADMIN = os.environ.get("TIDEWAY_BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+NATS_URL = os.environ.get("TIDEWAY_BENCH_NATS_URL", "nats://127.0.0.1:4222")
+REDIS_URL = os.environ.get("TIDEWAY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+TENANT = "bench"
+DEVICES = 1000
+BATCH = 500
+RESULTS = ROOT / "bench" / "results" / "ingest.json"
+TARGETS = {"envelopes_per_s": 20_000, "ratio_to_floor": 0.4, "p99_ms": 250.0}
+
+
+def _payloads(n: int, seed: int, t0_ms: int) -> list[tuple[str, bytes, str]]:
+    """(device, body, msg id) for ``n`` envelopes of the demo fleet, round-robin."""
+    rng = random.Random(seed)
+    stations = [Station(i, rng) for i in range(DEVICES)]
+    out = []
+    for i in range(n):
+        env = stations[i % DEVICES].envelope(t0_ms + i, rng)
+        out.append((env.device, orjson.dumps(env.payload), f"{env.msg_id}-{seed}"))
+    return out
+
+
+async def _preload(names: Names, data: list[tuple[str, bytes, str]]) -> None:
+    nc = await nats.connect(NATS_URL)
+    js = nc.jetstream()
+    try:
+        for i, (device, body, msg_id) in enumerate(data):
+            await nc.publish(names.telemetry_subject(TENANT, device, "state"), body,
+                             headers={"Nats-Msg-Id": msg_id})
+            if i % 10_000 == 9_999:
+                await nc.flush()
+        await nc.flush()
+        await _until(lambda: _stored(js, names), len(data))
+    finally:
+        await nc.close()
+
+
+async def _stored(js: Any, names: Names) -> int:
+    return int((await js.stream_info(names.telemetry_stream)).state.messages)
+
+
+async def _until(count: Any, target: int, within: float = 600) -> None:
+    """Poll ``count()`` until it reaches ``target`` (or ``within`` seconds pass)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await count() >= target:
+            return
+        await asyncio.sleep(0.1)
+
+
+async def floor_loop(settings: Settings, names: Names, n: int) -> dict[str, Any]:
+    """Pull and ack ``n`` envelopes, nothing else."""
+    nc = await nats.connect(NATS_URL)
+    js = nc.jetstream()
+    await js.add_consumer(names.telemetry_stream, ConsumerConfig(
+        durable_name="bench_floor", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=50_000))
+    fetcher = await Fetcher(nc, stream=names.telemetry_stream, durable="bench_floor").start()
+    try:
+        done, started = 0, time.perf_counter()
+        while done < n:
+            msgs = await fetcher.fetch(BATCH, 1.0)
+            await acknowledge(nc, msgs, (ACK,) * len(msgs))
+            done += len(msgs)
+        elapsed = time.perf_counter() - started
+    finally:
+        await fetcher.stop()
+        await nc.close()
+    return {"envelopes": done, "seconds": elapsed, "envelopes_per_s": done / elapsed}
+
+
+async def full_pipeline(settings: Settings, n: int) -> dict[str, Any]:
+    """``run_consumer`` over a backlog of ``n`` envelopes."""
+    stop = asyncio.Event()
+    done = [0]
+    first: list[float] = []
+
+    def on_batch(stats: BatchStats) -> None:
+        if not first:
+            first.append(time.perf_counter() - stats.duration_s)
+        done[0] += stats.size
+        if done[0] >= n:
+            stop.set()
+
+    task = asyncio.create_task(run_consumer(settings, stop=stop, on_batch=on_batch))
+    await asyncio.wait_for(stop.wait(), 1800)
+    elapsed = time.perf_counter() - first[0]
+    await task
+    return {"envelopes": done[0], "seconds": elapsed, "envelopes_per_s": done[0] / elapsed}
+
+
+async def naive_loop(settings: Settings, names: Names, seconds: float) -> dict[str, Any]:
+    """The same stages, one statement (and one side-effect call) per envelope."""
+    resources = await Resources.open(settings, name="bench-naive")
+    js = resources.nc.jetstream()
+    await js.add_consumer(names.telemetry_stream, ConsumerConfig(
+        durable_name="bench_naive", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=50_000))
+    fetcher = await Fetcher(resources.nc, stream=names.telemetry_stream,
+                            durable="bench_naive").start()
+    pipeline = Pipeline(resources)
+    hot = HotState(resources.redis)
+    done, started = 0, time.perf_counter()
+    try:
+        while time.perf_counter() - started < seconds:
+            for msg in await fetcher.fetch(BATCH, 1.0):
+                receipt = receipt_of(msg)
+                async with resources.pool.acquire() as conn:
+                    view = await pipeline.cache.view(conn, [(TENANT, msg.subject.split(".")[-2])])
+                    ev = pipeline.evaluate_all([receipt], view)[0]
+                    assert ev.values is not None and ev.envelope and ev.device and ev.binding
+                    async with conn.transaction():
+                        message_id = await conn.fetchval(_NAIVE_MESSAGE, ev.key, receipt.stream_seq,
+                                                         receipt.received_at, receipt.subject,
+                                                         len(receipt.data), ev.device.tenant_id,
+                                                         ev.device.id, ev.envelope.ts)
+                        await conn.execute(_NAIVE_TELEMETRY, message_id, ev.device.tenant_id,
+                                           ev.device.id, ev.binding.schema_version_id,
+                                           ev.envelope.ts, receipt.received_at, ev.values)
+                        for log in ev.logs:
+                            await conn.execute(_NAIVE_LOG, message_id, log.stage,
+                                               log.duration_us)
+                key = names.hot_state_key(TENANT, ev.device.external_id)
+                await hot.offer([HotItem(key=key, topic="state", order=hot_state_order(
+                    ev.envelope.ts_us, ev.envelope.seq), doc=orjson.dumps(ev.values))])
+                await pipeline.analytics.insert(pipeline.analytics.rows([ev]))
+                await msg.ack()
+                done += 1
+                if time.perf_counter() - started >= seconds:
+                    break
+        elapsed = time.perf_counter() - started
+    finally:
+        await fetcher.stop()
+        await resources.close()
+    return {"envelopes": done, "seconds": elapsed, "envelopes_per_s": done / elapsed}
+
+
+_NAIVE_MESSAGE = """
+INSERT INTO ingestion_messages (source_deduplication_key, stream_seq, received_at, subject,
+    payload_bytes, tenant_id, device_id, measured_at, status)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'completed') ON CONFLICT DO NOTHING RETURNING id
+"""
+_NAIVE_TELEMETRY = """
+INSERT INTO device_telemetry_logs (ingestion_message_id, tenant_id, device_id, schema_version_id,
+    topic, measured_at, received_at, processing_state, parameter_values)
+VALUES ($1, $2, $3, $4, 'state', $5, $6, 'processed', $7)
+"""
+_NAIVE_LOG = """
+INSERT INTO ingestion_stage_logs (message_id, attempt, stage, status, duration_us)
+VALUES ($1, 1, $2, 'ok', $3)
+"""
+
+
+def _offer_load(names_ns: str, rate: float, seconds: float, seed: int) -> None:
+    """Child process: publish at a steady ``rate`` for ``seconds`` (core NATS publish)."""
+    names = Names(namespace=names_ns)
+    data = _payloads(int(rate * seconds), seed, int(time.time() * 1000))
+
+    async def run() -> None:
+        nc = await nats.connect(NATS_URL)
+        started = time.perf_counter()
+        sent = 0
+        while sent < len(data):
+            due = min(len(data), int((time.perf_counter() - started) * rate) + 1)
+            while sent < due:
+                device, body, msg_id = data[sent]
+                await nc.publish(names.telemetry_subject(TENANT, device, "state"), body,
+                                 headers={"Nats-Msg-Id": msg_id})
+                sent += 1
+            await nc.flush()
+            await asyncio.sleep(0.002)
+        await nc.close()
+
+    asyncio.run(run())
+
+
+async def latency(settings: Settings, names: Names, rate: float, seconds: float) -> dict[str, Any]:
+    """End-to-end latency at a steady offered load (warm-up: the first 2 s are dropped)."""
+    stop = asyncio.Event()
+    latencies_ms: list[float] = []
+    received = [0]
+    started_ns = time.time_ns()
+
+    def on_batch(stats: BatchStats) -> None:
+        received[0] += stats.size
+        for stored in stats.stored_at_ns:
+            if stored - started_ns > 2e9:
+                latencies_ms.append((stats.finished_at_ns - stored) / 1e6)
+
+    task = asyncio.create_task(run_consumer(settings, stop=stop, on_batch=on_batch))
+    await asyncio.sleep(1.0)
+    ctx = multiprocessing.get_context("spawn")
+    publisher = ctx.Process(target=_offer_load, args=(names.namespace, rate, seconds, 99))
+    publisher.start()
+    await asyncio.to_thread(publisher.join)
+    expected = int(rate * seconds)
+
+    async def got() -> int:
+        return received[0]
+
+    await _until(got, expected, within=60)
+    stop.set()
+    await task
+    latencies_ms.sort()
+    return {
+        "offered_per_s": rate, "seconds": seconds, "envelopes": received[0],
+        "p50_ms": statistics.median(latencies_ms),
+        "p99_ms": latencies_ms[int(len(latencies_ms) * 0.99) - 1],
+        "max_ms": latencies_ms[-1],
+    }
+
+
+async def _reset(settings: Settings, names: Names) -> None:
+    """Empty the pipeline's tables, hot state and analytics between measurements."""
+    conn = await db.connect(settings.postgres())
+    try:
+        await conn.execute("TRUNCATE ingestion_messages, ingestion_stage_logs, "
+                           "device_telemetry_logs, dead_letters")
+    finally:
+        await conn.close()
+    resources = await Resources.open(settings, nats=False, pool_size=1)
+    try:
+        keys = [k async for k in resources.redis.scan_iter(match=names.redis_prefix + "*")]
+        if keys:
+            await resources.redis.delete(*keys)
+        await resources.clickhouse.command(
+            f"TRUNCATE TABLE {settings.clickhouse_database}.{names.analytics_table}")
+    finally:
+        await resources.close()
+
+
+async def _cleanup(names: Names, database: str) -> None:
+    nc = await nats.connect(NATS_URL)
+    try:
+        js = nc.jetstream()
+        for stream in await js.streams_info():
+            if stream.config.name and stream.config.name.startswith(names.namespace.upper()):
+                await js.delete_stream(stream.config.name)
+    finally:
+        await nc.close()
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(REDIS_URL)
+    try:
+        keys = [k async for k in client.scan_iter(match=names.redis_prefix + "*")]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+    await db.drop_database(PG_ADMIN, database)
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:8]
+    names = Names(namespace=f"bench{tag}")
+    database = f"tw_bench_{tag}"
+    workdir = Path(tempfile.mkdtemp(prefix="tideway-bench-"))
+    load_before = os.getloadavg()
+    try:
+        dsn = await db.create_database(PG_ADMIN, database)
+        await asyncio.to_thread(migrate.upgrade, dsn)
+        settings = Settings(
+            nats_url=NATS_URL, postgres_dsn=dsn, redis_url=REDIS_URL,
+            clickhouse_dsn=f"chdb://{workdir / 'chdb'}", clickhouse_database="bench",
+            namespace=names.namespace, data_dir=workdir,
+            consumer=ConsumerSettings(batch_size=BATCH, max_wait_s=args.max_wait,
+                                      concurrency=args.concurrency, max_ack_pending=50_000),
+        )
+        await provision(settings)
+        await ensure_fleet(settings, tenant=TENANT, devices=DEVICES)
+        data = _payloads(args.envelopes, 1, int(time.time() * 1000))
+        await _preload(names, data)
+        results: dict[str, Any] = {}
+        print(f"preloaded {len(data)} envelopes; measuring…", flush=True)
+        results["floor"] = await floor_loop(settings, names, len(data))
+        print(f"  floor  {results['floor']['envelopes_per_s']:>10,.0f} envelopes/s", flush=True)
+        results["full"] = await full_pipeline(settings, len(data))
+        print(f"  full   {results['full']['envelopes_per_s']:>10,.0f} envelopes/s", flush=True)
+        await _reset(settings, names)
+        results["naive"] = await naive_loop(settings, names, args.naive_seconds)
+        print(f"  naive  {results['naive']['envelopes_per_s']:>10,.0f} envelopes/s", flush=True)
+        await _reset(settings, names)
+        results["latency"] = await latency(settings, names, 5000.0, args.latency_seconds)
+        print(f"  latency p50 {results['latency']['p50_ms']:.1f} ms, "
+              f"p99 {results['latency']['p99_ms']:.1f} ms", flush=True)
+    finally:
+        await _cleanup(names, database)
+        shutil.rmtree(workdir, ignore_errors=True)
+    results["ratio_full_to_floor"] = (
+        results["full"]["envelopes_per_s"] / results["floor"]["envelopes_per_s"])
+    results["machine"] = {
+        "cpus": os.cpu_count(), "python": platform.python_version(),
+        "load_average_before": load_before, "load_average_after": os.getloadavg(),
+    }
+    results["settings"] = {"batch_size": BATCH, "max_wait_s": args.max_wait,
+                           "concurrency": args.concurrency, "devices": DEVICES,
+                           "stage_snapshots": False}
+    results["targets"] = TARGETS
+    return results
+
+
+def _print(results: dict[str, Any]) -> None:
+    full, floor, naive, lat = (results[k] for k in ("full", "floor", "naive", "latency"))
+    rows = [
+        ("floor loop (fetch + ack)", floor),
+        ("full pipeline", full),
+        ("naive loop (per envelope)", naive),
+    ]
+    print("\n| mode | envelopes | seconds | envelopes/s |\n| --- | ---: | ---: | ---: |")
+    for name, r in rows:
+        print(f"| {name} | {r['envelopes']:,} | {r['seconds']:.2f} | {r['envelopes_per_s']:,.0f} |")
+    print(f"\nfull / floor = {results['ratio_full_to_floor']:.2f} "
+          f"(target ≥ {TARGETS['ratio_to_floor']})")
+    print(f"end-to-end latency at {lat['offered_per_s']:,.0f}/s offered: "
+          f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms, max {lat['max_ms']:.1f} ms "
+          f"(target p99 ≤ {TARGETS['p99_ms']:.0f} ms)")
+    print(f"load average before/after: {results['machine']['load_average_before']} / "
+          f"{results['machine']['load_average_after']} on {results['machine']['cpus']} CPUs")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--envelopes", type=int, default=100_000)
+    parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument("--naive-seconds", type=float, default=10.0)
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--max-wait", type=float, default=0.02)
+    out = asyncio.run(main(parser.parse_args()))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
+    _print(out)
+    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
