@@ -182,3 +182,37 @@ async def test_a_worker_only_takes_its_pool(
         assert (await job_states(conn, run_id))["cpu_job"] == "queued"
     async with workers(fast_settings(settings), {"noop": noop}, pool="cpu"):
         assert await wait_run(conn, run_id) == "succeeded"
+
+
+async def test_a_worker_abandons_a_job_reaped_from_under_it(
+    settings: Settings, conn: asyncpg.Connection, owner: Owner
+) -> None:
+    first_started = asyncio.Event()
+    first_cancelled = asyncio.Event()
+
+    async def stuck_once(ctx: JobContext) -> JobResult:
+        if ctx.job.attempt == 1:
+            first_started.set()
+            try:
+                await asyncio.sleep(60)  # a stall: heartbeats go on, but nothing finishes
+            except asyncio.CancelledError:
+                first_cancelled.set()
+                raise
+        return JobResult(summary={"attempt": ctx.job.attempt})
+
+    run_id = await start_run(conn, owner, dag={"stuck": JobSpec(name="stuck")},
+                             channel=queue.jobs_channel(settings))  # fmt: skip
+    async with workers(fast_settings(settings), {"stuck": stuck_once}):
+        await asyncio.wait_for(first_started.wait(), 10)
+        # An operator-grade reaper pass with a zero staleness threshold takes the job back.
+        [reaped] = await queue.reap(conn, stale_after_s=0.0, schedule=(0.0,), rand=lambda: 0.0,
+                                    channel=queue.jobs_channel(settings))  # fmt: skip
+        assert reaped.code == "WORKER_LOST"
+        await asyncio.wait_for(first_cancelled.wait(), 10)  # the worker let go of attempt 1
+        assert await wait_run(conn, run_id) == "succeeded"
+    rows = await conn.fetch("SELECT attempt_number, status, error_sub_type FROM job_attempts "
+                            "ORDER BY attempt_number")  # fmt: skip
+    assert [tuple(r) for r in rows] == [(1, "failed", "WORKER_LOST"), (2, "succeeded", None)]
+    assert await conn.fetchval("SELECT output FROM jobs WHERE run_id = $1", run_id) == {
+        "attempt": 2
+    }
