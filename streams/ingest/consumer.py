@@ -12,7 +12,8 @@ Failure behaviour:
 * an unexpected exception is logged and treated the same way; a poison envelope is isolated
   inside the pipeline, so it cannot stop its batch;
 * ``stop`` (SIGTERM/SIGINT in the CLI) lets every worker finish, ack and return its current
-  batch, then the connections are flushed and closed.
+  batch, then the connections are flushed and closed;
+* a service that is down at start-up is waited for, with the same backoff.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ async def run_consumer(
 ) -> None:
     """Consume the TELEMETRY stream until ``stop`` is set, then drain and return."""
     workers = concurrency or settings.consumer.concurrency
-    resources = await Resources.open(settings, pool_size=workers + 2)
+    resources = await _open(settings, workers, stop)
+    if resources is None:  # stopped before the services came up
+        return
     fetchers: list[Fetcher] = []
     try:
         pipeline = Pipeline(resources)
@@ -57,6 +60,23 @@ async def run_consumer(
         for fetcher in fetchers:
             await fetcher.stop()
         await resources.close()
+
+
+async def _open(settings: Settings, workers: int, stop: asyncio.Event) -> Resources | None:
+    """Connect, retrying with backoff while a service is down (a consumer started before its
+    database, say, waits for it instead of exiting)."""
+    rand = random.Random()
+    pause = Backoff(base_s=settings.retry.redelivery_delay_s,
+                    cap_s=max(settings.retry.redelivery_cap_s, settings.retry.redelivery_delay_s))
+    attempt = 0
+    while not stop.is_set():
+        try:
+            return await Resources.open(settings, pool_size=workers + 2)
+        except TransientError as exc:
+            log.warning("cannot start consuming yet (%s): %s", exc.code, exc)
+            await _pause(stop, pause.floored_delay(attempt, rand.random))
+            attempt += 1
+    return None
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:

@@ -1,0 +1,149 @@
+"""Classification against existing rows, final statuses, and the rows a batch writes."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schemas.device_schema import parse_schema_text
+from stages.ingest.evaluate import DeviceRecord, Registry, TopicBinding, evaluate
+from stages.ingest.ingress import Receipt
+from stages.ingest.plan import (
+    MESSAGE_COPY_COLUMNS,
+    STAGE_LOG_COLUMNS,
+    TELEMETRY_COLUMNS,
+    Existing,
+    Fate,
+    PublishFailure,
+    PublishOutcome,
+    Recording,
+    classify,
+    copy_text,
+    finalize,
+    hot_state_order,
+)
+from stages.ingest.processing_state import ProcessingState
+from stages.ingest.program import compile_schema
+from stages.ingest.status import Status
+from streams.ingest.fleet import demo_schema_text
+
+VERSION = uuid.uuid4()
+PROGRAMS = compile_schema(parse_schema_text(demo_schema_text("acme")))
+DEVICE = DeviceRecord(id=uuid.uuid4(), tenant_id=uuid.uuid4(), tenant="acme", external_id="d1",
+                      active=True, schema_version_id=VERSION)
+REGISTRY = Registry(
+    devices={("acme", "d1"): DEVICE},
+    topics={(VERSION, n): TopicBinding(schema_version_id=VERSION, schema_topic_id=uuid.uuid4(),
+                                       program=p) for n, p in PROGRAMS.items()},
+)
+VALUES = {"temp": 21.5, "rh": 40, "pressure_pa": 101325, "bat_mv": 3700, "door": 0,
+          "wind": {"speed": 3.2, "dir": 270}, "fw": "a\tb\\c"}
+NOW = datetime(2026, 5, 1, tzinfo=UTC)
+
+
+def _ev(seq: int, *, msg_id: str | None = None, values: dict | None = None, rx: int = 10**18):
+    receipt = Receipt(subject="telemetry.acme.d1.state",
+                      data=orjson.dumps({"ts": 1000, "seq": seq, "values": values or VALUES}),
+                      headers={"Nats-Msg-Id": msg_id} if msg_id else None, stream_seq=seq,
+                      received_at_ns=rx + seq)
+    return evaluate(receipt, REGISTRY, prefix="", max_payload_bytes=65536, capture=False,
+                    clock=lambda: 0)
+
+
+def _existing(ev, *, id: int, same_receipt: bool) -> Existing:
+    receipt = ev.receipt
+    return Existing(id=id, key=ev.key, stream_seq=receipt.stream_seq if same_receipt else 999,
+                    received_at=receipt.received_at, status="completed")
+
+
+def test_classify_new_recorded_and_duplicates() -> None:
+    a, b, c = _ev(1, msg_id="a"), _ev(2, msg_id="b"), _ev(3, msg_id="c")
+    c_again = _ev(4, msg_id="c")  # a repeat of c inside the same batch
+    existing = [_existing(a, id=11, same_receipt=True), _existing(b, id=22, same_receipt=False)]
+    fates = classify([a, b, c, c_again], existing)
+    assert [f.fate for f in fates] == [Fate.RECORDED, Fate.DUPLICATE, Fate.NEW, Fate.DUPLICATE]
+    assert fates[1].owner_id == 22 and fates[1].owner_index is None
+    assert fates[3].owner_index == 2 and fates[3].owner_id is None
+
+
+def test_a_recorded_duplicate_row_makes_its_receipt_recorded() -> None:
+    d = _ev(5, msg_id="d")
+    dup_row = Existing(id=9, key=None, stream_seq=5, received_at=d.receipt.received_at,
+                       status="duplicate")
+    owner = Existing(id=3, key=d.key, stream_seq=1, received_at=d.receipt.received_at,
+                     status="completed")
+    assert [f.fate for f in classify([d], [owner, dup_row])] == [Fate.RECORDED]
+
+
+def test_publish_failure_turns_completed_into_failed_terminal_with_dead_letter() -> None:
+    ev = _ev(1)
+    ok = finalize(ev, PublishOutcome(duration_us=5, hot_state_written=True,
+                                     analytics_published=True))
+    assert (ok.status, ok.state, ok.dead_letter) == (Status.COMPLETED,
+                                                      ProcessingState.PROCESSED, False)
+    failure = PublishFailure(sink="hot_state", code="REDIS_UNAVAILABLE", message="down",
+                             attempts=3)
+    bad = finalize(ev, PublishOutcome(duration_us=5, failures=(failure,)))
+    assert (bad.status, bad.state, bad.error_code, bad.dead_letter) == (
+        Status.FAILED_TERMINAL, ProcessingState.PUBLISH_FAILED, "PUBLISH_FAILED", True)
+    assert bad.error_message == "hot_state: down"
+
+
+def test_recording_lines_have_one_field_per_column_and_escape_text() -> None:
+    ev = _ev(1, msg_id="x\\y")
+    rec = Recording(capture=False, now=NOW)
+    rec.add(finalize(ev, PublishOutcome(duration_us=7, hot_state_written=True,
+                                        analytics_published=True)), 42)
+    (message,), (telemetry,) = rec.messages, rec.telemetry
+    for line, columns in ((message, MESSAGE_COPY_COLUMNS), (telemetry, TELEMETRY_COLUMNS)):
+        assert line.endswith("\n") and line.count("\t") == len(columns) - 1
+    fields = dict(zip(MESSAGE_COPY_COLUMNS, message[:-1].split("\t"), strict=True))
+    assert fields["id"] == "42" and fields["source_deduplication_key"] == "m:acme:x\\\\y"
+    assert fields["status"] == "completed" and fields["error_code"] == "\\N"
+    assert fields["device_id"] == str(DEVICE.id)
+    values = dict(zip(TELEMETRY_COLUMNS, telemetry[:-1].split("\t"), strict=True))
+    # COPY text doubles backslashes; undoing that gives the JSON, which keeps the tab escaped.
+    decoded = orjson.loads(values["parameter_values"].replace("\\\\", "\\"))
+    assert decoded["firmware"] == "a\tb\\c" and values["processing_state"] == "processed"
+    logs = rec.stage_log_lines(persist_us=99)
+    assert [line.split("\t")[2] for line in logs] == [
+        "ingress", "validate", "mutate", "derive", "persist", "publish"]
+    assert all(line.count("\t") == len(STAGE_LOG_COLUMNS) - 1 for line in logs)
+    assert logs[4].split("\t")[4] == "99" and logs[5].split("\t")[4] == "7"
+    assert rec.dead_letters == []
+
+
+def test_failed_publish_records_a_dead_letter_with_the_original_envelope() -> None:
+    ev = _ev(1, msg_id="z")
+    failure = PublishFailure(sink="analytics", code="CLICKHOUSE_ERROR", message="no",
+                             attempts=2)
+    rec = Recording(capture=False, now=NOW)
+    rec.add(finalize(ev, PublishOutcome(duration_us=1, failures=(failure,))), 7)
+    (row,) = rec.dead_letters
+    assert row[0] == 7 and row[4] == ev.receipt.data and row[5] == "PUBLISH_FAILED"
+    assert orjson.loads(row[3]) == {"Nats-Msg-Id": "z"}
+    assert orjson.loads(row[6])[0]["code"] == "CLICKHOUSE_ERROR"
+    assert rec.stage_log_lines(1)[-1].split("\t")[3] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("raw", "copied"),
+    [(None, "\\N"), ("plain", "plain"), ("a\tb", "a\\tb"), ("a\nb\r", "a\\nb\\r"),
+     ("back\\slash", "back\\\\slash"), ("nul\x00", "nul\\\\u0000")],
+)
+def test_copy_text_escaping(raw: str | None, copied: str) -> None:
+    assert copy_text(raw) == copied
+
+
+@given(st.integers(0, 2**62), st.one_of(st.none(), st.integers(0, 2**62)),
+       st.integers(0, 2**62), st.one_of(st.none(), st.integers(0, 2**62)))
+def test_hot_state_order_compares_like_ts_then_seq(ts1: int, s1: int | None, ts2: int,
+                                                  s2: int | None) -> None:
+    key1, key2 = (ts1, -1 if s1 is None else s1), (ts2, -1 if s2 is None else s2)
+    assert (hot_state_order(ts1, s1) < hot_state_order(ts2, s2)) == (key1 < key2)
+    assert (hot_state_order(ts1, s1) == hot_state_order(ts2, s2)) == (key1 == key2)
