@@ -7,7 +7,7 @@ with its own connections, ``--concurrency`` slots, in this process) and times th
 run is finalised. The same number of no-op tasks is then deferred to procrastinate and drained
 by the same number of procrastinate workers with the same concurrency. Enqueueing is not timed.
 
-    .venv/bin/python bench/queue.py                      # 20k jobs, workers 1/4/16
+    .venv/bin/python bench/queue.py                      # 20k jobs, workers 1/4/16, 128 slots
     .venv/bin/python bench/queue.py --jobs 5000 --workers 1,4 --no-procrastinate
 
 Prints a table and writes ``bench/results/queue.json``. The Postgres server comes from
@@ -207,7 +207,7 @@ async def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--jobs-per-run", type=int, default=20)
     parser.add_argument("--workers", default="1,4,16")
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=128)
     parser.add_argument("--no-procrastinate", action="store_true")
     parser.add_argument(
         "--procrastinate-jobs",

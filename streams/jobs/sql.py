@@ -146,7 +146,10 @@ done AS (
         idempotency_key = coalesce(i.idempotency_key, j.idempotency_key),
         heartbeat_at = NULL, finished_at = p.now, updated_at = p.now
     FROM input i, p
-    WHERE j.id = i.id AND j.state = 'running' AND j.locked_by = $2 AND j.attempt_count = i.attempt
+    -- ids as an array: the primary key finds the rows (matching state = 'running' alone, the
+    -- planner would read every running job through ix_jobs_active)
+    WHERE j.id = ANY ((SELECT array_agg(id) FROM input)::uuid[]) AND j.id = i.id
+      AND j.state = 'running' AND j.locked_by = $2 AND j.attempt_count = i.attempt
     RETURNING j.id, j.run_id, j.attempt_count, j.locked_at, i.metrics, p.now
 ),
 attempts AS (
