@@ -35,7 +35,7 @@ from streams.jobs.enqueue import EnqueuedRun, enqueue_run, retry_run
 from streams.jobs.executor import JobContext
 from streams.jobs.model import ClaimedJob, FailOutcome, JobResult, Outcome
 from streams.jobs.settle import Closed, apply_gating, finalise, settle
-from streams.jobs.txn import Conn, atomically
+from streams.jobs.txn import Conn, atomically, rollback_quietly
 from streams.names import Names
 
 __all__ = [
@@ -138,13 +138,12 @@ async def _claim_rows(
         try:
             rows = await conn.fetch(sql.CLAIM, *args)
         except asyncpg.exceptions.DeadlockDetectedError:
-            await conn.execute("ROLLBACK")
+            await rollback_quietly(conn)
             if attempt == 5:
                 raise
             continue
         except BaseException:
-            if not conn.is_closed():
-                await conn.execute("ROLLBACK")
+            await rollback_quietly(conn)
             raise
         await conn.execute("COMMIT")
         return list(rows)

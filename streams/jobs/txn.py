@@ -64,24 +64,29 @@ async def atomically(conn: Conn, work: Callable[[Conn], Awaitable[T]]) -> T:
             await conn.execute("COMMIT")
             return result
         except _RETRYABLE as exc:
-            await _rollback(conn)
+            await rollback_quietly(conn)
             if attempt == _TRIES:
                 raise TransientError(
                     f"job engine transaction aborted: {exc}", code="PG_CONFLICT"
                 ) from exc
             await asyncio.sleep(0.002 * attempt)
         except asyncpg.exceptions.CheckViolationError as exc:
-            await _rollback(conn)
+            await rollback_quietly(conn)
             raise _translated(exc) from exc
         except BaseException:
-            await _rollback(conn)
+            await rollback_quietly(conn)
             raise
     raise AssertionError("unreachable")
 
 
-async def _rollback(conn: Conn) -> None:
+async def rollback_quietly(conn: Conn) -> None:
+    """Roll back an open transaction while another exception propagates.
+
+    Errors here are swallowed on purpose: the caller re-raises the original one, and a
+    connection left unusable (a query cancelled midway) is reset or discarded by its pool.
+    """
     if not conn.is_closed() and conn.is_in_transaction():
-        with contextlib.suppress(asyncpg.PostgresError, OSError):
+        with contextlib.suppress(Exception):
             await conn.execute("ROLLBACK")
 
 
