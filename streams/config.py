@@ -59,15 +59,15 @@ class StreamSettings(_Group):
         7 * 24 * 3600.0, gt=0, description="How long envelopes are kept for replay."
     )
     max_bytes: int = Field(-1, description="Stream size limit in bytes (-1: unlimited).")
-    replicas: int = Field(1, ge=1, le=5)
+    replicas: int = Field(1, ge=1, le=5, description="JetStream replicas of each stream.")
 
 
 class RetrySettings(_Group):
     """Full-jitter exponential backoff: sleep = uniform(0, min(cap, base * 2**attempt))."""
 
     publish_attempts: int = Field(4, ge=1, description="Tries of a publish side effect per batch.")
-    publish_base_s: float = Field(0.05, gt=0)
-    publish_cap_s: float = Field(2.0, gt=0)
+    publish_base_s: float = Field(0.05, gt=0, description="First publish retry backoff ceiling.")
+    publish_cap_s: float = Field(2.0, gt=0, description="Largest publish retry backoff.")
     redelivery_delay_s: float = Field(2.0, gt=0, description="Nak delay when a dependency is down.")
     redelivery_cap_s: float = Field(
         30.0, gt=0, description="Longest nak delay (full-jitter backoff by delivery count)."
@@ -75,28 +75,32 @@ class RetrySettings(_Group):
     job_backoff_s: tuple[float, ...] = Field(
         (30.0, 120.0, 600.0), description="Delay before job retry N (spec 000 §9.1)."
     )
-    job_max_attempts: int = Field(3, ge=1)
+    job_max_attempts: int = Field(3, ge=1, description="Default attempts of a batch job.")
 
 
 class WorkerSettings(_Group):
     """Batch job workers."""
 
-    concurrency: int = Field(2, ge=1, le=64)
+    concurrency: int = Field(2, ge=1, le=64, description="Jobs a worker process runs at once.")
     poll_interval_s: float = Field(1.0, gt=0, description="Fallback poll when no NOTIFY arrives.")
-    heartbeat_s: float = Field(5.0, gt=0)
+    heartbeat_s: float = Field(
+        5.0, gt=0, description="How often a running job reports it is alive."
+    )
     stale_after_s: float = Field(
         600.0, gt=0, description="A running job without heartbeat is reaped."
     )
     tenant_max_running: int = Field(4, ge=1, description="Running jobs per tenant.")
     heavy_max_running: int = Field(2, ge=1, description="Running heavy jobs (fusion) globally.")
-    max_artifact_bytes: int = Field(512 * 1024 * 1024, ge=1)
+    max_artifact_bytes: int = Field(
+        512 * 1024 * 1024, ge=1, description="Largest session file accepted."
+    )
 
 
 class ApiSettings(_Group):
     """The HTTP API."""
 
-    host: str = "127.0.0.1"
-    port: int = Field(8480, ge=0, le=65535)
+    host: str = Field("127.0.0.1", description="HTTP API listen address.")
+    port: int = Field(8480, ge=0, le=65535, description="HTTP API port.")
 
 
 class Settings(BaseSettings):
@@ -124,7 +128,7 @@ class Settings(BaseSettings):
         "", pattern=r"^[a-z0-9_]*$", description="Prefix for stream, consumer and key names."
     )
     default_tenant: str = Field("default", description="Tenant used when a command names none.")
-    log_level: str = Field("INFO")
+    log_level: str = Field("INFO", description="Python logging level of long-running commands.")
     consumer: ConsumerSettings = ConsumerSettings()
     stream: StreamSettings = StreamSettings()
     retry: RetrySettings = RetrySettings()
