@@ -17,7 +17,7 @@ from typing import Any
 import clickhouse_connect
 import pyarrow as pa
 from clickhouse_connect.driver.client import Client
-from clickhouse_connect.driver.exceptions import ClickHouseError
+from clickhouse_connect.driver.exceptions import ClickHouseError, ProgrammingError
 
 from streams.errors import TransientError
 
@@ -56,6 +56,14 @@ class ClickHouse:
             with self._lock:
                 try:
                     return fn(_client_for(self.dsn), *args, **kwargs)
+                except ProgrammingError as exc:
+                    if self.dsn.startswith("chdb:") and "open the chdb engine" in str(exc):
+                        raise TransientError(
+                            f"the in-process ClickHouse at {self.dsn} belongs to another process"
+                            " (tideway up); run this command there or use a ClickHouse server",
+                            code="CLICKHOUSE_BUSY",
+                        ) from exc
+                    raise TransientError(f"ClickHouse: {exc}", code="CLICKHOUSE_ERROR") from exc
                 except ClickHouseError as exc:
                     raise TransientError(f"ClickHouse: {exc}", code="CLICKHOUSE_ERROR") from exc
                 except OSError as exc:

@@ -183,11 +183,11 @@ async def embedded_services(settings: Settings) -> AsyncIterator[tuple[Settings,
         if settings.object_store is None:
             (data / "objects").mkdir(parents=True, exist_ok=True)
         runtime = data / RUNTIME_FILE
-        if urls and not urls.keys() <= {"clickhouse_dsn"}:
+        if urls:
             # Lets CLI commands in other terminals find this system (streams.config.load_settings).
-            runtime.write_bytes(
-                orjson.dumps({k: v for k, v in urls.items() if k != "clickhouse_dsn"})
-            )
+            # An in-process chDB engine stays with this process: another process that opens it
+            # gets a clear CLICKHOUSE_BUSY error (streams.clickhouse); everything else works.
+            runtime.write_bytes(orjson.dumps(urls))
             started._stops.insert(0, lambda: runtime.unlink(missing_ok=True))
         yield settings.with_services(**urls), started
     finally:

@@ -6,7 +6,7 @@ import typer
 
 from streams import migrate as migrations
 from streams.cli.output import console, print_json, print_record
-from streams.config import Settings
+from streams.config import load_settings
 
 
 def register(app: typer.Typer) -> None:
@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
     @config_app.command("show")
     def show(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Print the effective settings (environment + tideway.toml + defaults), secrets masked."""
-        data = Settings().masked()
+        data = load_settings().masked()
         if as_json:
             print_json(data)
             return
@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
         to: str = typer.Option("head", "--to", help="Target revision (head, base, or an id)."),
     ) -> None:
         """Migrate the configured Postgres database (TIDEWAY_POSTGRES_DSN) up or down."""
-        dsn = Settings().postgres()
+        dsn = load_settings().postgres()
         before = migrations.current(dsn)
         target_is_older = to == "base" or (before is not None and _is_ancestor(to, before))
         if target_is_older:

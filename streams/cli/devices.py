@@ -16,13 +16,13 @@ import typer
 from streams import registry
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.cli.schema import JSON_OPTION, TENANT_HELP, run_with_connection
-from streams.config import Settings
+from streams.config import load_settings
 
 COLUMNS = ("external_id", "name", "active", "schema", "schema_version", "updated_at")
 
 
 def _tenant(tenant: str | None) -> str:
-    return tenant or Settings().default_tenant
+    return tenant or load_settings().default_tenant
 
 
 def _show(device: registry.Device, *, as_json: bool) -> None:

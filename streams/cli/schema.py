@@ -25,7 +25,7 @@ from stages.ingest.program import TopicProgram, compile_schema
 from stages.ingest.validate import Issue, validate
 from streams import db, registry
 from streams.cli.output import console, print_json, print_record, print_rows
-from streams.config import Settings
+from streams.config import load_settings
 from streams.errors import UsageError
 
 T = TypeVar("T")
@@ -38,7 +38,7 @@ def run_with_connection(work: Callable[[Any], Awaitable[T]]) -> T:
     """Run ``work(conn)`` on a connection to the configured Postgres."""
 
     async def main() -> T:
-        conn = await db.connect(Settings().postgres())
+        conn = await db.connect(load_settings().postgres())
         try:
             return await work(conn)
         finally:
@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
     def list_(tenant: str | None = typer.Option(None, help=TENANT_HELP),
               as_json: bool = JSON_OPTION) -> None:
         """List the tenant's schemas with their newest version."""
-        name = tenant or Settings().default_tenant
+        name = tenant or load_settings().default_tenant
         found = run_with_connection(lambda conn: registry.list_schemas(conn, name))
         print_rows([asdict(s) for s in found], title=f"schemas of {name}", as_json=as_json,
                    columns=("name", "latest_version", "versions", "devices", "content_hash",
@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
              source: bool = typer.Option(False, "--source", help="Print the applied file text."),
              as_json: bool = JSON_OPTION) -> None:
         """Show one version of a schema and its parameters."""
-        owner = tenant or Settings().default_tenant
+        owner = tenant or load_settings().default_tenant
 
         async def fetch(conn: Any) -> tuple[registry.SchemaVersion, list[dict[str, Any]]]:
             found = await registry.show_schema(conn, owner, name, version)

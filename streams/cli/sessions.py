@@ -20,7 +20,7 @@ import typer
 
 from streams import db
 from streams.cli.output import console, print_json, print_record, print_rows
-from streams.config import Settings
+from streams.config import Settings, load_settings
 from streams.errors import NotFoundError, UsageError
 
 T = TypeVar("T")
@@ -38,12 +38,12 @@ def _with_conn(work: Callable[[Any], Awaitable[T]]) -> T:
         finally:
             await conn.close()
 
-    coro: Coroutine[Any, Any, T] = main(Settings())
+    coro: Coroutine[Any, Any, T] = main(load_settings())
     return asyncio.run(coro)
 
 
 def _tenant(tenant: str | None) -> str:
-    return tenant or Settings().default_tenant
+    return tenant or load_settings().default_tenant
 
 
 def _uuid(value: str) -> uuid.UUID:
@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
         from streams.sessions.upload import upload_files
 
         owner = _tenant(tenant)
-        settings = Settings()
+        settings = load_settings()
         receipt = asyncio.run(upload_files(
             settings, tenant=owner, device=device, paths=files, priority=priority,
             config=_config(config)))
@@ -214,7 +214,7 @@ def register(app: typer.Typer) -> None:
         from streams.sessions.reprocess import reprocess
 
         owner, sid = _tenant(tenant), _uuid(session)
-        settings = Settings()
+        settings = load_settings()
         new_config = _config(config) if config else None
         enqueued = _with_conn(lambda conn: reprocess(
             conn, tenant=owner, session_id=sid, config=new_config, requested_by="cli",
