@@ -105,25 +105,25 @@ class Analytics:
     @staticmethod
     def rows(evaluations: Sequence[Evaluation]) -> pa.Table:
         """One input row per completed envelope (the view makes the per-parameter rows)."""
-        columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
-        tenant, device, topic = columns["tenant"], columns["device"], columns["topic"]
-        measured, key, version = columns["measured_at"], columns["message_key"], columns[
-            "schema_version_id"]
-        received, values, units = columns["received_at"], columns["values_json"], columns[
-            "units_json"]
-        for ev in evaluations:
-            parts, env, binding = ev.parts, ev.envelope, ev.binding
-            assert parts is not None and env is not None and binding is not None
-            tenant.append(parts.tenant)
-            device.append(parts.device)
-            topic.append(parts.topic)
-            measured.append(env.ts_us)
-            key.append(ev.key)
-            version.append(binding.version_text)
-            received.append(ev.receipt.received_at_ns // 1000)
-            values.append(ev.values_json)
-            units.append(binding.units_json)
-        return pa.table(columns, schema=SCHEMA)
+        evs = evaluations
+        parts = [ev.parts for ev in evs]
+        envelopes = [ev.envelope for ev in evs]
+        bindings = [ev.binding for ev in evs]
+        columns: list[list[Any]] = [
+            [p.tenant for p in parts],  # type: ignore[union-attr]
+            [p.device for p in parts],  # type: ignore[union-attr]
+            [p.topic for p in parts],  # type: ignore[union-attr]
+            [e.ts_us for e in envelopes],  # type: ignore[union-attr]
+            [ev.key for ev in evs],
+            [b.version_text for b in bindings],  # type: ignore[union-attr]
+            [ev.receipt.received_at_ns // 1000 for ev in evs],
+            [ev.values_json for ev in evs],
+            [b.units_json for b in bindings],  # type: ignore[union-attr]
+        ]
+        return pa.Table.from_arrays(
+            [pa.array(column, type=f.type) for column, f in zip(columns, SCHEMA, strict=True)],
+            schema=SCHEMA,
+        )
 
     async def insert(self, rows: pa.Table) -> None:
         """Insert one batch's rows, possibly together with concurrent batches; returns when

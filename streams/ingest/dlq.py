@@ -83,7 +83,8 @@ def _evaluation(row: Any, binding: Any) -> Evaluation:
     measured: datetime = row["measured_at"]
     ts_us = (measured - EPOCH) // _US
     parts = SubjectParts(tenant=row["tenant"], device=row["device"], topic=row["topic"])
-    receipt = Receipt(subject="", data=b"", headers=None, stream_seq=0, received_at_ns=received_ns)
+    receipt = Receipt.of(subject="", data=b"", headers=None, stream_seq=0,
+                         received_at_ns=received_ns)
     device = DeviceRecord(id=row["device_id"], tenant_id=row["tenant_id"], tenant=row["tenant"],
                           external_id=row["device"], active=True,
                           schema_version_id=row["schema_version_id"])

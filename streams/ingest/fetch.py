@@ -41,7 +41,7 @@ def pending_of(msg: Msg) -> int:
 def receipt_of(msg: Msg) -> Receipt:
     """The :class:`Receipt` of a JetStream message (metadata parsed from its reply subject)."""
     tokens, base = _tokens(msg)
-    return Receipt(
+    return Receipt.of(
         subject=msg.subject, data=msg.data, headers=msg.headers,
         stream_seq=int(tokens[base + 3]), received_at_ns=int(tokens[base + 5]),
         delivered=int(tokens[base + 2]),

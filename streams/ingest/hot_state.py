@@ -18,8 +18,7 @@ Redis Cluster the keys would need a common hash tag); ``CHUNK`` bounds the call 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import redis.asyncio as aioredis
@@ -58,9 +57,8 @@ return out
 """
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class HotItem:
-    """One measurement to offer to the hot state."""
+class HotItem(NamedTuple):
+    """One measurement to offer to the hot state (a tuple: one per envelope)."""
 
     key: str
     topic: str

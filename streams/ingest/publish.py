@@ -40,16 +40,16 @@ class Publisher:
 
     def hot_items(self, evaluations: Sequence[Evaluation]) -> list[HotItem]:
         items = []
-        key_of = self.names.hot_state_key
+        prefix = self.names.hot_state_key("", "")[:-1]  # "<prefix>state:" + tenant:device
         for ev in evaluations:
             env, parts = ev.envelope, ev.parts
             assert env is not None and parts is not None and ev.values_json is not None
             # The values are already JSON: splice them in rather than encoding them again.
             head = orjson.dumps({"ts": env.ts, "seq": env.seq, "message_key": ev.key,
-                                 "received_at": ev.receipt.received_at})
-            doc = head[:-1] + b',"values":' + ev.values_json.encode() + b"}"
-            items.append(HotItem(key=key_of(parts.tenant, parts.device), topic=parts.topic,
-                                 order=hot_state_order(env.ts_us, env.seq), doc=doc))
+                                 "received_at": ev.receipt.received_iso})
+            doc = b"%s,\"values\":%s}" % (head[:-1], ev.values_json.encode())
+            items.append(HotItem(f"{prefix}{parts.tenant}:{parts.device}", parts.topic,
+                                 hot_state_order(env.ts_us, env.seq), doc))
         return items
 
     async def publish(self, evaluations: Sequence[Evaluation]) -> list[PublishOutcome]:

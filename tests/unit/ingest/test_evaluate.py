@@ -71,7 +71,7 @@ def _run(
     limit: int = 65536,
 ):
     data = raw if raw is not None else orjson.dumps(payload)
-    receipt = Receipt(
+    receipt = Receipt.of(
         subject=f"ns.telemetry.acme.{device}.{topic}",
         data=data,
         headers={"Nats-Msg-Id": msg_id} if msg_id else None,
@@ -188,7 +188,7 @@ def test_a_stage_bug_becomes_internal_error_not_an_exception() -> None:
             raise RuntimeError("boom")
 
     broken = Registry(devices=Exploding(), topics={})
-    receipt = Receipt(
+    receipt = Receipt.of(
         subject="telemetry.acme.d1.state",
         data=b'{"ts":1,"values":{}}',
         headers=None,

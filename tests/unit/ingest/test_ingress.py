@@ -8,7 +8,7 @@ from stages.ingest.ingress import EnvelopeError, Receipt, decode_envelope, dedup
 
 
 def _receipt(headers: dict[str, str] | None = None, *, seq: int = 7) -> Receipt:
-    return Receipt(
+    return Receipt.of(
         subject="telemetry.acme.d1.state",
         data=b"{}",
         headers=headers,
@@ -70,7 +70,7 @@ def test_only_well_formed_traceparents_are_kept() -> None:
 
 def test_received_at_keeps_microseconds() -> None:
     assert _receipt().received_at.isoformat() == "2023-11-14T22:13:20+00:00"
-    r = Receipt(subject="s", data=b"", headers=None, stream_seq=1, received_at_ns=1_999)
+    r = Receipt.of(subject="s", data=b"", headers=None, stream_seq=1, received_at_ns=1_999)
     assert r.received_at.microsecond == 1
 
 

@@ -47,7 +47,7 @@ NOW = datetime(2026, 5, 1, tzinfo=UTC)
 
 
 def _ev(seq: int, *, msg_id: str | None = None, values: dict | None = None, rx: int = 10**18):
-    receipt = Receipt(subject="telemetry.acme.d1.state",
+    receipt = Receipt.of(subject="telemetry.acme.d1.state",
                       data=orjson.dumps({"ts": 1000, "seq": seq, "values": values or VALUES}),
                       headers={"Nats-Msg-Id": msg_id} if msg_id else None, stream_seq=seq,
                       received_at_ns=rx + seq)
