@@ -8,33 +8,35 @@ no longer this worker's (reaped, cancelled); ``CANCEL_REQUESTED`` means acknowle
 
 Functions that can make jobs runnable take ``channel``: the LISTEN/NOTIFY channel of the
 deployment, ``Names(namespace=settings.namespace).jobs_channel`` (see :func:`jobs_channel`).
-Runs are created by :func:`streams.jobs.enqueue.enqueue_run` (re-exported here).
+Runs are created by :func:`streams.jobs.enqueue.enqueue_run`; the reaper lives in
+``reaper.py`` and cancellation in ``cancel.py``. All of them are re-exported here, so this module
+is the one import for the whole API.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
-from stages.jobs.dag import DEFAULT_DAG, failed_reason
-from stages.jobs.errors import Code, ErrorSource, JobError, describe, recorded_severity
+from stages.jobs.dag import DEFAULT_DAG
+from stages.jobs.errors import Code, ErrorSource, JobError, describe
 from stages.jobs.gating import capabilities_of
 from stages.jobs.job_state import JobState
 from stages.jobs.retry import decide
-from stages.jobs.run_state import RunState
 from streams.config import Settings
-from streams.errors import NotFoundError
 from streams.jobs import sql
+from streams.jobs.attempts import end_attempt, refusal
+from streams.jobs.cancel import CancelSummary, cancel_job, cancel_requested, cancel_run
 from streams.jobs.context import context_from_row
 from streams.jobs.enqueue import EnqueuedRun, enqueue_run, retry_run
 from streams.jobs.executor import JobContext
 from streams.jobs.model import ClaimedJob, FailOutcome, JobResult, Outcome
-from streams.jobs.settle import Closed, apply_gating, finalise, settle
+from streams.jobs.reaper import Reaped, reap
+from streams.jobs.settle import Closed, apply_gating, settle
 from streams.jobs.txn import Conn, atomically, rollback_quietly
 from streams.names import Names
 
@@ -213,7 +215,7 @@ async def complete_many(
 
     done = await atomically(conn, work)
     return {
-        job.id: Outcome.APPLIED if job.id in done else await _refusal(conn, job) for job, _ in items
+        job.id: Outcome.APPLIED if job.id in done else await refusal(conn, job) for job, _ in items
     }
 
 
@@ -247,7 +249,7 @@ async def fail(
     target = JobState.RETRY_WAIT if decision.retry else JobState.FAILED
     return await atomically(
         conn,
-        lambda c: _end_attempt(
+        lambda c: end_attempt(
             c,
             job.id,
             worker=job.locked_by,
@@ -276,7 +278,7 @@ async def acknowledge_cancel(
     )
     return await atomically(
         conn,
-        lambda c: _end_attempt(
+        lambda c: end_attempt(
             c,
             job.id,
             worker=job.locked_by,
@@ -314,237 +316,6 @@ async def promote(conn: Conn, *, now: Now = None, channel: str) -> int:
     row = await conn.fetchrow(sql.PROMOTE, now, channel)
     assert row is not None
     return int(row["promoted"])
-
-
-@dataclass(frozen=True, kw_only=True)
-class Reaped:
-    """One job the reaper took back from a silent or overdue worker."""
-
-    job_id: uuid.UUID
-    name: str
-    worker: str
-    previous: JobState
-    state: JobState
-    code: str
-
-
-async def reap(
-    conn: Conn,
-    *,
-    stale_after_s: float,
-    schedule: Sequence[float],
-    rand: Callable[[], float],
-    limit: int = 100,
-    now: Now = None,
-    channel: str,
-) -> list[Reaped]:
-    """Take back jobs whose worker stopped heartbeating or that passed their hard timeout.
-
-    A running job becomes ``retry_wait`` (``WORKER_LOST`` / ``HARD_TIMEOUT``, retriable) or
-    ``failed`` when its attempts are exhausted; a ``cancel_requested`` one becomes
-    ``cancelled``. Rows are locked ``FOR UPDATE SKIP LOCKED`` and every update names the
-    state, holder and attempt it expects, so a job that completed meanwhile is never touched.
-    """
-
-    async def work(c: Conn) -> list[Reaped]:
-        reaped: list[Reaped] = []
-        for row in await c.fetch(sql.REAP_CANDIDATES, now, stale_after_s, limit):
-            previous = JobState(row["state"])
-            if previous is JobState.CANCEL_REQUESTED:
-                code, target, status = Code.CANCELLED, JobState.CANCELLED, "cancelled"
-                error = describe(
-                    code,
-                    "worker lost after cancellation was requested",
-                    retriable=False,
-                    source=ErrorSource.REAPER,
-                )
-                delay: float | None = None
-            else:
-                hard = bool(row["hard_timed_out"])
-                code = Code.HARD_TIMEOUT if hard else Code.WORKER_LOST
-                status = "timed_out" if hard else "failed"
-                message = (
-                    "hard timeout passed"
-                    if hard
-                    else f"no heartbeat for {stale_after_s:g}s from {row['locked_by']}"
-                )
-                error = describe(code, message, retriable=True, source=ErrorSource.REAPER)
-                decision = decide(
-                    code=code,
-                    retriable=True,
-                    attempt=row["attempt_count"],
-                    max_attempts=row["max_attempts"],
-                    non_retriable=frozenset(),
-                    schedule=schedule,
-                    u=rand(),
-                )
-                target = JobState.RETRY_WAIT if decision.retry else JobState.FAILED
-                delay = decision.delay_s if decision.retry else None
-            result = await _end_attempt(
-                c,
-                row["id"],
-                worker=row["locked_by"],
-                attempt=row["attempt_count"],
-                expected=previous,
-                target=target,
-                delay_s=delay,
-                error=error,
-                critical=row["critical"],
-                attempt_status=status,
-                now=now,
-                channel=channel,
-            )
-            if result.outcome is Outcome.APPLIED:
-                reaped.append(
-                    Reaped(
-                        job_id=row["id"],
-                        name=row["name"],
-                        worker=row["locked_by"],
-                        previous=previous,
-                        state=target,
-                        code=code,
-                    )
-                )
-        return reaped
-
-    return await atomically(conn, work)
-
-
-@dataclass(frozen=True, kw_only=True)
-class CancelSummary:
-    """What ``cancel_run`` did: jobs cancelled outright and running jobs asked to stop."""
-
-    run_id: uuid.UUID
-    cancelled: int
-    requested: int
-    status: RunState
-
-
-async def cancel_run(conn: Conn, run_id: uuid.UUID, *, now: Now = None) -> CancelSummary:
-    """Cancel a run (spec 000 §10): status ``cancelled``, not-started jobs ``cancelled``,
-    running jobs ``cancel_requested`` (finalised when the last one acknowledges)."""
-
-    async def work(c: Conn) -> CancelSummary:
-        row = await c.fetchrow(
-            sql.STOP_RUN, now, run_id, RunState.CANCELLED.value, None, "RUN_CANCELLED"
-        )
-        if row is None:
-            raise NotFoundError(f"no run {run_id}")
-        if row["jobs_open"] == 0:
-            await finalise(c, run_id, now=now)
-        return CancelSummary(
-            run_id=run_id,
-            cancelled=row["stopped"],
-            requested=row["requested"],
-            status=RunState(row["status"]),
-        )
-
-    return await atomically(conn, work)
-
-
-async def cancel_job(
-    conn: Conn,
-    job_id: uuid.UUID,
-    *,
-    now: Now = None,
-    channel: str,
-) -> JobState:
-    """Cancel one job: not started -> ``cancelled`` (its dependents react as to a failure:
-    a critical job's run is cancelled), running -> ``cancel_requested``. Returns the state."""
-
-    async def work(c: Conn) -> JobState:
-        row = await c.fetchrow(sql.CANCEL_JOB, now, job_id)
-        if row is None:
-            current = await c.fetchrow(sql.JOB_HOLDER, job_id)
-            if current is None:
-                raise NotFoundError(f"no job {job_id}")
-            return JobState(current["state"])
-        state = JobState(row["state"])
-        if state is JobState.CANCELLED:
-            closed = Closed(
-                id=job_id,
-                run_id=row["run_id"],
-                name=row["name"],
-                critical=row["critical"],
-                state=state,
-                reason="CANCELLED",
-            )
-            finished = [row["run_id"]] if row["jobs_open"] == 0 else []
-            await settle(c, closed=[closed], finished_runs=finished, now=now, channel=channel)
-        return state
-
-    return await atomically(conn, work)
-
-
-async def cancel_requested(conn: Conn, job_id: uuid.UUID) -> bool:
-    """Whether cancellation of ``job_id`` has been requested (checked at checkpoints)."""
-    return bool(await conn.fetchval(sql.CANCEL_REQUESTED, job_id))
-
-
-async def _end_attempt(
-    conn: Conn,
-    job_id: uuid.UUID,
-    *,
-    worker: str,
-    attempt: int,
-    expected: JobState,
-    target: JobState,
-    delay_s: float | None,
-    error: JobError,
-    critical: bool,
-    attempt_status: str,
-    now: Now,
-    channel: str,
-) -> FailOutcome:
-    final = target in (JobState.FAILED, JobState.CANCELLED)
-    row = await conn.fetchrow(
-        sql.END_ATTEMPT,
-        now,
-        worker,
-        job_id,
-        attempt,
-        target.value,
-        delay_s,
-        error.code,
-        error.message,
-        attempt_status,
-        error.error_type.value,
-        error.source.value,
-        recorded_severity(error, final=final, critical=critical),
-        {},
-        expected.value,
-    )
-    if row is None:
-        return FailOutcome(outcome=await _holder_outcome(conn, job_id, worker, attempt))
-    if final:
-        reason = "CANCELLED" if target is JobState.CANCELLED else failed_reason(row["job_type"])
-        closed = Closed(
-            id=job_id,
-            run_id=row["run_id"],
-            name=row["name"],
-            critical=critical,
-            state=target,
-            reason=reason,
-        )
-        finished = [row["run_id"]] if row["jobs_open"] == 0 else []
-        await settle(conn, closed=[closed], finished_runs=finished, now=now, channel=channel)
-    return FailOutcome(outcome=Outcome.APPLIED, state=target)
-
-
-async def _refusal(conn: Conn, job: ClaimedJob) -> Outcome:
-    return await _holder_outcome(conn, job.id, job.locked_by, job.attempt)
-
-
-async def _holder_outcome(conn: Conn, job_id: uuid.UUID, worker: str, attempt: int) -> Outcome:
-    row = await conn.fetchrow(sql.JOB_HOLDER, job_id)
-    if (
-        row is not None
-        and row["state"] == JobState.CANCEL_REQUESTED
-        and row["locked_by"] == worker
-        and row["attempt_count"] == attempt
-    ):
-        return Outcome.CANCEL_REQUESTED
-    return Outcome.LOST
 
 
 def _list(values: Sequence[str] | None) -> list[str] | None:

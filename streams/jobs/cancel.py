@@ -1,0 +1,87 @@
+"""Cancellation of runs and jobs (spec 000 §10)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from stages.jobs.job_state import JobState
+from stages.jobs.run_state import RunState
+from streams.errors import NotFoundError
+from streams.jobs import sql
+from streams.jobs.settle import Closed, finalise, settle
+from streams.jobs.txn import Conn, atomically
+
+Now = datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CancelSummary:
+    """What ``cancel_run`` did: jobs cancelled outright and running jobs asked to stop."""
+
+    run_id: uuid.UUID
+    cancelled: int
+    requested: int
+    status: RunState
+
+
+async def cancel_run(conn: Conn, run_id: uuid.UUID, *, now: Now = None) -> CancelSummary:
+    """Cancel a run (spec 000 §10): status ``cancelled``, not-started jobs ``cancelled``,
+    running jobs ``cancel_requested`` (finalised when the last one acknowledges)."""
+
+    async def work(c: Conn) -> CancelSummary:
+        row = await c.fetchrow(
+            sql.STOP_RUN, now, run_id, RunState.CANCELLED.value, None, "RUN_CANCELLED"
+        )
+        if row is None:
+            raise NotFoundError(f"no run {run_id}")
+        if row["jobs_open"] == 0:
+            await finalise(c, run_id, now=now)
+        return CancelSummary(
+            run_id=run_id,
+            cancelled=row["stopped"],
+            requested=row["requested"],
+            status=RunState(row["status"]),
+        )
+
+    return await atomically(conn, work)
+
+
+async def cancel_job(
+    conn: Conn,
+    job_id: uuid.UUID,
+    *,
+    now: Now = None,
+    channel: str,
+) -> JobState:
+    """Cancel one job: not started -> ``cancelled`` (its dependents react as to a failure:
+    a critical job's run is cancelled), running -> ``cancel_requested``. Returns the state."""
+
+    async def work(c: Conn) -> JobState:
+        row = await c.fetchrow(sql.CANCEL_JOB, now, job_id)
+        if row is None:
+            current = await c.fetchrow(sql.JOB_HOLDER, job_id)
+            if current is None:
+                raise NotFoundError(f"no job {job_id}")
+            return JobState(current["state"])
+        state = JobState(row["state"])
+        if state is JobState.CANCELLED:
+            closed = Closed(
+                id=job_id,
+                run_id=row["run_id"],
+                name=row["name"],
+                critical=row["critical"],
+                state=state,
+                reason="CANCELLED",
+            )
+            finished = [row["run_id"]] if row["jobs_open"] == 0 else []
+            await settle(c, closed=[closed], finished_runs=finished, now=now, channel=channel)
+        return state
+
+    return await atomically(conn, work)
+
+
+async def cancel_requested(conn: Conn, job_id: uuid.UUID) -> bool:
+    """Whether cancellation of ``job_id`` has been requested (checked at checkpoints)."""
+    return bool(await conn.fetchval(sql.CANCEL_REQUESTED, job_id))
