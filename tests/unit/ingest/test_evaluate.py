@@ -204,3 +204,36 @@ def test_a_stage_bug_becomes_internal_error_not_an_exception() -> None:
         True,
     )
     assert ev.error_message == "RuntimeError: boom"
+
+
+def test_an_expression_failing_on_this_data_is_failed_validation() -> None:
+    schema = parse_schema_text(
+        "schema: ratio\ntenant: acme\ntopics:\n  - name: state\n    parameters:\n"
+        "      - {name: a, type: number, required: true}\n"
+        "      - {name: b, type: number, mutate: '1 / value'}\n"
+        "      - {name: c, type: number, derived: 'sqrt(a)'}\n"
+    )
+    version, topic = uuid.uuid4(), uuid.uuid4()
+    registry = Registry(
+        devices={("acme", "d1"): _device("d1", version=version)},
+        topics={(version, "state"): TopicBinding(schema_version_id=version,
+                                                 schema_topic_id=topic,
+                                                 program=compile_schema(schema)["state"])},
+    )
+
+    def run(values: dict[str, Any]):
+        receipt = Receipt.of(subject="telemetry.acme.d1.state",
+                             data=orjson.dumps({"ts": 1, "values": values}), headers=None,
+                             stream_seq=1, received_at_ns=1)
+        return evaluate(receipt, registry, prefix="", max_payload_bytes=4096, capture=False,
+                        clock=lambda: 0)
+
+    divided = run({"a": 4, "b": 0})
+    assert divided.status is Status.FAILED_VALIDATION
+    assert divided.error_code == "EVAL_DIVISION_BY_ZERO"
+    assert _stages(divided) == [("ingress", "ok"), ("validate", "ok"), ("mutate", "failed")]
+    assert divided.state is ProcessingState.INVALID
+    rooted = run({"a": -4, "b": 2})
+    assert rooted.error_code == "EVAL_DOMAIN" and _stages(rooted)[-1] == ("derive", "failed")
+    fine = run({"a": 4, "b": 2})
+    assert fine.status is Status.COMPLETED and fine.values == {"a": 4.0, "b": 0.5, "c": 2.0}
