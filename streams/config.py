@@ -81,7 +81,7 @@ class RetrySettings(_Group):
 class WorkerSettings(_Group):
     """Batch job workers."""
 
-    concurrency: int = Field(2, ge=1, le=64, description="Jobs a worker process runs at once.")
+    concurrency: int = Field(2, ge=1, le=256, description="Jobs a worker process runs at once.")
     poll_interval_s: float = Field(1.0, gt=0, description="Fallback poll when no NOTIFY arrives.")
     heartbeat_s: float = Field(
         5.0, gt=0, description="How often a running job reports it is alive."

@@ -20,10 +20,9 @@ from rich.tree import Tree
 
 from streams import db
 from streams.cli.output import console, print_json, print_record, print_rows
-from streams.config import Settings
+from streams.config import load_settings
 from streams.errors import NotFoundError, UsageError
 from streams.jobs import queue
-from streams.jobs.executor import default_executors
 from streams.jobs.runs import JobView, RunView, list_runs, show_run
 from streams.jobs.txn import Conn
 from streams.jobs.worker import run_worker
@@ -58,9 +57,17 @@ def worker(
     concurrency: int | None = typer.Option(
         None, "--concurrency", min=1, max=256, help="Jobs at a time (default: worker.concurrency)."
     ),
+    executors_kind: str = typer.Option(
+        "sessions",
+        "--executors",
+        help="sessions: the real session stages; placeholder: pass-through jobs that exercise"
+        " the engine on its own.",
+    ),
 ) -> None:
     """Run batch jobs until interrupted (SIGINT/SIGTERM finish running jobs, then exit)."""
-    settings = Settings()
+    if executors_kind not in {"sessions", "placeholder"}:
+        raise UsageError("--executors must be sessions or placeholder")
+    settings = load_settings()
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(message)s")
 
     async def main() -> None:
@@ -68,13 +75,31 @@ def worker(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await run_worker(
-            settings,
-            executors=default_executors(settings),
-            pool=pool,
-            concurrency=concurrency or settings.worker.concurrency,
-            stop=stop,
-        )
+        if executors_kind == "placeholder":
+            from streams.jobs.executor import placeholder_executors
+
+            await run_worker(
+                settings,
+                executors=placeholder_executors(),
+                pool=pool,
+                concurrency=concurrency or settings.worker.concurrency,
+                stop=stop,
+            )
+            return
+        from streams.sessions.executors import default_executors
+
+        executors = default_executors(settings)
+        try:
+            await executors.warm_up()
+            await run_worker(
+                settings,
+                executors=executors,
+                pool=pool,
+                concurrency=concurrency or settings.worker.concurrency,
+                stop=stop,
+            )
+        finally:
+            await executors.aclose()
 
     asyncio.run(main())
 
@@ -90,7 +115,7 @@ def list_command(
     """List runs, newest first."""
 
     async def main() -> None:
-        conn = await db.connect(Settings().postgres())
+        conn = await db.connect(load_settings().postgres())
         try:
             tenant_id = await _tenant_id(conn, tenant) if tenant else None
             rows = await list_runs(
@@ -116,7 +141,7 @@ def show_command(
     """Show a run's DAG with each job's state, attempts and timings."""
 
     async def main() -> RunView:
-        conn = await db.connect(Settings().postgres())
+        conn = await db.connect(load_settings().postgres())
         try:
             return await show_run(conn, _uuid(run_id, "run"))
         finally:
@@ -134,7 +159,7 @@ def cancel_command(run_id: str = typer.Argument(..., help="The run's id.")) -> N
     """Cancel a run: jobs not started are cancelled, running ones stop at a checkpoint."""
 
     async def main() -> queue.CancelSummary:
-        conn = await db.connect(Settings().postgres())
+        conn = await db.connect(load_settings().postgres())
         try:
             return await queue.cancel_run(conn, _uuid(run_id, "run"))
         finally:
@@ -154,7 +179,7 @@ def retry_command(
     requested_by: str = typer.Option("operator", "--requested-by"),
 ) -> None:
     """Start a new run repeating this one (same artifacts, config and versions)."""
-    settings = Settings()
+    settings = load_settings()
 
     async def main() -> queue.EnqueuedRun:
         conn = await db.connect(settings.postgres())

@@ -249,6 +249,12 @@ def register(app: typer.Typer) -> None:
         else:
             console.print(f"session {sid}: active run {moved.from_run} -> {moved.to_run}")
 
+    # Issue 4 names them as run commands; they act on a session's runs, so both spellings work.
+    from streams.cli.runs import runs_app
+
+    runs_app.command("reprocess")(reprocess_cmd)
+    runs_app.command("rollback")(rollback_cmd)
+
     @sessions.command("synth")
     def synth(
         out: Path = typer.Option(..., "--out", help="File to write (.gz: gzip-compressed)."),

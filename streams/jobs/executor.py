@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stages.jobs.dag import DEFAULT_DAG
-from streams.config import Settings
 from streams.errors import TidewayError
 from streams.jobs.model import ClaimedJob, JobResult, RunVersions
 
@@ -140,12 +139,3 @@ async def noop(ctx: JobContext, /) -> JobResult:
 def placeholder_executors() -> dict[str, Executor]:
     """A placeholder executor for every job type of the default DAG."""
     return {spec.job_type: placeholder for spec in DEFAULT_DAG.values()}
-
-
-def default_executors(settings: Settings) -> dict[str, Executor]:
-    """The executors ``tideway worker`` runs: placeholders until the session stages are wired.
-
-    The session-stages work replaces this with real executors built from ``settings`` (object
-    store root, ClickHouse DSN...); the worker itself needs no change.
-    """
-    return placeholder_executors()

@@ -90,7 +90,8 @@ async def test_worker_command_runs_jobs_and_stops_on_sigterm(
     settings: Settings, conn: asyncpg.Connection, owner: Owner
 ) -> None:
     proc = await asyncio.create_subprocess_exec(
-        *CLI, "worker", "--concurrency", "4", cwd=REPO_ROOT, env=_env(settings),
+        *CLI, "worker", "--concurrency", "4", "--executors", "placeholder",
+        cwd=REPO_ROOT, env=_env(settings),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
