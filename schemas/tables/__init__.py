@@ -10,7 +10,7 @@ from __future__ import annotations
 from schemas.tables.base import metadata
 
 # Import for the side effect of registering each area's tables on ``metadata``.
-from schemas.tables import registry  # noqa: F401, E402  isort: skip
+from schemas.tables import registry  # noqa: F401  isort: skip
 
 for _area in ("ingest", "jobs"):
     try:

@@ -26,11 +26,15 @@ def uuid_pk() -> sa.Column[Any]:
 
 
 def created_at() -> sa.Column[Any]:
-    return sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now())
+    return sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    )
 
 
 def updated_at() -> sa.Column[Any]:
-    return sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now())
+    return sa.Column(
+        "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    )
 
 
 def tenant_fk() -> sa.Column[Any]:
