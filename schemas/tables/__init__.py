@@ -7,16 +7,8 @@ them all on ``metadata``.
 
 from __future__ import annotations
 
+# Imported for the side effect of registering each area's tables on ``metadata``.
+from schemas.tables import ingest, jobs, registry  # noqa: F401
 from schemas.tables.base import metadata
-
-# Import for the side effect of registering each area's tables on ``metadata``.
-from schemas.tables import registry  # noqa: F401  isort: skip
-
-for _area in ("ingest", "jobs"):
-    try:
-        __import__(f"schemas.tables.{_area}")
-    except ModuleNotFoundError as exc:  # an area not yet written
-        if exc.name != f"schemas.tables.{_area}":
-            raise
 
 __all__ = ["metadata"]
