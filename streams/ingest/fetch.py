@@ -4,9 +4,13 @@ nats-py's ``PullSubscription.fetch`` spends tens of microseconds per message (a 
 timer and a UUID for every ``next_msg``), which alone would cap a consumer near 13,000
 envelopes/s on the target machine. This fetcher speaks the JetStream pull protocol directly:
 one pull request (``{"batch": n, "expires": t}``) to ``$JS.API.CONSUMER.MSG.NEXT``, replies
-collected by a plain subscription callback into a list, done when ``n`` messages or a status
-(404 no messages, 408 request expired, 409 …) arrive. Acks are single ``PUB`` frames on the
-message's reply subject — the same bytes ``Msg.ack()``/``Msg.nak(delay)`` send.
+collected by a plain subscription callback into a list, done when ``n`` messages or that
+request's status (404 no messages, 408 request expired, 409 …) arrive. Each request gets its
+own reply subject, so a status that arrives late for an earlier request cannot end (or, by
+being missed, stall) the current one; should a status never come, the fetch ends shortly
+after the request's expiry anyway. Messages delivered late for an earlier request are kept
+for the next fetch. Acks are single ``PUB`` frames on the message's reply subject — the same
+bytes ``Msg.ack()``/``Msg.nak(delay)`` send.
 """
 
 from __future__ import annotations
@@ -59,10 +63,12 @@ class Fetcher:
         self._msgs: list[Msg] = []
         self._want = 0
         self._done: asyncio.Future[None] | None = None
+        self._requests = 0
+        self._reply = ""
         self.last_status: str | None = None
 
     async def start(self) -> Fetcher:
-        self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg)
+        self._sub = await self.nc.subscribe(f"{self.inbox}.*", cb=self._on_msg)
         return self
 
     async def stop(self) -> None:
@@ -78,7 +84,7 @@ class Fetcher:
                 self._finish()
             return
         status = msg.headers.get("Status") if msg.headers else None
-        if status == "100":  # idle heartbeat
+        if status == "100" or msg.subject != self._reply:  # heartbeat, or an old request's
             return
         self.last_status = status
         self._finish()
@@ -93,10 +99,12 @@ class Fetcher:
         self._want = batch
         self._done = done = asyncio.get_running_loop().create_future()
         if len(self._msgs) < batch:
+            self._requests += 1
+            self._reply = f"{self.inbox}.{self._requests}"
             request = {"batch": batch - len(self._msgs), "expires": int(wait_s * 1e9)}
-            await self.nc.publish(self.api, orjson.dumps(request), reply=self.inbox)
+            await self.nc.publish(self.api, orjson.dumps(request), reply=self._reply)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(done, wait_s + 2.0)
+                await asyncio.wait_for(done, wait_s + 0.25)
         msgs, self._msgs = self._msgs, []
         return msgs
 
