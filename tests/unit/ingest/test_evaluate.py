@@ -237,3 +237,32 @@ def test_an_expression_failing_on_this_data_is_failed_validation() -> None:
     assert rooted.error_code == "EVAL_DOMAIN" and _stages(rooted)[-1] == ("derive", "failed")
     fine = run({"a": 4, "b": 2})
     assert fine.status is Status.COMPLETED and fine.values == {"a": 4.0, "b": 0.5, "c": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("device", "topic", "values"),
+    [
+        ("d1", "state", GOOD_VALUES),
+        ("d1", "state", {**GOOD_VALUES, "rh": 140}),
+        ("d1", "state", {**GOOD_VALUES, "temp": 150.0}),
+        ("d1", "state", {k: v for k, v in GOOD_VALUES.items() if k != "temp"}),
+        ("off", "state", GOOD_VALUES),
+        ("bare", "state", GOOD_VALUES),
+        ("ghost", "state", GOOD_VALUES),
+        ("d1", "diagnostics", GOOD_VALUES),
+        ("d1", "gps", {"lat": 1.5, "lon": 2.5}),
+    ],
+)
+def test_the_fast_path_agrees_with_the_full_evaluation(device: str, topic: str,
+                                                        values: dict[str, Any]) -> None:
+    from stages.ingest.evaluate import evaluate_fully
+    from stages.ingest.ingress import parse_subject
+
+    receipt = Receipt.of(subject=f"telemetry.acme.{device}.{topic}",
+                         data=orjson.dumps({"ts": 5, "seq": 2, "values": values}),
+                         headers={"Nats-Msg-Id": "m-1"}, stream_seq=3, received_at_ns=7)
+    fast = evaluate(receipt, REGISTRY, prefix="", max_payload_bytes=65536, capture=False,
+                    clock=lambda: 0)
+    full = evaluate_fully(receipt, REGISTRY, parts=parse_subject(receipt.subject),
+                          max_payload_bytes=65536, capture=False, clock=lambda: 0)
+    assert fast == full
