@@ -21,7 +21,7 @@ Each row is written once; nothing is updated on the hot path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from stages.ingest.copy_format import NULL, copy_text, json_field, text
 from stages.ingest.evaluate import Evaluation, StageLog, issues_json
 from stages.ingest.processing_state import IllegalStateTransition, ProcessingState, recorded_path
 from stages.ingest.processing_state import check_path as check_state_path
@@ -167,44 +168,6 @@ def finalize(ev: Evaluation, publish: PublishOutcome | None) -> Final:
                  error_message=ev.error_message, publish=publish, dead_letter=ev.dead_letter)
 
 
-def text(value: str) -> str:
-    """``value`` safe for a Postgres text or JSON column (NUL bytes, which NATS allows in
-    subjects and headers, are spelled out)."""
-    return value.replace("\x00", "\\u0000") if "\x00" in value else value
-
-
-_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-NULL = "\\N"
-
-
-def copy_text(value: str | None) -> str:
-    """``value`` as one field of Postgres ``COPY ... (FORMAT text)`` (``\\N`` for ``None``).
-
-    NUL bytes, which NATS allows in subjects and headers but Postgres text cannot hold, are
-    spelled out as ``\\u0000``.
-    """
-    if value is None:
-        return NULL
-    if "\x00" in value:
-        value = value.replace("\x00", "\\u0000")
-    return value.translate(_ESCAPES)
-
-
-def _json_field(value: str | None) -> str:
-    # orjson never emits tabs, newlines or CR inside JSON; only its backslashes need doubling.
-    if value is None:
-        return NULL
-    return value.replace("\\", "\\\\") if "\\" in value else value
-
-
-def _int(value: int | None) -> str:
-    return NULL if value is None else str(value)
-
-
-def _ts(value: datetime | None) -> str:
-    return NULL if value is None else value.isoformat()
-
-
 _OK_TAIL = "\t\\N\t\\N\t\\N\t\\N\n"
 
 
@@ -214,9 +177,9 @@ def _log_line(message_id: int, attempt: int, log: StageLog, capture: bool) -> st
     return "\t".join((
         str(message_id), str(attempt), log.stage, log.status, str(log.duration_us),
         copy_text(log.error_code), copy_text(log.error_message),
-        _json_field(orjson.dumps(log.input_snapshot, default=str).decode())
+        json_field(orjson.dumps(log.input_snapshot, default=str).decode())
         if capture and log.input_snapshot is not None else NULL,
-        _json_field(orjson.dumps(log.output_snapshot, default=str).decode())
+        json_field(orjson.dumps(log.output_snapshot, default=str).decode())
         if capture and log.output_snapshot is not None else NULL,
     )) + "\n"
 
@@ -289,12 +252,12 @@ class Recording:
         if state is not None and device is not None and binding is not None:
             if state not in RECORDABLE_STATES:
                 raise IllegalStateTransition(f"telemetry cannot be recorded as {state}")
-            issues = (_json_field(orjson.dumps(issues_json(ev.issues)).decode())
+            issues = (json_field(orjson.dumps(issues_json(ev.issues)).decode())
                       if ev.issues else NULL)
             self.telemetry.append(
                 f"{message_id}\t{device.tenant_id_text}\t{device.id_text}\t"
                 f"{binding.version_text}\t{binding.program.topic}\t{measured}\t{seq}\t"
-                f"{received}\t{state.value}\t{_json_field(ev.values_json)}\t{issues}\n"
+                f"{received}\t{state.value}\t{json_field(ev.values_json)}\t{issues}\n"
             )
         self.recorded.append((final, message_id))
         if final.dead_letter:
@@ -383,19 +346,3 @@ def hot_state_order(ts_us: int, seq: int | None) -> str:
     string comparison in Redis that cannot lose precision the way Lua's doubles would.
     """
     return f"{ts_us:020d}.{0 if seq is None else seq + 1:020d}"
-
-
-def owner_ids(
-    classified: Sequence[Classified], inserted: Mapping[str, int], keys: Sequence[str]
-) -> list[int | None]:
-    """The owner row id of every duplicate (``None`` when its in-batch owner was not inserted)."""
-    out: list[int | None] = []
-    for c in classified:
-        if c.fate is not Fate.DUPLICATE:
-            out.append(None)
-        elif c.owner_id is not None:
-            out.append(c.owner_id)
-        else:
-            assert c.owner_index is not None
-            out.append(inserted.get(keys[c.owner_index]))
-    return out

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.device_schema import parse_schema_text
+from stages.ingest.copy_format import copy_text
 from stages.ingest.evaluate import DeviceRecord, Registry, TopicBinding, evaluate
 from stages.ingest.ingress import Receipt
 from stages.ingest.plan import (
@@ -23,7 +24,6 @@ from stages.ingest.plan import (
     PublishOutcome,
     Recording,
     classify,
-    copy_text,
     finalize,
     hot_state_order,
 )
