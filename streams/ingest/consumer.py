@@ -51,6 +51,7 @@ async def run_consumer(
     # Everything alive now (modules, clients, compiled schemas) lives as long as the process;
     # freezing it keeps the collector from re-scanning it on every full collection, which at
     # tens of thousands of short-lived objects per second was a tenth of the consumer's time.
+    gc.collect()  # so that only live objects are frozen
     gc.freeze()
     fetchers: list[Fetcher] = []
     try:

@@ -123,7 +123,7 @@ async def _redrive(resources: Resources, ids: list[int] | None, limit: int) -> l
     results: list[RedriveResult] = []
     try:
         async with resources.pool.acquire() as conn, conn.transaction():
-            rows = (await conn.fetch(sql.REDRIVE_CANDIDATES, ids))[:limit]
+            rows = await conn.fetch(sql.REDRIVE_CANDIDATES, ids, limit)
             publishable: list[tuple[Any, Evaluation]] = []
             for row in rows:
                 binding = None

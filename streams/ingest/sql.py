@@ -140,6 +140,7 @@ LEFT JOIN devices d ON d.id = t.device_id
 LEFT JOIN tenants tn ON tn.id = t.tenant_id
 WHERE dl.state = 'open' AND ($1::bigint[] IS NULL OR dl.id = ANY($1::bigint[]))
 ORDER BY dl.id
+LIMIT $2
 FOR UPDATE OF dl SKIP LOCKED
 """
 
@@ -205,14 +206,3 @@ WHERE duplicate_of = $1 ORDER BY id
 """
 
 MESSAGE_DEAD_LETTER = "SELECT * FROM dead_letters WHERE ingestion_message_id = $1"
-
-# -- replay ------------------------------------------------------------------------------------
-
-RECORDED_RECEIPTS = """
-SELECT r.seq FROM unnest($1::bigint[], $2::timestamptz[]) AS r(seq, rx)
-WHERE EXISTS (SELECT 1 FROM ingestion_messages m
-              WHERE m.source_deduplication_key = ANY($3::text[])
-                AND m.stream_seq = r.seq AND m.received_at = r.rx)
-   OR EXISTS (SELECT 1 FROM ingestion_messages d
-              WHERE d.stream_seq = r.seq AND d.received_at = r.rx AND d.duplicate_of IS NOT NULL)
-"""
