@@ -239,17 +239,15 @@ def _offer_load(names_ns: str, rate: float, seconds: float, seed: int) -> None:
 
 
 async def latency(settings: Settings, names: Names, rate: float, seconds: float) -> dict[str, Any]:
-    """End-to-end latency at a steady offered load (warm-up: the first 2 s are dropped)."""
+    """End-to-end latency at a steady offered load (warm-up: the first 2 s of traffic are
+    not counted)."""
     stop = asyncio.Event()
-    latencies_ms: list[float] = []
+    samples: list[tuple[int, int]] = []  # (stored, done) in ns
     received = [0]
-    started_ns = time.time_ns()
 
     def on_batch(stats: BatchStats) -> None:
         received[0] += stats.size
-        for stored in stats.stored_at_ns:
-            if stored - started_ns > 2e9:
-                latencies_ms.append((stats.finished_at_ns - stored) / 1e6)
+        samples.extend((stored, stats.finished_at_ns) for stored in stats.stored_at_ns)
 
     task = asyncio.create_task(run_consumer(settings, stop=stop, on_batch=on_batch))
     await asyncio.sleep(1.0)
@@ -265,7 +263,9 @@ async def latency(settings: Settings, names: Names, rate: float, seconds: float)
     await _until(got, expected, within=60)
     stop.set()
     await task
-    latencies_ms.sort()
+    first = min(stored for stored, _ in samples)
+    latencies_ms = sorted((done - stored) / 1e6 for stored, done in samples
+                          if stored - first > 2e9)  # warm-up: the first 2 s of traffic
     return {
         "offered_per_s": rate, "seconds": seconds, "envelopes": received[0],
         "p50_ms": statistics.median(latencies_ms),
