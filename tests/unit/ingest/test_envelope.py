@@ -6,7 +6,6 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-import jsonschema
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -15,6 +14,10 @@ from pydantic import ValidationError
 
 from schemas.envelope import SCHEMA_PATH, Envelope, json_schema
 from stages.ingest.ingress import EnvelopeError, decode_envelope
+
+# JSON Schema validation (and its RFC 3339 date-time check) are test-only dependencies.
+jsonschema = pytest.importorskip("jsonschema")
+pytest.importorskip("rfc3339_validator")
 
 VALIDATOR = jsonschema.Draft202012Validator(
     json.loads(SCHEMA_PATH.read_text()), format_checker=jsonschema.FormatChecker()
