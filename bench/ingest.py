@@ -19,16 +19,7 @@ namespace, Postgres database and chDB directory, all removed at the end. Service
 from ``TIDEWAY_BENCH_*`` (defaults: the local NATS, Postgres and Redis).
 """
 
-# ruff: noqa: E402  (the imports follow the import-path fix just below)
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# bench/ also holds queue.py (another benchmark), which would shadow the standard library's
-# ``queue`` for a script run from here; drop this folder from the import path first.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import argparse
 import asyncio
@@ -38,9 +29,11 @@ import platform
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import orjson

@@ -29,13 +29,9 @@ NATS from ``TIDEWAY_BENCH_NATS_URL`` (default ``nats://127.0.0.1:4222``); ClickH
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-# bench/ holds a queue.py: keep the folder off sys.path so the stdlib ``queue`` is found.
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
-sys.path.insert(0, str(ROOT))
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402

@@ -7,8 +7,8 @@ with its own connections, ``--concurrency`` slots, in this process) and times th
 run is finalised. The same number of no-op tasks is then deferred to procrastinate and drained
 by the same number of procrastinate workers with the same concurrency. Enqueueing is not timed.
 
-    .venv/bin/python bench/queue.py                      # 20k jobs, workers 1/4/16, 128 slots
-    .venv/bin/python bench/queue.py --jobs 5000 --workers 1,4 --no-procrastinate
+    .venv/bin/python bench/job_queue.py                      # 20k jobs, workers 1/4/16, 128 slots
+    .venv/bin/python bench/job_queue.py --jobs 5000 --workers 1,4 --no-procrastinate
 
 Prints a table and writes ``bench/results/queue.json``. The Postgres server comes from
 ``TIDEWAY_BENCH_POSTGRES_DSN`` (default: the local server's Unix socket when it exists, else
@@ -17,13 +17,9 @@ Prints a table and writes ``bench/results/queue.json``. The Postgres server come
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-# This file is called queue.py: keep its folder off sys.path so the stdlib ``queue`` is found.
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
-sys.path.insert(0, str(ROOT))
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
