@@ -29,19 +29,14 @@ import platform
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 import nats
+import orjson
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from stages.ingest.ack_policy import ACK
@@ -57,6 +52,8 @@ from streams.ingest.provision import provision
 from streams.ingest.resources import Resources
 from streams.ingest.simulate import ensure_fleet
 from streams.names import Names
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PG_ADMIN = os.environ.get("TIDEWAY_BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 NATS_URL = os.environ.get("TIDEWAY_BENCH_NATS_URL", "nats://127.0.0.1:4222")
