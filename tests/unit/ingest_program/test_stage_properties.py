@@ -32,10 +32,16 @@ topics:
 PROGRAM = compile_schema(parse_schema_text(SCHEMA))["t"]
 TYPES = {"temp_c": float, "count": int, "flag": bool, "label": str, "ratio": float}
 
+
+
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    # Named, not a lambda: hypothesis must see that ``extend`` uses its argument.
+    return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
-                                                                max_size=3),
+    _containers,
     max_leaves=10,
 )
 payloads = st.fixed_dictionaries(
