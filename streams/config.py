@@ -32,9 +32,9 @@ class _Group(BaseModel):
 class ConsumerSettings(_Group):
     """How a streaming consumer fetches and processes batches."""
 
-    batch_size: int = Field(500, ge=1, le=10_000, description="Envelopes fetched per pull.")
+    batch_size: int = Field(2000, ge=1, le=10_000, description="Envelopes fetched per pull.")
     max_wait_s: float = Field(0.05, gt=0, le=30, description="Longest wait for a batch to fill.")
-    concurrency: int = Field(1, ge=1, le=64, description="Batches in flight per process.")
+    concurrency: int = Field(2, ge=1, le=64, description="Batches in flight per process.")
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery timeout for unacked envelopes.")
     max_deliver: int = Field(
         10, ge=1, description="Deliveries before an envelope is dead-lettered."
