@@ -207,6 +207,10 @@ async def _summary(
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("envelopes published (incl. duplicates)", f"{report.published:,}")
+    table.add_row(
+        "duplicates sent / absorbed by JetStream's Nats-Msg-Id window",
+        f"{report.duplicates_sent:,} / {report.duplicates_absorbed:,}",
+    )
     table.add_row("envelopes stored by JetStream", f"{stored:,}")
     table.add_row("envelopes with a recorded status", f"{recorded:,}")
     for status, n in sorted(statuses.items()):
