@@ -18,14 +18,33 @@ from streams.errors import TransientError
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
+_JSONB_VERSION = b"\x01"
+
+
+def _encode_jsonb(value: Any) -> bytes:
+    return _JSONB_VERSION + orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _decode_jsonb(data: bytes) -> Any:
+    return orjson.loads(data[1:])
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
-    for typename in ("jsonb", "json"):
-        await conn.set_type_codec(
-            typename,
-            encoder=lambda v: orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS).decode(),
-            decoder=orjson.loads,
-            schema="pg_catalog",
-        )
+    # JSONB in binary form (a version byte, then the JSON): binary COPY on the ingest hot path
+    # needs a binary codec for every column, and one codec everywhere keeps rows alike.
+    await conn.set_type_codec(
+        "jsonb",
+        encoder=_encode_jsonb,
+        decoder=_decode_jsonb,
+        schema="pg_catalog",
+        format="binary",
+    )
+    await conn.set_type_codec(
+        "json",
+        encoder=lambda v: orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS).decode(),
+        decoder=orjson.loads,
+        schema="pg_catalog",
+    )
 
 
 async def connect(dsn: str) -> asyncpg.Connection:
@@ -38,11 +57,23 @@ async def connect(dsn: str) -> asyncpg.Connection:
     return conn
 
 
-async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+async def create_pool(
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    command_timeout: float | None = None,
+    server_settings: dict[str, str] | None = None,
+) -> asyncpg.Pool:
     """A connection pool with Tideway's codecs."""
     try:
         pool = await asyncpg.create_pool(
-            dsn, min_size=min_size, max_size=max_size, init=_init_connection
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            init=_init_connection,
+            command_timeout=command_timeout,
+            server_settings=server_settings,
         )
     except (OSError, asyncpg.PostgresConnectionError) as exc:
         raise TransientError(f"cannot connect to Postgres: {exc}", code="PG_UNAVAILABLE") from exc

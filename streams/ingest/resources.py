@@ -1,23 +1,23 @@
 """The connections one streaming process holds, opened and closed together.
 
-Postgres uses its own asyncpg pool whose JSONB codec is *binary* (orjson on the way out,
-a version byte in front): the hot path writes telemetry and stage logs with binary ``COPY``,
-which needs a binary codec for every column type. Redis gets short timeouts so that a dead
-server is noticed in about a second, not after the kernel gives up.
+Postgres uses ``streams.db``'s pool, whose JSONB codec is binary: the hot path writes
+telemetry and stage logs with binary ``COPY``, which needs a binary codec for every column.
+Redis gets short timeouts so that a dead server is noticed in about a second, not after the
+kernel gives up.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import asyncpg
 import nats
-import orjson
 import redis.asyncio as aioredis
 from asyncpg.pool import PoolConnectionProxy
 from nats.aio.client import Client as Nats
 
+from streams import db
 from streams.clickhouse import ClickHouse
 from streams.config import Settings
 from streams.errors import TransientError
@@ -26,41 +26,16 @@ from streams.names import Names
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 """A connection, pooled or not."""
 
-_JSONB_VERSION = b"\x01"
-
-
-def _encode_jsonb(value: Any) -> bytes:
-    return _JSONB_VERSION + orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
-
-
-def _decode_jsonb(data: bytes) -> Any:
-    return orjson.loads(data[1:])
-
-
-async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
-    await conn.set_type_codec(
-        "jsonb", encoder=_encode_jsonb, decoder=_decode_jsonb, schema="pg_catalog",
-        format="binary",
-    )
-    await conn.set_type_codec(
-        "json", encoder=lambda v: orjson.dumps(v).decode(), decoder=orjson.loads,
-        schema="pg_catalog",
-    )
-
-
 async def pg_pool(dsn: str, *, size: int) -> asyncpg.Pool:
-    """A pool for the streaming pipeline (binary JSONB codec; see the module docstring)."""
-    try:
-        pool = await asyncpg.create_pool(
-            dsn, min_size=1, max_size=size, init=_init_connection, command_timeout=60,
-            # Small, frequent, index-driven statements: parallel workers and JIT only add
-            # start-up cost (and steal cores the consumer needs).
-            server_settings={"jit": "off", "max_parallel_workers_per_gather": "0"},
-        )
-    except (OSError, asyncpg.PostgresConnectionError) as exc:
-        raise TransientError(f"cannot connect to Postgres: {exc}", code="PG_UNAVAILABLE") from exc
-    assert pool is not None
-    return pool
+    """A pool for the streaming pipeline (Tideway's codecs, tuned for small statements)."""
+    return await db.create_pool(
+        dsn,
+        max_size=size,
+        command_timeout=60,
+        # Small, frequent, index-driven statements: parallel workers and JIT only add
+        # start-up cost (and steal cores the consumer needs).
+        server_settings={"jit": "off", "max_parallel_workers_per_gather": "0"},
+    )
 
 
 def redis_client(url: str) -> aioredis.Redis:
