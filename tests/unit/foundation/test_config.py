@@ -69,3 +69,34 @@ def test_namespaced_names_never_collide_with_production() -> None:
     assert test.telemetry_subject("acme", "dev1", "state") == "t1.telemetry.acme.dev1.state"
     assert test.hot_state_key("acme", "d") != prod.hot_state_key("acme", "d")
     assert test.session_bucket != prod.session_bucket
+
+
+def test_load_settings_finds_a_running_tideway_up(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from streams.config import RUNTIME_FILE, load_settings
+
+    monkeypatch.chdir(tmp_path)
+    assert load_settings().postgres_dsn is None  # nothing running: still embedded
+    (tmp_path / ".tideway").mkdir()
+    (tmp_path / ".tideway" / RUNTIME_FILE).write_text(
+        '{"postgres_dsn": "postgresql://postgres@/postgres?host=/sock",'
+        ' "nats_url": "nats://127.0.0.1:4999"}'
+    )
+    found = load_settings()
+    assert found.postgres() == "postgresql://postgres@/postgres?host=/sock"
+    assert found.nats() == "nats://127.0.0.1:4999"
+    # A configured URL always wins over what `tideway up` recorded.
+    monkeypatch.setenv("TIDEWAY_NATS_URL", "nats://configured:4222")
+    assert load_settings().nats() == "nats://configured:4222"
+
+
+def test_load_settings_ignores_a_damaged_runtime_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from streams.config import RUNTIME_FILE, load_settings
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".tideway").mkdir()
+    (tmp_path / ".tideway" / RUNTIME_FILE).write_text("{not json")
+    assert load_settings().postgres_dsn is None
