@@ -50,7 +50,10 @@ async def test_repeat_inside_one_batch_is_a_duplicate_of_the_first(fleet: Harnes
     first = await fleet.publish("d1", {"ts": 1000, "values": good_values()}, msg_id="m-2")
     await asyncio.sleep(0.3)
     repeat = await fleet.publish("d1", {"ts": 1000, "values": good_values()}, msg_id="m-2")
-    await fleet.consume(2)
+    # One batch in flight, so both envelopes arrive in the same batch (the case under test);
+    # with two in flight the repeat may win the race and own the key, which is also correct.
+    one_batch = fleet.settings.consumer.model_copy(update={"concurrency": 1})
+    await fleet.consume(2, settings=fleet.settings.model_copy(update={"consumer": one_batch}))
     owner, dup = await fleet.message(first), await fleet.message(repeat)
     assert owner["status"] == "completed" and dup["status"] == "duplicate"
     assert dup["duplicate_of"] == owner["id"]
