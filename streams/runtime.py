@@ -24,6 +24,19 @@ from streams.embedded import Started, embedded_services, quiet_platformdirs
 log = logging.getLogger(__name__)
 
 
+def stop_on_signals(stop: asyncio.Event | None = None) -> asyncio.Event:
+    """An event that SIGINT and SIGTERM set (call inside the running loop).
+
+    Every long-running command stops the same way: the signal only sets the event, and the
+    component drains its in-flight work before returning.
+    """
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 @dataclass(frozen=True, kw_only=True)
 class Component:
     """One long-running part of the system."""
@@ -78,10 +91,8 @@ async def system(settings: Settings) -> AsyncIterator[tuple[Settings, Started, a
     quiet_platformdirs()
     async with embedded_services(settings) as (resolved, started):
         await prepare(resolved)
-        stop = asyncio.Event()
+        stop = stop_on_signals()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         tasks: dict[asyncio.Task[None], str] = {
             asyncio.create_task(c.run(resolved, stop), name=c.name): c.name
             for c in components(resolved)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
 from collections import Counter
 from dataclasses import asdict
@@ -36,9 +35,9 @@ def parse_time(value: str) -> datetime:
 
 
 def _install_stop(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    from streams.runtime import stop_on_signals
+
+    stop_on_signals(stop)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import uuid
 from datetime import datetime
 
@@ -71,10 +70,9 @@ def worker(
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(message)s")
 
     async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        from streams.runtime import stop_on_signals
+
+        stop = stop_on_signals()
         if executors_kind == "placeholder":
             from streams.jobs.executor import placeholder_executors
 

@@ -60,15 +60,15 @@ def register(app: typer.Typer) -> None:
         )
         raise typer.Exit(code)
 
-
     @app.command("intake")
     def intake() -> None:
         """Run the session intake consumer (SESSIONS stream → runs and jobs) until Ctrl-C."""
+        from streams.runtime import stop_on_signals
         from streams.sessions.intake import provision_sessions, run_intake
 
         async def main(settings: Settings) -> None:
             await provision_sessions(settings)
-            await run_intake(settings, stop=_stop_on_signals())
+            await run_intake(settings, stop=stop_on_signals())
 
         asyncio.run(main(load_settings()))
 
@@ -76,23 +76,13 @@ def register(app: typer.Typer) -> None:
     def api() -> None:
         """Serve the HTTP API (TIDEWAY_API__HOST / TIDEWAY_API__PORT) until Ctrl-C."""
         from streams.api.server import run_api
+        from streams.runtime import stop_on_signals
 
         async def main(settings: Settings) -> None:
             console.print(f"serving http://{settings.api.host}:{settings.api.port}")
-            await run_api(settings, stop=_stop_on_signals())
+            await run_api(settings, stop=stop_on_signals())
 
         asyncio.run(main(load_settings()))
-
-
-def _stop_on_signals() -> asyncio.Event:
-    """An event set by SIGINT/SIGTERM (call inside the running loop)."""
-    import signal
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
 
 
 async def _up(settings: Settings) -> None:
