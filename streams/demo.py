@@ -81,33 +81,50 @@ def write_demo_session(directory: Path, *, laps: int) -> tuple[Path, dict[str, A
     return path, truth
 
 
-async def _status_counts(
-    settings: Settings, baseline: dict[str, int] | None = None
-) -> dict[str, int]:
-    """Envelopes of the demo tenant per status, minus ``baseline`` (an earlier demo's)."""
-    pattern = Names(namespace=settings.namespace).telemetry_subject(DEMO_TENANT, "%", "%")
-    conn = await db.connect(settings.postgres())
-    try:
-        rows = await conn.fetch(STATUS_COUNTS, pattern)
-    finally:
-        await conn.close()
-    base = baseline or {}
-    counts = {r["status"]: r["n"] - base.get(r["status"], 0) for r in rows}
-    return {status: n for status, n in counts.items() if n}
+class _Probe:
+    """One Postgres and one NATS connection the demo reads its progress through.
 
+    Opened once for the whole demo: the live view polls twice a second, and a new connection
+    per poll would be most of the work it does.
+    """
 
-async def _stream_last_seq(settings: Settings) -> int:
-    """The TELEMETRY stream's last sequence: the delta over the demo is what it stored."""
-    import nats
+    def __init__(self, settings: Settings, conn: Any, nc: Any) -> None:
+        names = Names(namespace=settings.namespace)
+        self._pattern = names.telemetry_subject(DEMO_TENANT, "%", "%")
+        self._stream = names.telemetry_stream
+        self._conn = conn
+        self._nc = nc
 
-    nc = await nats.connect(settings.nats())
-    try:
-        info = await nc.jetstream().stream_info(
-            Names(namespace=settings.namespace).telemetry_stream
-        )
+    @classmethod
+    async def open(cls, settings: Settings) -> _Probe:
+        import nats
+
+        conn = await db.connect(settings.postgres())
+        try:
+            nc = await nats.connect(settings.nats())
+        except BaseException:
+            await conn.close()
+            raise
+        return cls(settings, conn, nc)
+
+    async def close(self) -> None:
+        await self._nc.close()
+        await self._conn.close()
+
+    async def status_counts(self, baseline: dict[str, int] | None = None) -> dict[str, int]:
+        """Envelopes of the demo tenant per status, minus ``baseline`` (an earlier demo's)."""
+        rows = await self._conn.fetch(STATUS_COUNTS, self._pattern)
+        base = baseline or {}
+        counts = {r["status"]: r["n"] - base.get(r["status"], 0) for r in rows}
+        return {status: n for status, n in counts.items() if n}
+
+    async def last_seq(self) -> int:
+        """The TELEMETRY stream's last sequence: the delta over the demo is what it stored."""
+        info = await self._nc.jetstream().stream_info(self._stream)
         return int(info.state.last_seq)
-    finally:
-        await nc.close()
+
+    async def telemetry_rows(self) -> int:
+        return int(await self._conn.fetchval(TELEMETRY_ROWS))
 
 
 async def run_demo(
@@ -115,80 +132,98 @@ async def run_demo(
 ) -> int:
     """Run the demo; returns the process exit code."""
     from streams.cli.services import services_table
-    from streams.ingest.simulate import ensure_fleet, simulate
     from streams.runtime import system
-    from streams.sessions.progress import RunProgress, wait_for_run
-    from streams.sessions.upload import upload_files
 
     async with system(settings) as (s, started, stop):
         console.print(services_table(started.services, s))
-        board = _Board()
-        baseline = await _status_counts(s)
-        first_seq = await _stream_last_seq(s)
-        await ensure_fleet(s, tenant=DEMO_TENANT, devices=devices)
-        path, truth = await asyncio.to_thread(write_demo_session, s.data_dir / "demo", laps=laps)
-        # The track's timing line, as an operator would configure it for a circuit.
-        config = {"start_finish": truth["start_finish"]}
-        receipt = await upload_files(
-            s, tenant=DEMO_TENANT, device=DEMO_CAR, paths=[path], config=config
-        )
-
-        def on_run(p: RunProgress) -> None:
-            board.run_status = p.status
-            board.run_jobs = f"{p.jobs_done}/{p.jobs_total} done"
-
-        def on_sim(p: Any) -> None:
-            board.sent = p.sent
-
-        run_task = asyncio.create_task(
-            wait_for_run(
-                s,
-                tenant=DEMO_TENANT,
-                artifact_set_hash=receipt.artifact_set_hash,
-                on_progress=on_run,
-                timeout_s=duration + DRAIN_TIMEOUT_S,
+        probe = await _Probe.open(s)
+        try:
+            return await _feed_and_watch(
+                s, probe, stop, duration=duration, devices=devices, rate=rate, laps=laps
             )
+        finally:
+            await probe.close()
+
+
+async def _feed_and_watch(
+    s: Settings,
+    probe: _Probe,
+    stop: asyncio.Event,
+    *,
+    duration: float,
+    devices: int,
+    rate: float,
+    laps: int,
+) -> int:
+    """Register the fleet, upload the session, publish, show progress, then summarise."""
+    from streams.ingest.simulate import ensure_fleet, simulate
+    from streams.sessions.progress import RunProgress, wait_for_run
+    from streams.sessions.upload import upload_files
+
+    board = _Board()
+    baseline = await probe.status_counts()
+    first_seq = await probe.last_seq()
+    await ensure_fleet(s, tenant=DEMO_TENANT, devices=devices)
+    path, truth = await asyncio.to_thread(write_demo_session, s.data_dir / "demo", laps=laps)
+    # The track's timing line, as an operator would configure it for a circuit.
+    config = {"start_finish": truth["start_finish"]}
+    receipt = await upload_files(
+        s, tenant=DEMO_TENANT, device=DEMO_CAR, paths=[path], config=config
+    )
+
+    def on_run(p: RunProgress) -> None:
+        board.run_status = p.status
+        board.run_jobs = f"{p.jobs_done}/{p.jobs_total} done"
+
+    def on_sim(p: Any) -> None:
+        board.sent = p.sent
+
+    run_task = asyncio.create_task(
+        wait_for_run(
+            s,
+            tenant=DEMO_TENANT,
+            artifact_set_hash=receipt.artifact_set_hash,
+            on_progress=on_run,
+            timeout_s=duration + DRAIN_TIMEOUT_S,
         )
-        sim_task = asyncio.create_task(
-            simulate(
-                s,
-                tenant=DEMO_TENANT,
-                devices=devices,
-                rate=rate,
-                duration=duration,
-                on_progress=on_sim,
-            )
+    )
+    sim_task = asyncio.create_task(
+        simulate(
+            s,
+            tenant=DEMO_TENANT,
+            devices=devices,
+            rate=rate,
+            duration=duration,
+            on_progress=on_sim,
         )
-        deadline = time.monotonic() + duration + DRAIN_TIMEOUT_S
-        with Live(board.render(), console=console, refresh_per_second=4) as live:
-            while time.monotonic() < deadline and not stop.is_set():
-                board.statuses = await _status_counts(s, baseline)
-                live.update(board.render())
-                if sim_task.done() and run_task.done():
-                    stored = await _stream_last_seq(s) - first_seq
-                    if sum(board.statuses.values()) >= stored:
-                        break
-                await asyncio.sleep(0.5)
-        report = await sim_task
-        progress = await run_task
-        stored = await _stream_last_seq(s) - first_seq
-        return await _summary(s, report, stored, progress, truth, baseline)
+    )
+    deadline = time.monotonic() + duration + DRAIN_TIMEOUT_S
+    with Live(board.render(), console=console, refresh_per_second=4) as live:
+        while time.monotonic() < deadline and not stop.is_set():
+            board.statuses = await probe.status_counts(baseline)
+            live.update(board.render())
+            if sim_task.done() and run_task.done():
+                stored = await probe.last_seq() - first_seq
+                if sum(board.statuses.values()) >= stored:
+                    break
+            await asyncio.sleep(0.5)
+    report = await sim_task
+    progress = await run_task
+    stored = await probe.last_seq() - first_seq
+    return await _summary(s, probe, report, stored, progress, truth, baseline)
 
 
 async def _summary(
     s: Settings,
+    probe: _Probe,
     report: Any,
     stored: int,
     progress: Any,
     truth: dict[str, Any],
     baseline: dict[str, int],
 ) -> int:
-    statuses = await _status_counts(s, baseline)
-    conn = await db.connect(s.postgres())
-    try:
-        telemetry = int(await conn.fetchval(TELEMETRY_ROWS))
-    finally:
-        await conn.close()
+    statuses = await probe.status_counts(baseline)
+    telemetry = await probe.telemetry_rows()
     names = Names(namespace=s.namespace)
     ch = ClickHouse(s.clickhouse(), s.clickhouse_database)
     rows = await ch.query_rows(
