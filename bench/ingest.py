@@ -178,7 +178,7 @@ async def naive_loop(settings: Settings, names: Names, seconds: float) -> dict[s
                 await hot.offer([HotItem(key=key, topic="state", order=hot_state_order(
                     ev.envelope.ts_us, ev.envelope.seq), doc=orjson.dumps(ev.values))])
                 await pipeline.analytics.insert(pipeline.analytics.rows([ev]))
-                await msg.ack()
+                await acknowledge(resources.nc, [msg], (ACK,))
                 done += 1
                 if time.perf_counter() - started >= seconds:
                     break

@@ -105,8 +105,12 @@ class ClickHouse:
             )
         )
 
-    async def insert_arrow(self, table: str, data: pa.Table) -> None:
-        """Insert an Arrow table into ``database.table`` (column names must match)."""
+    async def insert_arrow(
+        self, table: str, data: pa.Table, settings: dict[str, Any] | None = None
+    ) -> None:
+        """Insert an Arrow table into ``database.table`` (column names must match), with
+        optional per-insert ClickHouse ``settings``."""
         if data.num_rows == 0:
             return
-        await self._run(lambda c: c.insert_arrow(ident(table), data, database=self.database))
+        await self._run(lambda c: c.insert_arrow(ident(table), data, database=self.database,
+                                                 settings=settings))

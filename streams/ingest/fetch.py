@@ -1,52 +1,130 @@
 """Pull batches from the shared durable consumer, cheaply.
 
 nats-py's ``PullSubscription.fetch`` spends tens of microseconds per message (a task, a
-timer and a UUID for every ``next_msg``), which alone would cap a consumer near 13,000
-envelopes/s on the target machine. This fetcher speaks the JetStream pull protocol directly:
-one pull request (``{"batch": n, "expires": t}``) to ``$JS.API.CONSUMER.MSG.NEXT``, replies
-collected by a plain subscription callback into a list, done when ``n`` messages or that
-request's status (404 no messages, 408 request expired, 409 …) arrive. Each request gets its
-own reply subject, so a status that arrives late for an earlier request cannot end (or, by
-being missed, stall) the current one; should a status never come, the fetch ends shortly
-after the request's expiry anyway. Messages delivered late for an earlier request are kept
-for the next fetch. Acks are single ``PUB`` frames on the message's reply subject — the same
-bytes ``Msg.ack()``/``Msg.nak(delay)`` send.
+timer and a UUID for every ``next_msg``), and even a plain subscription pays for a ``Msg``
+object, a header parse, a queue hop and a callback task per message. At tens of thousands of
+envelopes a second that is a large share of a consumer's only core, so this module speaks the
+JetStream pull protocol itself, over the client's connection:
+
+* **pull**: one request (``{"batch": n, "expires": t}``) to ``$JS.API.CONSUMER.MSG.NEXT``; the
+  replies arrive on a per-fetcher inbox, and the fetch is done when ``n`` messages or that
+  request's status (404 no messages, 408 request expired, 409 …) arrive. Each request gets its
+  own reply subject, so a status that arrives late for an earlier request cannot end (or, by
+  being missed, stall) the current one; should a status never come, the fetch ends shortly
+  after the request's expiry anyway. Messages delivered late for an earlier request are kept
+  for the next fetch.
+* **receive**: the inbox is an ordinary nats-py subscription (so reconnects re-subscribe it as
+  usual), but its messages are taken off the client's parser *before* nats-py builds a ``Msg``
+  for them: :func:`_tap` wraps the client's ``_process_msg`` once per client and hands the raw
+  frames of tapped subscriptions to their fetcher as :class:`Delivery` tuples; every other
+  subscription goes through nats-py untouched. Headers are parsed here, the way nats-py
+  parses them (:func:`parse_headers`).
+* **ack**: a batch's acks and delayed naks are ``PUB`` frames on each message's reply subject —
+  the same bytes ``Msg.ack()``/``Msg.nak(delay)`` send — written to the connection as one
+  buffer and flushed once.
+
+``_process_msg``, ``_send_command`` and ``_flush_pending`` are nats-py internals; the version
+range in ``pyproject.toml`` is the one this was written against, and every ingest test runs
+through this path.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NamedTuple
 
 import orjson
 from nats.aio.client import Client as Nats
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import ConnectionClosedError
 
 from stages.ingest.ack_policy import AckDecision, Action
 from stages.ingest.ingress import Receipt
 
-_ACK = b"+ACK"
+
+class Delivery(NamedTuple):
+    """One message delivered on a fetcher's inbox (a tuple: one is made per message)."""
+
+    subject: str
+    reply: str
+    """The JetStream ack subject (empty for a pull request's status message)."""
+    data: bytes
+    headers: dict[str, str] | None
 
 
-def _tokens(msg: Msg) -> tuple[list[str], int]:
+def parse_headers(raw: bytes | None) -> dict[str, str] | None:
+    """A NATS header block as nats-py reads it: ``Name: Value`` lines (names trimmed and
+    ASCII, values trimmed and UTF-8 with replacement, the last of a repeated name wins), and an
+    inline status (``NATS/1.0 404 No Messages``) as ``Status`` and ``Description``."""
+    if not raw:
+        return None
+    head, _, rest = raw.partition(b"\r\n")
+    out: dict[str, str] = {}
+    if len(head) > 8:  # "NATS/1.0 <status>[ <description>]"
+        status, _, description = head[9:].strip().partition(b" ")
+        if status.isdigit():
+            out["Status"] = status.decode()
+        if description:
+            out["Description"] = description.decode("utf-8", "replace")
+    for line in rest.split(b"\r\n"):
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        try:
+            key = name.strip().decode("ascii")
+        except UnicodeDecodeError:
+            continue
+        if any(c.isspace() for c in key):
+            continue
+        out[key] = value.strip().decode("utf-8", "replace")
+    return out or None
+
+
+_Sink = Callable[[bytes, bytes, bytes, bytes | None], None]
+_ProcessMsg = Callable[[int, bytes, bytes, bytes, bytes | None], Awaitable[None]]
+
+
+def _tap(nc: Nats) -> dict[int, _Sink]:
+    """The client's tapped subscriptions (sid → sink), installing the tap on first use."""
+    taps: dict[int, _Sink] | None = getattr(nc, "_tideway_taps", None)
+    if taps is not None:
+        return taps
+    found: dict[int, _Sink] = {}
+    original: _ProcessMsg = nc._process_msg  # type: ignore[assignment]
+
+    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes,
+                          headers: bytes | None) -> None:
+        sink = found.get(sid)
+        if sink is None:
+            await original(sid, subject, reply, data, headers)
+        else:
+            sink(subject, reply, data, headers)
+
+    nc._process_msg = process_msg  # type: ignore[method-assign]
+    nc._tideway_taps = found  # type: ignore[attr-defined]
+    return found
+
+
+def _tokens(reply: str) -> tuple[list[str], int]:
     # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>, or the v2 form
     # with <domain>.<account hash> after $JS.ACK (and a trailing token).
-    tokens = msg.reply.split(".")
+    tokens = reply.split(".")
     return tokens, 2 if len(tokens) == 9 else 4
 
 
-def pending_of(msg: Msg) -> int:
-    """How many messages the consumer still had pending when it delivered ``msg``."""
-    tokens, base = _tokens(msg)
+def pending_of(delivery: Delivery) -> int:
+    """How many messages the consumer still had pending when it delivered ``delivery``."""
+    tokens, base = _tokens(delivery.reply)
     return int(tokens[base + 6])
 
 
-def receipt_of(msg: Msg) -> Receipt:
+def receipt_of(delivery: Delivery) -> Receipt:
     """The :class:`Receipt` of a JetStream message (metadata parsed from its reply subject)."""
-    tokens, base = _tokens(msg)
+    tokens, base = _tokens(delivery.reply)
     return Receipt.of(
-        subject=msg.subject, data=msg.data, headers=msg.headers,
+        subject=delivery.subject, data=delivery.data, headers=delivery.headers,
         stream_seq=int(tokens[base + 3]), received_at_ns=int(tokens[base + 5]),
         delivered=int(tokens[base + 2]),
     )
@@ -60,31 +138,35 @@ class Fetcher:
         self.api = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self.inbox = nc.new_inbox()
         self._sub: Subscription | None = None
-        self._msgs: list[Msg] = []
+        self._msgs: list[Delivery] = []
         self._want = 0
         self._done: asyncio.Future[None] | None = None
         self._requests = 0
-        self._reply = ""
+        self._reply = b""
         self.last_status: str | None = None
 
     async def start(self) -> Fetcher:
-        self._sub = await self.nc.subscribe(f"{self.inbox}.*", cb=self._on_msg)
+        self._sub = await self.nc.subscribe(f"{self.inbox}.*", cb=_never_called)
+        _tap(self.nc)[self._sub._id] = self._on_frame
         return self
 
     async def stop(self) -> None:
         if self._sub is not None:
+            _tap(self.nc).pop(self._sub._id, None)
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
             self._sub = None
 
-    async def _on_msg(self, msg: Msg) -> None:
-        if msg.reply:
-            self._msgs.append(msg)
+    def _on_frame(self, subject: bytes, reply: bytes, data: bytes,
+                  headers: bytes | None) -> None:
+        if reply:
+            self._msgs.append(Delivery(subject.decode(), reply.decode(), data,
+                                       parse_headers(headers) if headers else None))
             if len(self._msgs) >= self._want:
                 self._finish()
             return
-        status = msg.headers.get("Status") if msg.headers else None
-        if status == "100" or msg.subject != self._reply:  # heartbeat, or an old request's
+        status = (parse_headers(headers) or {}).get("Status")
+        if status == "100" or subject != self._reply:  # heartbeat, or an old request's
             return
         self.last_status = status
         self._finish()
@@ -94,27 +176,41 @@ class Fetcher:
         if done is not None and not done.done():
             done.set_result(None)
 
-    async def fetch(self, batch: int, wait_s: float) -> list[Msg]:
+    async def fetch(self, batch: int, wait_s: float) -> list[Delivery]:
         """Up to ``batch`` messages; returns what arrived within ``wait_s`` (maybe none)."""
         self._want = batch
         self._done = done = asyncio.get_running_loop().create_future()
         if len(self._msgs) < batch:
             self._requests += 1
-            self._reply = f"{self.inbox}.{self._requests}"
+            reply = f"{self.inbox}.{self._requests}"
+            self._reply = reply.encode()
             request = {"batch": batch - len(self._msgs), "expires": int(wait_s * 1e9)}
-            await self.nc.publish(self.api, orjson.dumps(request), reply=self._reply)
+            await self.nc.publish(self.api, orjson.dumps(request), reply=reply)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(done, wait_s + 0.25)
         msgs, self._msgs = self._msgs, []
         return msgs
 
 
-async def acknowledge(nc: Nats, msgs: list[Msg], decisions: tuple[AckDecision, ...]) -> None:
-    """Send each message's ack or delayed nak (fire-and-forget frames, flushed in bulk)."""
-    publish = nc.publish
-    for msg, decision in zip(msgs, decisions, strict=True):
+async def _never_called(msg: Any) -> None:  # the tap takes the subscription's messages
+    raise AssertionError("a tapped subscription's message reached nats-py")
+
+
+async def acknowledge(nc: Nats, deliveries: Sequence[Delivery],
+                      decisions: Sequence[AckDecision]) -> None:
+    """Send each message's ack or delayed nak, as one write (fire-and-forget frames)."""
+    if not deliveries:
+        return
+    if nc.is_closed:
+        raise ConnectionClosedError
+    frames: list[str] = []
+    append = frames.append
+    for delivery, decision in zip(deliveries, decisions, strict=True):
         if decision.action is Action.ACK:
-            await publish(msg.reply, _ACK)
+            append(f"PUB {delivery.reply} 4\r\n+ACK\r\n")
         else:
-            delay_ns = int(decision.delay_s * 1e9)
-            await publish(msg.reply, b'-NAK {"delay": %d}' % delay_ns)
+            body = f'-NAK {{"delay": {int(decision.delay_s * 1e9)}}}'
+            append(f"PUB {delivery.reply} {len(body)}\r\n{body}\r\n")
+    await nc._send_command("".join(frames).encode())
+    if nc._flush_queue is not None and nc._flush_queue.empty():  # as nc.publish does
+        await nc._flush_pending()
