@@ -45,7 +45,6 @@ from nats.errors import ConnectionClosedError
 from stages.ingest.ack_policy import AckDecision, Action
 from stages.ingest.ingress import Receipt
 
-
 _GRACE_S = 0.005
 """How long after a pull request's expiry a fetch waits for its status before returning."""
 
