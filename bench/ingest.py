@@ -171,9 +171,9 @@ async def naive_loop(settings: Settings, names: Names, seconds: float) -> dict[s
                         await conn.execute(_NAIVE_TELEMETRY, message_id, ev.device.tenant_id,
                                            ev.device.id, ev.binding.schema_version_id,
                                            ev.envelope.ts, receipt.received_at, ev.values)
-                        for log in ev.logs:
-                            await conn.execute(_NAIVE_LOG, message_id, log.stage,
-                                               log.duration_us)
+                        await conn.execute(_NAIVE_LOG, message_id,
+                                           [log.stage for log in ev.logs],
+                                           [log.duration_us for log in ev.logs])
                 key = names.hot_state_key(TENANT, ev.device.external_id)
                 await hot.offer([HotItem(key=key, topic="state", order=hot_state_order(
                     ev.envelope.ts_us, ev.envelope.seq), doc=orjson.dumps(ev.values))])
@@ -200,8 +200,8 @@ INSERT INTO device_telemetry_logs (ingestion_message_id, tenant_id, device_id, s
 VALUES ($1, $2, $3, $4, 'state', $5, $6, 'processed', $7)
 """
 _NAIVE_LOG = """
-INSERT INTO ingestion_stage_logs (message_id, attempt, stage, status, duration_us)
-VALUES ($1, 1, $2, 'ok', $3)
+INSERT INTO ingestion_stage_passes (message_id, attempt, stages, statuses, durations_us)
+VALUES ($1, 1, $2, array_fill('ok'::text, ARRAY[cardinality($2::text[])]), $3)
 """
 
 
@@ -268,7 +268,7 @@ async def _reset(settings: Settings, names: Names) -> None:
     """Empty the pipeline's tables, hot state and analytics between measurements."""
     conn = await db.connect(settings.postgres())
     try:
-        await conn.execute("TRUNCATE ingestion_messages, ingestion_stage_logs, "
+        await conn.execute("TRUNCATE ingestion_messages, ingestion_stage_passes, "
                            "device_telemetry_logs, dead_letters")
     finally:
         await conn.close()

@@ -1,4 +1,5 @@
-"""The streaming half's tables: one record per received envelope, its stage logs, the
+"""The streaming half's tables: one record per received envelope, its stage logs (one row per
+processing pass, unnested per stage by the ``ingestion_stage_logs`` view), the
 telemetry it produced and the dead letters an operator can redrive.
 
 Identity. Every JetStream message Tideway receives gets exactly one ``ingestion_messages``
@@ -90,26 +91,41 @@ ingestion_messages = sa.Table(
     ),
 )
 
-ingestion_stage_logs = sa.Table(
-    "ingestion_stage_logs",
+ingestion_stage_passes = sa.Table(
+    "ingestion_stage_passes",
     metadata,
-    # One row per stage reached per processing pass. No primary key: rows are only ever
-    # appended, by the transaction that records the pass, and read per message through the
-    # BRIN index (message ids grow with time, so the index stays tiny and nearly free).
+    # The stage logs of one processing pass (one envelope, one ``attempt``: 1 when consumed,
+    # higher for a dead-letter redrive) in one row: the stages reached, in order, as parallel
+    # arrays. No primary key: rows are only ever appended, by the transaction that records the
+    # pass, and read per message through the BRIN index (message ids grow with time, so the
+    # index stays tiny and nearly free). The view ``ingestion_stage_logs`` (migration
+    # ``0004_stage_passes``) unnests them into one row per stage reached — what readers use.
     sa.Column("message_id", sa.BigInteger, nullable=False),
     sa.Column("attempt", sa.Integer, nullable=False),
-    sa.Column("stage", sa.Text, nullable=False),
-    sa.Column("status", sa.Text, nullable=False),
-    sa.Column("duration_us", sa.Integer, nullable=False),
-    sa.Column("error_code", sa.Text),
-    sa.Column("error_message", sa.Text),
-    # Only when capture_stage_snapshots is on (spec 001's snapshot switch).
-    sa.Column("input_snapshot", pg.JSONB),
-    sa.Column("output_snapshot", pg.JSONB),
+    sa.Column("stages", pg.ARRAY(sa.Text), nullable=False),
+    sa.Column("statuses", pg.ARRAY(sa.Text), nullable=False),
+    sa.Column("durations_us", pg.ARRAY(sa.Integer), nullable=False),
+    # NULL when no stage of the pass has an error (the common case).
+    sa.Column("error_codes", pg.ARRAY(sa.Text)),
+    sa.Column("error_messages", pg.ARRAY(sa.Text)),
+    # JSON arrays aligned with ``stages``; only when capture_stage_snapshots is on (spec 001's
+    # snapshot switch).
+    sa.Column("input_snapshots", pg.JSONB),
+    sa.Column("output_snapshots", pg.JSONB),
     created_at(),
-    sa.CheckConstraint(_in("stage", STAGES), name="stage_known"),
-    sa.CheckConstraint(_in("status", STAGE_STATUSES), name="status_known"),
-    sa.Index("ix_ingestion_stage_logs_message_id", "message_id", postgresql_using="brin"),
+    sa.CheckConstraint(
+        f"stages <@ ARRAY[{', '.join(repr(v) for v in STAGES)}]::text[]", name="stages_known"
+    ),
+    sa.CheckConstraint(
+        f"statuses <@ ARRAY[{', '.join(repr(v) for v in STAGE_STATUSES)}]::text[]",
+        name="statuses_known",
+    ),
+    sa.CheckConstraint(
+        "cardinality(stages) >= 1 AND cardinality(statuses) = cardinality(stages) "
+        "AND cardinality(durations_us) = cardinality(stages)",
+        name="aligned",
+    ),
+    sa.Index("ix_ingestion_stage_passes_message_id", "message_id", postgresql_using="brin"),
 )
 
 device_telemetry_logs = sa.Table(

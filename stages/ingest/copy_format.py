@@ -43,3 +43,16 @@ def json_field(value: str | None) -> str:
 def int_field(value: int | None) -> str:
     """An optional integer as a field."""
     return NULL if value is None else str(value)
+
+
+def text_array(values: list[str | None]) -> str | None:
+    """A Postgres ``text[]`` literal of ``values`` (``None`` elements are ``NULL``), or
+    ``None`` when every element is ``None``. Pass it through :func:`copy_text` to make it a
+    ``COPY`` field. NUL bytes are spelled out first, inside the element's quotes."""
+    if all(value is None for value in values):
+        return None
+    return "{" + ",".join(
+        "NULL" if value is None
+        else '"' + text(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        for value in values
+    ) + "}"

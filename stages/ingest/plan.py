@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from stages.ingest.copy_format import NULL, copy_text, json_field, text
+from stages.ingest.copy_format import NULL, copy_text, json_field, text, text_array
 from stages.ingest.evaluate import Evaluation, StageLog, issues_json
 from stages.ingest.processing_state import IllegalStateTransition, ProcessingState, recorded_path
 from stages.ingest.processing_state import check_path as check_state_path
@@ -52,9 +52,9 @@ DUPLICATE_COLUMNS = (
     "duplicate_of", "stream_seq", "received_at", "subject", "traceparent", "payload_bytes",
     "tenant_id", "device_id", "measured_at", "seq",
 )
-STAGE_LOG_COLUMNS = (
-    "message_id", "attempt", "stage", "status", "duration_us", "error_code", "error_message",
-    "input_snapshot", "output_snapshot",
+STAGE_PASS_COLUMNS = (
+    "message_id", "attempt", "stages", "statuses", "durations_us", "error_codes",
+    "error_messages", "input_snapshots", "output_snapshots",
 )
 TELEMETRY_COLUMNS = (
     "ingestion_message_id", "tenant_id", "device_id", "schema_version_id", "topic",
@@ -168,20 +168,34 @@ def finalize(ev: Evaluation, publish: PublishOutcome | None) -> Final:
                  error_message=ev.error_message, publish=publish, dead_letter=ev.dead_letter)
 
 
-_OK_TAIL = "\t\\N\t\\N\t\\N\t\\N\n"
+_NO_ERRORS = "\t\\N\t\\N\t\\N\t\\N\n"  # error codes, messages and both snapshots
+# The pass of a completed envelope, the bulk of all passes: its constant parts, spelled once.
+_COMPLETED_HEAD = "\t1\t{ingress,validate,mutate,derive,persist,publish}\t{ok,ok,ok,ok,ok,ok}\t{"
 
 
-def _log_line(message_id: int, attempt: int, log: StageLog, capture: bool) -> str:
-    if log.status == "ok" and not capture:  # the common case, formatted in one step
-        return f"{message_id}\t{attempt}\t{log.stage}\tok\t{log.duration_us}{_OK_TAIL}"
-    return "\t".join((
-        str(message_id), str(attempt), log.stage, log.status, str(log.duration_us),
-        copy_text(log.error_code), copy_text(log.error_message),
-        json_field(orjson.dumps(log.input_snapshot, default=str).decode())
-        if capture and log.input_snapshot is not None else NULL,
-        json_field(orjson.dumps(log.output_snapshot, default=str).decode())
-        if capture and log.output_snapshot is not None else NULL,
-    )) + "\n"
+def pass_line(message_id: int, attempt: int, logs: Sequence[StageLog], capture: bool) -> str:
+    """One processing pass's stage logs as a ``COPY`` text line of ``ingestion_stage_passes``
+    (columns :data:`STAGE_PASS_COLUMNS`)."""
+    stages = ",".join(log.stage for log in logs)
+    statuses = ",".join(log.status for log in logs)
+    durations = ",".join(str(log.duration_us) for log in logs)
+    head = f"{message_id}\t{attempt}\t{{{stages}}}\t{{{statuses}}}\t{{{durations}}}"
+    if not capture and all(log.error_code is None and log.error_message is None
+                           for log in logs):
+        return head + _NO_ERRORS
+    fields = [
+        copy_text(text_array([log.error_code for log in logs])),
+        copy_text(text_array([log.error_message for log in logs])),
+        _snapshots([log.input_snapshot for log in logs]) if capture else NULL,
+        _snapshots([log.output_snapshot for log in logs]) if capture else NULL,
+    ]
+    return head + "\t" + "\t".join(fields) + "\n"
+
+
+def _snapshots(snapshots: list[Any]) -> str:
+    if all(snapshot is None for snapshot in snapshots):
+        return NULL
+    return json_field(orjson.dumps(snapshots, default=str).decode())
 
 
 def _recordable() -> tuple[frozenset[Status], frozenset[ProcessingState]]:
@@ -205,8 +219,8 @@ class Recording:
 
     Messages, telemetry and stage logs are ``COPY`` text lines (cheap to build, and the bulk of
     the batch); duplicates and dead letters are rare and stay tuples for ``unnest`` inserts.
-    :meth:`add` makes a new envelope's message and telemetry lines; :meth:`stage_log_lines`
-    makes every stage log once the persist step has been timed.
+    :meth:`add` makes a new envelope's message and telemetry lines; :meth:`stage_pass_lines`
+    makes every stage-log pass once the persist step has been timed.
     """
 
     capture: bool
@@ -263,33 +277,38 @@ class Recording:
         if final.dead_letter:
             self.dead_letters.append(self.dead_letter_row(final, message_id))
 
-    def stage_log_lines(self, persist_us: int) -> list[str]:
-        """Every stage log of the recorded envelopes (``persist`` took ``persist_us``)."""
+    def stage_pass_lines(self, persist_us: int) -> list[str]:
+        """One stage-pass line per recorded envelope (``persist`` took ``persist_us``)."""
         capture = self.capture
         lines: list[str] = []
         append = lines.append
         for final, message_id in self.recorded:
-            for log in final.ev.logs:
-                append(_log_line(message_id, 1, log, capture))
-            if final.state is not None and final.ev.device is not None:
-                if capture:
-                    append(_log_line(message_id, 1, StageLog(
-                        "persist", "ok", persist_us, None, None,
-                        {"processing_state": final.state.value},
-                        {"device_telemetry_log_id": message_id}), capture))
-                else:
-                    append(f"{message_id}\t1\tpersist\tok\t{persist_us}{_OK_TAIL}")
-            publish = final.publish
+            ev, publish = final.ev, final.publish
+            logs = ev.logs
+            if (not capture and final.status is Status.COMPLETED and len(logs) == 4
+                    and publish is not None and publish.ok
+                    and final.state is not None and ev.device is not None):
+                # Completed: every stage ok, so only the durations vary.
+                a, b, c, d = logs
+                append(f"{message_id}{_COMPLETED_HEAD}{a.duration_us},{b.duration_us},"
+                       f"{c.duration_us},{d.duration_us},{persist_us},"
+                       f"{publish.duration_us}}}{_NO_ERRORS}")
+                continue
+            passed = list(logs)
+            if final.state is not None and ev.device is not None:
+                passed.append(StageLog(
+                    "persist", "ok", persist_us, None, None,
+                    {"processing_state": final.state.value} if capture else None,
+                    {"device_telemetry_log_id": message_id} if capture else None))
             if publish is not None:
-                if publish.ok and not capture:
-                    append(f"{message_id}\t1\tpublish\tok\t{publish.duration_us}{_OK_TAIL}")
-                    continue
                 failed = not publish.ok
-                append(_log_line(message_id, 1, StageLog(
+                passed.append(StageLog(
                     "publish", "failed" if failed else "ok", publish.duration_us,
                     PUBLISH_FAILED if failed else None, final.error_message if failed else None,
                     None, {"hot_state_written": publish.hot_state_written,
-                           "analytics_published": publish.analytics_published}), capture))
+                           "analytics_published": publish.analytics_published}
+                    if capture else None))
+            append(pass_line(message_id, 1, passed, capture))
         return lines
 
     def dead_letter_row(self, final: Final, message_id: int) -> tuple[Any, ...]:

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from schemas.envelope import EPOCH
-from stages.ingest.evaluate import DeviceRecord, Evaluation, StageLog
+from stages.ingest.evaluate import DeviceRecord, Evaluation
 from stages.ingest.ingress import DecodedEnvelope, Receipt, SubjectParts
 from stages.ingest.plan import PUBLISH_FAILED
 from stages.ingest.processing_state import ProcessingState
@@ -155,7 +155,7 @@ async def _record(conn: Conn, publishable: list[tuple[Any, Evaluation]], outcome
         dl, msg = row["dead_letter_id"], row["message_id"]
         if outcome.ok:
             done.append((dl, msg, attempt))
-            logs.append((msg, attempt, *StageLog("publish", "ok", outcome.duration_us)))
+            logs.append(_publish_pass(msg, attempt, "ok", outcome.duration_us))
             results.append(RedriveResult(dead_letter_id=dl, message_id=msg, outcome="completed"))
             continue
         message = "; ".join(f"{f.sink}: {f.message}" for f in outcome.failures)
@@ -163,8 +163,8 @@ async def _record(conn: Conn, publishable: list[tuple[Any, Evaluation]], outcome
                      f"{f.message}", "attempt": attempt, "tries": f.attempts, "redrive": True}
                     for f in outcome.failures]
         failed.append((dl, msg, attempt, orjson.dumps(failures).decode()))
-        logs.append((msg, attempt, *StageLog("publish", "failed", outcome.duration_us,
-                                             PUBLISH_FAILED, message)))
+        logs.append(_publish_pass(msg, attempt, "failed", outcome.duration_us, PUBLISH_FAILED,
+                                  message))
         results.append(RedriveResult(dead_letter_id=dl, message_id=msg, outcome="failed",
                                      detail=message))
     if done:
@@ -172,4 +172,13 @@ async def _record(conn: Conn, publishable: list[tuple[Any, Evaluation]], outcome
     if failed:
         await conn.fetch(sql.REDRIVE_FAILED, *(list(c) for c in zip(*failed, strict=True)))
     if logs:
-        await conn.copy_records_to_table(sql.STAGE_LOGS, records=logs, columns=sql.STAGE_LOG_COPY)
+        await conn.copy_records_to_table(sql.STAGE_PASSES, records=logs,
+                                        columns=sql.STAGE_PASS_COPY)
+
+
+def _publish_pass(message_id: int, attempt: int, status: str, duration_us: int,
+                  code: str | None = None, message: str | None = None) -> tuple[Any, ...]:
+    """A redrive's processing pass: the publish stage alone."""
+    errors = code is not None or message is not None
+    return (message_id, attempt, ["publish"], [status], [duration_us],
+            [code] if errors else None, [message] if errors else None, None, None)

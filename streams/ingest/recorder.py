@@ -182,7 +182,7 @@ class Recorder:
                     rec.add(finals[index], owners[evaluations[index].key], message_line=False)
         await _copy(conn, sql.TELEMETRY, sql.TELEMETRY_COPY, rec.telemetry)
         persist_us = (time.perf_counter_ns() - started) // 1000
-        await _copy(conn, sql.STAGE_LOGS, sql.STAGE_LOG_COPY, rec.stage_log_lines(persist_us))
+        await _copy(conn, sql.STAGE_PASSES, sql.STAGE_PASS_COPY, rec.stage_pass_lines(persist_us))
         for index in finals:
             if fates[index].fate is Fate.NEW:
                 message_id = owners[evaluations[index].key]

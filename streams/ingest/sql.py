@@ -14,12 +14,12 @@ from stages.ingest.plan import (
     DUPLICATE_COLUMNS,
     MESSAGE_COLUMNS,
     MESSAGE_COPY_COLUMNS,
-    STAGE_LOG_COLUMNS,
+    STAGE_PASS_COLUMNS,
     TELEMETRY_COLUMNS,
 )
 
 MESSAGES = "ingestion_messages"
-STAGE_LOGS = "ingestion_stage_logs"
+STAGE_PASSES = "ingestion_stage_passes"
 TELEMETRY = "device_telemetry_logs"
 
 # -- registry lookups (cache misses only) ---------------------------------------------------
@@ -112,7 +112,7 @@ ON CONFLICT (ingestion_message_id) DO NOTHING
 """
 
 MESSAGE_COPY = MESSAGE_COPY_COLUMNS
-STAGE_LOG_COPY = STAGE_LOG_COLUMNS
+STAGE_PASS_COPY = STAGE_PASS_COLUMNS
 TELEMETRY_COPY = TELEMETRY_COLUMNS
 
 # -- dead letters and redrive ------------------------------------------------------------------

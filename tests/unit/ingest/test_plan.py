@@ -16,7 +16,7 @@ from stages.ingest.evaluate import DeviceRecord, Registry, TopicBinding, evaluat
 from stages.ingest.ingress import Receipt
 from stages.ingest.plan import (
     MESSAGE_COPY_COLUMNS,
-    STAGE_LOG_COLUMNS,
+    STAGE_PASS_COLUMNS,
     TELEMETRY_COLUMNS,
     Existing,
     Fate,
@@ -110,11 +110,14 @@ def test_recording_lines_have_one_field_per_column_and_escape_text() -> None:
     # COPY text doubles backslashes; undoing that gives the JSON, which keeps the tab escaped.
     decoded = orjson.loads(values["parameter_values"].replace("\\\\", "\\"))
     assert decoded["firmware"] == "a\tb\\c" and values["processing_state"] == "processed"
-    logs = rec.stage_log_lines(persist_us=99)
-    assert [line.split("\t")[2] for line in logs] == [
-        "ingress", "validate", "mutate", "derive", "persist", "publish"]
-    assert all(line.count("\t") == len(STAGE_LOG_COLUMNS) - 1 for line in logs)
-    assert logs[4].split("\t")[4] == "99" and logs[5].split("\t")[4] == "7"
+    (line,) = rec.stage_pass_lines(persist_us=99)
+    assert line.endswith("\n") and line.count("\t") == len(STAGE_PASS_COLUMNS) - 1
+    passed = dict(zip(STAGE_PASS_COLUMNS, line[:-1].split("\t"), strict=True))
+    assert passed["message_id"] == "42" and passed["attempt"] == "1"
+    assert passed["stages"] == "{ingress,validate,mutate,derive,persist,publish}"
+    assert passed["statuses"] == "{ok,ok,ok,ok,ok,ok}"
+    assert passed["durations_us"].endswith(",99,7}")
+    assert passed["error_codes"] == passed["error_messages"] == "\\N"
     assert rec.dead_letters == []
 
 
@@ -128,7 +131,12 @@ def test_failed_publish_records_a_dead_letter_with_the_original_envelope() -> No
     assert row[0] == 7 and row[4] == ev.receipt.data and row[5] == "PUBLISH_FAILED"
     assert orjson.loads(row[3]) == {"Nats-Msg-Id": "z"}
     assert orjson.loads(row[6])[0]["code"] == "CLICKHOUSE_ERROR"
-    assert rec.stage_log_lines(1)[-1].split("\t")[3] == "failed"
+    (line,) = rec.stage_pass_lines(1)
+    passed = dict(zip(STAGE_PASS_COLUMNS, line[:-1].split("\t"), strict=True))
+    assert passed["stages"].endswith(",persist,publish}")
+    assert passed["statuses"] == "{ok,ok,ok,ok,ok,failed}"
+    assert passed["error_codes"] == "{NULL,NULL,NULL,NULL,NULL,\"PUBLISH_FAILED\"}"
+    assert passed["error_messages"].endswith(',"analytics: no"}')
 
 
 @pytest.mark.parametrize(
