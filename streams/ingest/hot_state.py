@@ -31,9 +31,12 @@ from streams.errors import PermanentError, TransientError
 CHUNK = 2000
 
 WRITTEN, NOT_NEWER, FAILED = 1, 0, -1
+_CODES = {ord("1"): WRITTEN, ord("0"): NOT_NEWER, ord("x"): FAILED}
 
 # ARGV[1] packs, per key, "<topic>\0<order>\0<doc>\0" (one argument instead of three per
 # key: redis-py encodes arguments one by one, which dominated the call's client-side cost).
+# The answer is one string with a character per key ('1' written, '0' not newer, 'x' failed)
+# rather than a list of integers, which redis-py would parse one reply at a time.
 _SCRIPT = """
 local out = {}
 local fields = {}
@@ -45,15 +48,15 @@ for i = 1, #KEYS do
   local field, order, doc = fields[b + 1], fields[b + 2], fields[b + 3]
   local current = redis.pcall('HGET', KEYS[i], field .. '@order')
   if type(current) == 'table' and current.err then
-    out[i] = -1
+    out[i] = 'x'
   elseif current and current >= order then
-    out[i] = 0
+    out[i] = '0'
   else
     local ok = redis.pcall('HSET', KEYS[i], field, doc, field .. '@order', order)
-    if type(ok) == 'table' and ok.err then out[i] = -1 else out[i] = 1 end
+    if type(ok) == 'table' and ok.err then out[i] = 'x' else out[i] = '1' end
   end
 end
-return out
+return table.concat(out)
 """
 
 
@@ -102,8 +105,11 @@ class HotState:
                                           items[i].doc) for i in part
                 )
                 answer = await self._script(keys=[items[i].key for i in part], args=[packed])
-                for index, result in zip(part, answer, strict=True):
-                    results[index] = int(result)
+                if isinstance(answer, str):  # a client made with decode_responses=True
+                    answer = answer.encode()
+                codes = _CODES
+                for index, code in zip(part, answer, strict=True):
+                    results[index] = codes[code]
         except RedisError as exc:
             raise translate(exc) from exc
         except OSError as exc:
