@@ -22,7 +22,13 @@ from dataclasses import dataclass
 
 import orjson
 
-from stages.ingest.ack_policy import AckDecision, Disposition, decide, publish_failure_is_final
+from stages.ingest.ack_policy import (
+    ACK,
+    AckDecision,
+    Disposition,
+    decide,
+    publish_failure_is_final,
+)
 from stages.ingest.evaluate import Evaluation, Registry, evaluate
 from stages.ingest.ingress import Receipt, SubjectParts, parse_subject
 from stages.ingest.plan import Classified, Fate, Final, PublishOutcome, classify, finalize
@@ -149,7 +155,9 @@ class Pipeline:
             dispositions[index] = Disposition.CONTENDED
         if recorded.dead_letters:
             await self._announce(recorded)
+        recorded_ = Disposition.RECORDED
         decisions = tuple(
+            ACK if d is recorded_ else
             decide(d, delivered=r.delivered, backoff=self.redelivery, rand=self.rand.random)
             for d, r in zip(dispositions, receipts, strict=True)
         )
