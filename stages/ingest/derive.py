@@ -5,6 +5,11 @@ the mutated measured values and the derived values computed before it. A derived
 whose needed inputs are missing is itself missing (``None``). The first failing evaluation stops
 the stage and is reported as ``error``, with the values computed up to that point; the stage
 never raises.
+
+``evaluate``'s fast path runs the topic's specialised form instead for a clean envelope
+(:class:`~stages.ingest.program.FastPath`): the same derivations in the same order, added to
+the mutated dict in place, without the copy or the result object. This function is the
+reference it must agree with.
 """
 
 from __future__ import annotations

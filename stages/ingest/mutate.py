@@ -5,6 +5,11 @@ another mutation's output, so the order of mutations cannot change the result. A
 a missing value yields a missing value unless it supplies one (``coalesce(value, 0)``). The
 ``change_set`` records ``(before, after)`` for each parameter a mutation actually changed. The
 first failing evaluation stops the stage and is reported as ``error``; the stage never raises.
+
+``evaluate``'s fast path runs the topic's specialised form instead when validate found nothing
+(:class:`~stages.ingest.program.FastPath`): the same mutations over the same values, written
+into the extracted dict in place, without the copy or the result object. This function is the
+reference it must agree with.
 """
 
 from __future__ import annotations

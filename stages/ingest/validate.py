@@ -17,6 +17,17 @@ as measured and flagged. Coercion is strict: ``number`` takes JSON numbers (stor
 floats), ``integer`` takes integers and integral floats within 64 bits, ``boolean`` takes
 ``true``/``false`` and ``0``/``1``, ``string`` takes strings up to 65,536 characters; nothing
 is parsed from strings. The stage never raises for bad data; it reports.
+
+Specialised form. Almost every envelope a device sends is clean: every parameter present (or
+an optional one absent), of the exact JSON type, inside its range. :func:`specialise` turns a
+program's extractors into one generated Python function for that case, compiled once per
+topic with the program: each parameter's read, coercion and range check become a few inline
+lines with the key, path and bounds as literals, and the result is one ``dict`` display. It
+answers ``None`` (or, for a malformed program, raises) at the first sign of anything else —
+a missing required value, another type, a non-finite float, a value out of range, a long
+string — and the caller then runs :func:`validate`, the reference. So it never reports an
+issue itself: when it returns a mapping, :func:`validate` would have returned the same
+``extracted`` values with no issues. A test compares the two on many random envelopes.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from stages.expr.limits import INT_MAX, INT_MIN, MAX_STRING_LENGTH
 
 if TYPE_CHECKING:
-    from stages.ingest.program import TopicProgram
+    from stages.ingest.program import Extractor, TopicProgram
 
 MISSING_REQUIRED = "MISSING_REQUIRED"
 WRONG_TYPE = "WRONG_TYPE"
@@ -197,3 +208,98 @@ def _outside(low: float | None, high: float | None) -> str:
     if high is None:
         return f"below the minimum {low:g}"
     return f"outside [{low:g}, {high:g}]"
+
+
+FastValidate = Callable[[Mapping[str, Any]], dict[str, Any] | None]
+"""A specialised validate: the extracted values of a clean envelope, or ``None``."""
+
+_FAST_NAMESPACE: dict[str, Any] = {
+    "__builtins__": {}, "type": type, "int": int, "float": float, "str": str, "dict": dict,
+    "len": len, "_walk": _walk,
+}
+
+
+def specialise(extractors: tuple[Extractor, ...]) -> FastValidate | None:
+    """One function doing ``validate``'s work for clean envelopes (see the module docstring).
+
+    ``None`` when an extractor is not one this knows how to specialise (a coercion other than
+    the four in :data:`COERCERS`, a bound that is not a finite number); the caller then always
+    uses :func:`validate`. Only keys, paths and bounds from the compiled schema reach the
+    generated source, each as a ``repr`` literal; nothing from an envelope ever does.
+    """
+    lines = ["def _validate(v):"]
+    names: list[str] = []
+    for index, (name, key, path, coerce, low, high, required, _critical) in enumerate(extractors):
+        if not all(b is None or (type(b) in (int, float) and math.isfinite(b))
+                   for b in (low, high)):
+            return None
+        x = f"_{index}"
+        names.append(f"{name!r}: {x}")
+        lines += _read(x, key, path)
+        if coerce is coerce_number:
+            # Both bounds: the range check also turns away NaN and the infinities.
+            finite = [] if low is not None and high is not None else [f"if {x} - {x}:"]
+            checks = _range(x, low, high)
+            lines += [f"    if type({x}) is float:",
+                      *(_indent(finite + checks, "return None") or ["        pass"]),
+                      f"    elif type({x}) is int:", f"        {x} = float({x})",
+                      *_indent(checks, "return None")]
+        elif coerce is coerce_integer:
+            # Python compares ints and floats exactly, so one chained comparison checks both
+            # the 64-bit range and the parameter's own.
+            bounds = _range(x, INT_MIN if low is None else max(low, INT_MIN),
+                            INT_MAX if high is None else min(high, INT_MAX))
+            lines += [f"    if type({x}) is int:", *_indent(bounds, "return None")]
+        elif coerce is coerce_boolean:
+            lines += [f"    if {x} is True or {x} is False:", "        pass",
+                      f"    elif type({x}) is int and ({x} == 0 or {x} == 1):",
+                      f"        {x} = {x} == 1"]
+            if low is not None or high is not None:  # the schema refuses this; stay general
+                return None
+        elif coerce is coerce_string:
+            lines += [f"    if type({x}) is str:", f"        if len({x}) > {MAX_STRING_LENGTH}:",
+                      "            return None"]
+            if low is not None or high is not None:
+                return None
+        else:
+            return None
+        # Anything else: absent is fine for an optional parameter, the rest is validate's.
+        lines += ["    else:", "        return None"] if required else [
+            f"    elif {x} is not None:", "        return None"]
+    lines.append(f"    return {{{', '.join(names)}}}")
+    namespace = dict(_FAST_NAMESPACE)
+    exec(compile("\n".join(lines) + "\n", "<tideway-validate>", "exec"), namespace)
+    function: FastValidate = namespace["_validate"]
+    return function
+
+
+def _read(x: str, key: str, path: tuple[str, ...] | None) -> list[str]:
+    """Source reading one parameter's raw value into ``x``, exactly as :func:`validate`."""
+    lines = [f"    {x} = v.get({key!r})"]
+    if path is None:
+        return lines
+    if len(path) != 2:  # deeper paths are rare enough to take the general walk
+        return [f"    {x} = _walk(v, {key!r}, {path!r})"]
+    return [*lines, f"    if {x} is None:", f"        {x} = v.get({path[0]!r})",
+            f"        if type({x}) is dict:", f"            {x} = {x}.get({path[1]!r})",
+            f"        elif {x} is not None:",
+            f"            {x} = _walk(v, {key!r}, {path!r})"]
+
+
+def _range(x: str, low: float | None, high: float | None) -> list[str]:
+    """The test that ``x`` is outside ``[low, high]`` (no lines when there are no bounds)."""
+    if low is not None and high is not None:
+        return [f"if not {low!r} <= {x} <= {high!r}:"]
+    if low is not None:
+        return [f"if {x} < {low!r}:"]
+    if high is not None:
+        return [f"if {x} > {high!r}:"]
+    return []
+
+
+def _indent(tests: list[str], action: str) -> list[str]:
+    """Each ``if`` test in ``tests`` as lines of a branch, taking ``action``."""
+    lines = []
+    for test in tests:
+        lines += [f"        {test}", f"            {action}"]
+    return lines
