@@ -31,6 +31,7 @@ import orjson
 
 from stages.ingest.copy_format import NULL, copy_text, json_field, text, text_array
 from stages.ingest.evaluate import Evaluation, StageLog, issues_json
+from stages.ingest.ingress import iso_utc
 from stages.ingest.processing_state import IllegalStateTransition, ProcessingState, recorded_path
 from stages.ingest.processing_state import check_path as check_state_path
 from stages.ingest.status import FINAL, IllegalTransition, Status, check_path
@@ -244,7 +245,7 @@ class Recording:
         receipt, device, binding, env = ev.receipt, ev.device, ev.binding, ev.envelope
         received = receipt.received_iso
         if env is not None:
-            measured = env.ts.isoformat()
+            measured = iso_utc(env.ts_us)
             seq = NULL if env.seq is None else str(env.seq)
         else:
             measured = seq = NULL

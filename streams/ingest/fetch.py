@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -59,6 +60,9 @@ class Delivery(NamedTuple):
     headers: dict[str, str] | None
 
 
+_SPACE = re.compile(r"\s")
+
+
 def parse_headers(raw: bytes | None) -> dict[str, str] | None:
     """A NATS header block as nats-py reads it: ``Name: Value`` lines (names trimmed and
     ASCII, values trimmed and UTF-8 with replacement, the last of a repeated name wins), and an
@@ -81,7 +85,7 @@ def parse_headers(raw: bytes | None) -> dict[str, str] | None:
             key = name.strip().decode("ascii")
         except UnicodeDecodeError:
             continue
-        if any(c.isspace() for c in key):
+        if _SPACE.search(key):
             continue
         out[key] = value.strip().decode("utf-8", "replace")
     return out or None
