@@ -18,16 +18,17 @@ JetStream pull protocol itself, over the client's connection:
 * **receive**: the inbox is an ordinary nats-py subscription (so reconnects re-subscribe it as
   usual), but its messages are taken off the client's parser *before* nats-py builds a ``Msg``
   for them: :func:`_tap` wraps the client's ``_process_msg`` once per client and hands the raw
-  frames of tapped subscriptions to their fetcher as :class:`Delivery` tuples; every other
-  subscription goes through nats-py untouched. Headers are parsed here, the way nats-py
-  parses them (:func:`parse_headers`).
+  frames of tapped subscriptions to their fetcher as :class:`Delivery` tuples, and
+  :func:`_front_parser` takes such frames off the front of the read buffer before nats-py's
+  parser sees them at all; every other subscription goes through nats-py untouched. Headers
+  are parsed here, the way nats-py parses them (:func:`parse_headers`).
 * **ack**: a batch's acks and delayed naks are ``PUB`` frames on each message's reply subject —
   the same bytes ``Msg.ack()``/``Msg.nak(delay)`` send — written to the connection as one
   buffer and flushed once.
 
-``_process_msg``, ``_send_command`` and ``_flush_pending`` are nats-py internals; the version
-range in ``pyproject.toml`` is the one this was written against, and every ingest test runs
-through this path.
+``_process_msg``, ``_ps`` (the parser), ``_send_command`` and ``_flush_pending`` are nats-py
+internals; the version range in ``pyproject.toml`` is the one this was written against, and
+every ingest test runs through this path.
 """
 
 from __future__ import annotations
@@ -113,7 +114,62 @@ def _tap(nc: Nats) -> dict[int, _Sink]:
 
     nc._process_msg = process_msg  # type: ignore[method-assign]
     nc._tideway_taps = found  # type: ignore[attr-defined]
+    _front_parser(nc, found)
     return found
+
+
+_AWAITING_CONTROL_LINE = 1  # nats-py's parser state between protocol operations
+
+
+def _front_parser(nc: Nats, taps: dict[int, _Sink]) -> None:
+    """Cut the tapped subscriptions' messages off the front of nats-py's parse buffer.
+
+    Each chunk read from the socket is appended to the parser's buffer; before nats-py's own
+    parse (a regular expression and a dispatch per frame) runs, this takes the leading
+    ``HMSG`` frames of tapped subscriptions straight to their sinks. It stops at the first
+    frame that is anything else and leaves it, and everything after it, to nats-py, or at an
+    incomplete tapped frame, which waits in the buffer for the next chunk.
+    """
+    parser = nc._ps
+    original = parser.parse
+
+    async def parse(data: bytes = b"") -> None:
+        buf = parser.buf  # reset() replaces it on reconnect: read it every time
+        buf.extend(data)
+        if parser.state != _AWAITING_CONTROL_LINE:
+            await original()
+            return
+        pos, size, waiting = 0, len(buf), False
+        while buf.startswith(b"HMSG ", pos):
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                waiting = True
+                break
+            fields = bytes(buf[pos + 5 : eol]).split()
+            if len(fields) == 5:
+                subject, sid, reply, header_size, total_size = fields
+            elif len(fields) == 4:
+                subject, sid, header_size, total_size = fields
+                reply = b""
+            else:
+                break
+            sink = taps.get(int(sid))
+            if sink is None:
+                break
+            start = eol + 2
+            split, end = start + int(header_size), start + int(total_size)
+            if end + 2 > size:
+                waiting = True
+                break
+            sink(subject, reply, bytes(buf[split:end]),
+                 bytes(buf[start:split]) if split > start else None)
+            pos = end + 2
+        if pos:
+            del buf[:pos]
+        if buf and not waiting:
+            await original()
+
+    parser.parse = parse  # type: ignore[method-assign]
 
 
 def _tokens(reply: str) -> tuple[list[str], int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,16 @@ def _clean_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEWAY_")}
     env["COLUMNS"] = "200"  # keep rich tables on one line per row
     env["XDG_RUNTIME_DIR"] = str(tmp_path / "runtime")
+    # Not a service URL: a free port for the demo's HTTP API, so the test does not collide
+    # with anything else on the machine that holds the default one.
+    env["TIDEWAY_API__PORT"] = str(_free_port())
     return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _demo(cwd: Path, env: dict[str, str]) -> str:
