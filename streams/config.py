@@ -24,6 +24,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from stages.ingest.retry_policy import Backoff
+
 
 class _Group(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -76,6 +78,16 @@ class RetrySettings(_Group):
         (30.0, 120.0, 600.0), description="Delay before job retry N (spec 000 §9.1)."
     )
     job_max_attempts: int = Field(3, ge=1, description="Default attempts of a batch job.")
+
+    def publish_backoff(self) -> Backoff:
+        """Between tries of a publish side effect within one delivery."""
+        return Backoff(base_s=self.publish_base_s,
+                       cap_s=max(self.publish_cap_s, self.publish_base_s))
+
+    def redelivery_backoff(self) -> Backoff:
+        """Nak delays (and the consumer's pauses) while a dependency is down."""
+        return Backoff(base_s=self.redelivery_delay_s,
+                       cap_s=max(self.redelivery_cap_s, self.redelivery_delay_s))
 
 
 class WorkerSettings(_Group):

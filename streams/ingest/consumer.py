@@ -26,7 +26,6 @@ import random
 from collections.abc import Callable
 
 from stages.ingest.ack_policy import Disposition, decide
-from stages.ingest.retry_policy import Backoff
 from streams.config import Settings
 from streams.errors import TransientError
 from streams.ingest.fetch import Fetcher, acknowledge, receipt_of
@@ -77,8 +76,7 @@ async def _open(settings: Settings, workers: int, stop: asyncio.Event) -> Resour
     """Connect, retrying with backoff while a service is down (a consumer started before its
     database, say, waits for it instead of exiting)."""
     rand = random.Random()
-    pause = Backoff(base_s=settings.retry.redelivery_delay_s,
-                    cap_s=max(settings.retry.redelivery_cap_s, settings.retry.redelivery_delay_s))
+    pause = settings.retry.redelivery_backoff()
     attempt = 0
     while not stop.is_set():
         try:
@@ -101,8 +99,7 @@ async def _work(pipeline: Pipeline, fetcher: Fetcher, stop: asyncio.Event,
     consumer = settings.consumer
     nc = pipeline.resources.nc
     rand = random.Random()
-    pause = Backoff(base_s=settings.retry.redelivery_delay_s,
-                    cap_s=max(settings.retry.redelivery_cap_s, settings.retry.redelivery_delay_s))
+    pause = settings.retry.redelivery_backoff()
     failures = 0
     while not stop.is_set():
         try:

@@ -29,7 +29,6 @@ from stages.ingest.evaluate import DeviceRecord, Evaluation
 from stages.ingest.ingress import DecodedEnvelope, Receipt, SubjectParts
 from stages.ingest.plan import PUBLISH_FAILED
 from stages.ingest.processing_state import ProcessingState
-from stages.ingest.retry_policy import Backoff
 from stages.ingest.status import Status
 from streams.config import Settings
 from streams.errors import NotFoundError
@@ -115,8 +114,7 @@ async def _redrive(resources: Resources, ids: list[int] | None, limit: int) -> l
         hot_state=HotState(resources.redis),
         analytics=Analytics(resources.clickhouse, resources.names.analytics_table),
         names=resources.names, attempts=retry.publish_attempts,
-        backoff=Backoff(base_s=retry.publish_base_s,
-                        cap_s=max(retry.publish_cap_s, retry.publish_base_s)),
+        backoff=retry.publish_backoff(),
         rand=random.Random(),
     )
     cache = RegistryCache(ttl_s=0)

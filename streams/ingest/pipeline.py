@@ -32,7 +32,6 @@ from stages.ingest.ack_policy import (
 from stages.ingest.evaluate import Evaluation, Registry, evaluate
 from stages.ingest.ingress import Receipt, SubjectParts, parse_subject
 from stages.ingest.plan import Classified, Fate, Final, PublishOutcome, classify, finalize
-from stages.ingest.retry_policy import Backoff
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotState
 from streams.ingest.publish import Publisher
@@ -88,12 +87,10 @@ class Pipeline:
         self.publisher = Publisher(
             hot_state=HotState(resources.redis), analytics=self.analytics, names=resources.names,
             attempts=retry.publish_attempts,
-            backoff=Backoff(base_s=retry.publish_base_s,
-                            cap_s=max(retry.publish_cap_s, retry.publish_base_s)),
+            backoff=retry.publish_backoff(),
             rand=self.rand,
         )
-        self.redelivery = Backoff(base_s=retry.redelivery_delay_s,
-                                  cap_s=max(retry.redelivery_cap_s, retry.redelivery_delay_s))
+        self.redelivery = retry.redelivery_backoff()
 
     def evaluate_all(
         self, receipts: Sequence[Receipt], registry: Registry,
