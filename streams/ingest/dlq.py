@@ -25,9 +25,9 @@ from typing import Any
 import orjson
 
 from schemas.envelope import EPOCH
-from stages.ingest.evaluate import DeviceRecord, Evaluation
+from stages.ingest.evaluate import DeviceRecord, Evaluation, StageLog
 from stages.ingest.ingress import DecodedEnvelope, Receipt, SubjectParts
-from stages.ingest.plan import PUBLISH_FAILED
+from stages.ingest.plan import PUBLISH_FAILED, pass_line
 from stages.ingest.processing_state import ProcessingState
 from stages.ingest.status import Status
 from streams.config import Settings
@@ -36,7 +36,7 @@ from streams.ingest import sql
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotState
 from streams.ingest.publish import Publisher
-from streams.ingest.recorder import PG_FAILURES, translate
+from streams.ingest.recorder import PG_FAILURES, copy_lines, translate
 from streams.ingest.registry_cache import RegistryCache
 from streams.ingest.resources import Conn, Resources
 
@@ -147,13 +147,14 @@ async def _record(conn: Conn, publishable: list[tuple[Any, Evaluation]], outcome
     now = datetime.now(UTC).isoformat()
     done: list[tuple[int, int, int]] = []
     failed: list[tuple[int, int, int, str]] = []
-    logs: list[tuple[Any, ...]] = []
+    logs: list[str] = []
     for (row, _), outcome in zip(publishable, outcomes, strict=True):
         attempt = row["attempts"] + 1
         dl, msg = row["dead_letter_id"], row["message_id"]
         if outcome.ok:
             done.append((dl, msg, attempt))
-            logs.append(_publish_pass(msg, attempt, "ok", outcome.duration_us))
+            logs.append(pass_line(msg, attempt, [StageLog("publish", "ok", outcome.duration_us)],
+                                  capture=False))
             results.append(RedriveResult(dead_letter_id=dl, message_id=msg, outcome="completed"))
             continue
         message = "; ".join(f"{f.sink}: {f.message}" for f in outcome.failures)
@@ -161,8 +162,8 @@ async def _record(conn: Conn, publishable: list[tuple[Any, Evaluation]], outcome
                      f"{f.message}", "attempt": attempt, "tries": f.attempts, "redrive": True}
                     for f in outcome.failures]
         failed.append((dl, msg, attempt, orjson.dumps(failures).decode()))
-        logs.append(_publish_pass(msg, attempt, "failed", outcome.duration_us, PUBLISH_FAILED,
-                                  message))
+        logs.append(pass_line(msg, attempt, [StageLog("publish", "failed", outcome.duration_us,
+                                                      PUBLISH_FAILED, message)], capture=False))
         results.append(RedriveResult(dead_letter_id=dl, message_id=msg, outcome="failed",
                                      detail=message))
     if done:
@@ -170,13 +171,5 @@ async def _record(conn: Conn, publishable: list[tuple[Any, Evaluation]], outcome
     if failed:
         await conn.fetch(sql.REDRIVE_FAILED, *(list(c) for c in zip(*failed, strict=True)))
     if logs:
-        await conn.copy_records_to_table(sql.STAGE_PASSES, records=logs,
-                                        columns=sql.STAGE_PASS_COPY)
+        await copy_lines(conn, sql.STAGE_PASSES, sql.STAGE_PASS_COPY, logs)
 
-
-def _publish_pass(message_id: int, attempt: int, status: str, duration_us: int,
-                  code: str | None = None, message: str | None = None) -> tuple[Any, ...]:
-    """A redrive's processing pass: the publish stage alone."""
-    errors = code is not None or message is not None
-    return (message_id, attempt, ["publish"], [status], [duration_us],
-            [code] if errors else None, [message] if errors else None, None, None)

@@ -161,7 +161,7 @@ class Recorder:
             for index, message_id in zip(finals, ids, strict=True):
                 owners[evaluations[index].key] = message_id
                 rec.add(finals[index], message_id)
-            await _copy(conn, sql.MESSAGES, sql.MESSAGE_COPY, rec.messages)
+            await copy_lines(conn, sql.MESSAGES, sql.MESSAGE_COPY, rec.messages)
         elif finals:
             rows = [message_row(finals[i]) for i in finals]
             for row in await conn.fetch(sql.INSERT_MESSAGES, *_columns(rows)):
@@ -180,9 +180,10 @@ class Recorder:
             for index in finals:
                 if fates[index].fate is Fate.NEW:
                     rec.add(finals[index], owners[evaluations[index].key], message_line=False)
-        await _copy(conn, sql.TELEMETRY, sql.TELEMETRY_COPY, rec.telemetry)
+        await copy_lines(conn, sql.TELEMETRY, sql.TELEMETRY_COPY, rec.telemetry)
         persist_us = (time.perf_counter_ns() - started) // 1000
-        await _copy(conn, sql.STAGE_PASSES, sql.STAGE_PASS_COPY, rec.stage_pass_lines(persist_us))
+        await copy_lines(conn, sql.STAGE_PASSES, sql.STAGE_PASS_COPY,
+                         rec.stage_pass_lines(persist_us))
         for index in finals:
             if fates[index].fate is Fate.NEW:
                 message_id = owners[evaluations[index].key]
@@ -211,7 +212,7 @@ class Recorder:
         return out
 
 
-async def _copy(conn: Conn, table: str, columns: Sequence[str], lines: list[str]) -> None:
+async def copy_lines(conn: Conn, table: str, columns: Sequence[str], lines: list[str]) -> None:
     """``COPY table FROM STDIN`` of text-format lines (nothing when there are none)."""
     if lines:
         await conn.copy_to_table(table, source=io.BytesIO("".join(lines).encode()),
