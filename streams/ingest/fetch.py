@@ -217,9 +217,11 @@ class Fetcher:
 
     async def stop(self) -> None:
         if self._sub is not None:
-            _tap(self.nc).pop(self._sub._id, None)
+            # Unsubscribe first: a message still arriving meanwhile reaches this fetcher (and,
+            # unacknowledged, is redelivered later) instead of nats-py's placeholder callback.
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
+            _tap(self.nc).pop(self._sub._id, None)
             self._sub = None
 
     def _on_frame(self, subject: bytes, reply: bytes, data: bytes,
