@@ -14,7 +14,6 @@ split the batch in halves until the poison envelope is alone, and that one is re
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -215,7 +214,11 @@ class Recorder:
 async def copy_lines(conn: Conn, table: str, columns: Sequence[str], lines: list[str]) -> None:
     """``COPY table FROM STDIN`` of text-format lines (nothing when there are none)."""
     if lines:
-        await conn.copy_to_table(table, source=io.BytesIO("".join(lines).encode()),
+        # The data as one buffer, which asyncpg sends as one message. (A file-like source is
+        # read in 512 KiB chunks, each through a worker thread and back through the event
+        # loop, so a busy loop kept Postgres waiting for the rest of the data.) A memoryview,
+        # because asyncpg would take plain bytes for a file name.
+        await conn.copy_to_table(table, source=memoryview("".join(lines).encode()),
                                  columns=list(columns), format="text")
 
 
