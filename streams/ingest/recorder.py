@@ -217,8 +217,10 @@ async def copy_lines(conn: Conn, table: str, columns: Sequence[str], lines: list
         # The data as one buffer, which asyncpg sends as one message. (A file-like source is
         # read in 512 KiB chunks, each through a worker thread and back through the event
         # loop, so a busy loop kept Postgres waiting for the rest of the data.) A memoryview,
-        # because asyncpg would take plain bytes for a file name.
-        await conn.copy_to_table(table, source=memoryview("".join(lines).encode()),
+        # because asyncpg would take plain bytes for a file name. (asyncpg accepts any buffer
+        # here; its type stubs list only paths, files and async iterables.)
+        data = memoryview("".join(lines).encode())
+        await conn.copy_to_table(table, source=data,  # type: ignore[arg-type]
                                  columns=list(columns), format="text")
 
 
