@@ -103,14 +103,17 @@ class TopicBinding:
     program: TopicProgram
     version_text: str = field(init=False, compare=False)
     topic_id_text: str = field(init=False, compare=False)
-    units_json: str = field(init=False, compare=False)
-    """``{parameter: unit}`` (``""`` when none), as the analytics sink wants it."""
+    unit_names: tuple[str, ...] = field(init=False, compare=False)
+    """The topic's parameter names, in program order (the analytics sink's unit lookup)."""
+    unit_values: tuple[str, ...] = field(init=False, compare=False)
+    """The unit of each of :attr:`unit_names` (``""`` when none)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "version_text", str(self.schema_version_id))
         object.__setattr__(self, "topic_id_text", str(self.schema_topic_id))
-        units = {p.name: p.unit or "" for p in self.program.parameters}
-        object.__setattr__(self, "units_json", orjson.dumps(units).decode())
+        parameters = self.program.parameters
+        object.__setattr__(self, "unit_names", tuple(p.name for p in parameters))
+        object.__setattr__(self, "unit_values", tuple(p.unit or "" for p in parameters))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
