@@ -1,7 +1,8 @@
 """Postgres connections (asyncpg) and database administration.
 
-The hot paths use asyncpg directly; JSONB columns are decoded with orjson by a codec set on
-every pooled connection, so rows carry Python objects, not JSON strings.
+The hot paths use asyncpg directly; JSONB and JSON columns are decoded with orjson by codecs
+set on every pooled connection, so rows carry Python objects, not JSON strings (both matter:
+``device_telemetry_logs.parameter_values`` is ``json``, which asyncpg would return as text).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ def _decode_jsonb(data: bytes) -> Any:
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
-    # JSONB in binary form (a version byte, then the JSON): binary COPY on the ingest hot path
-    # needs a binary codec for every column, and one codec everywhere keeps rows alike.
+    # JSONB in binary form (a version byte, then the JSON), which spares Postgres the text
+    # conversion on reads and on parameters.
     await conn.set_type_codec(
         "jsonb",
         encoder=_encode_jsonb,
@@ -39,6 +40,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
         schema="pg_catalog",
         format="binary",
     )
+    # Plain JSON in text form; ``device_telemetry_logs.parameter_values`` is read through it.
     await conn.set_type_codec(
         "json",
         encoder=lambda v: orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS).decode(),

@@ -141,8 +141,10 @@ device_telemetry_logs = sa.Table(
     sa.Column("received_at", _TS, nullable=False),
     sa.Column("processing_state", sa.Text, nullable=False),
     # Final values when processed / publish_failed; extracted values when invalid or
-    # inactive_skipped (the stages that did not run produced nothing).
-    sa.Column("parameter_values", pg.JSONB, nullable=False),
+    # inactive_skipped (the stages that did not run produced nothing). ``json``, not ``jsonb``:
+    # an append-only log read back one message at a time, so the insert skips building the
+    # binary form (migration 0005).
+    sa.Column("parameter_values", pg.JSON, nullable=False),
     sa.Column("validation_issues", pg.JSONB),
     created_at(),
     updated_at(),

@@ -1,7 +1,7 @@
 """The connections one streaming process holds, opened and closed together.
 
-Postgres uses ``streams.db``'s pool, whose JSONB codec is binary: the hot path writes
-telemetry and stage logs with binary ``COPY``, which needs a binary codec for every column.
+Postgres uses ``streams.db``'s pool (JSON and JSONB decoded with orjson); the hot path
+writes messages, telemetry and stage passes with text ``COPY``, which needs no codecs.
 Redis gets short timeouts so that a dead server is noticed in about a second, not after the
 kernel gives up.
 """
