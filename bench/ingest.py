@@ -60,7 +60,8 @@ NATS_URL = os.environ.get("TIDEWAY_BENCH_NATS_URL", "nats://127.0.0.1:4222")
 REDIS_URL = os.environ.get("TIDEWAY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 TENANT = "bench"
 DEVICES = 1000
-BATCH = 2000
+_DEFAULTS = ConsumerSettings()
+BATCH = _DEFAULTS.batch_size  # the bench runs the consumer's defaults unless told otherwise
 RESULTS = ROOT / "bench" / "results" / "ingest.json"
 TARGETS = {"envelopes_per_s": 20_000, "ratio_to_floor": 0.4, "p99_ms": 250.0}
 
@@ -318,7 +319,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             clickhouse_dsn=f"chdb://{workdir / 'chdb'}", clickhouse_database="bench",
             namespace=names.namespace, data_dir=workdir,
             consumer=ConsumerSettings(batch_size=BATCH, max_wait_s=args.max_wait,
-                                      concurrency=args.concurrency, max_ack_pending=50_000),
+                                      concurrency=args.concurrency,
+                                      max_ack_pending=max(_DEFAULTS.max_ack_pending,
+                                                          BATCH * args.concurrency)),
         )
         await provision(settings)
         await ensure_fleet(settings, tenant=TENANT, devices=DEVICES)
@@ -391,12 +394,14 @@ if __name__ == "__main__":
     parser.add_argument("--envelopes", type=int, default=100_000)
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--naive-seconds", type=float, default=10.0)
-    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=_DEFAULTS.concurrency,
+                        help="batches in flight")
     parser.add_argument("--batch", type=int, default=BATCH, help="envelopes per pull")
     parser.add_argument("--rate", type=float, default=5000.0, help="offered load for latency")
     parser.add_argument("--modes", default="floor,full,naive,latency",
                         help="comma-separated subset of floor,full,naive,latency")
-    parser.add_argument("--max-wait", type=float, default=0.02)
+    parser.add_argument("--max-wait", type=float, default=_DEFAULTS.max_wait_s,
+                        help="longest wait for a pull to fill (seconds)")
     arguments = parser.parse_args()
     BATCH = arguments.batch
     out = asyncio.run(main(arguments))

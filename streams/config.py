@@ -34,9 +34,9 @@ class _Group(BaseModel):
 class ConsumerSettings(_Group):
     """How a streaming consumer fetches and processes batches."""
 
-    batch_size: int = Field(2000, ge=1, le=10_000, description="Envelopes fetched per pull.")
+    batch_size: int = Field(8000, ge=1, le=10_000, description="Envelopes fetched per pull.")
     max_wait_s: float = Field(0.05, gt=0, le=30, description="Longest wait for a batch to fill.")
-    concurrency: int = Field(2, ge=1, le=64, description="Batches in flight per process.")
+    concurrency: int = Field(3, ge=1, le=64, description="Batches in flight per process.")
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery timeout for unacked envelopes.")
     max_deliver: int = Field(
         10, ge=1, description="Deliveries before an envelope is dead-lettered."
@@ -46,7 +46,8 @@ class ConsumerSettings(_Group):
         False, description="Store input/output snapshots in stage logs (spec 001 switch)."
     )
     max_ack_pending: int = Field(
-        20_000, ge=1, description="Unacknowledged envelopes the shared consumer allows in flight."
+        100_000, ge=1,
+        description="Unacknowledged envelopes the shared consumer allows in flight (all processes).",
     )
     registry_ttl_s: float = Field(
         2.0, ge=0, description="How long a consumer caches a device row (deactivation delay)."
