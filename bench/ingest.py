@@ -115,7 +115,8 @@ async def floor_loop(settings: Settings, names: Names, n: int) -> dict[str, Any]
     try:
         done, started = 0, time.perf_counter()
         while done < n:
-            msgs = await fetcher.fetch(BATCH, 1.0)
+            # Never ask for more than is left: a pull that cannot fill waits out its expiry.
+            msgs = await fetcher.fetch(min(BATCH, n - done), 1.0)
             await acknowledge(nc, msgs, (ACK,) * len(msgs))
             done += len(msgs)
         elapsed = time.perf_counter() - started
