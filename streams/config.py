@@ -47,7 +47,7 @@ class ConsumerSettings(_Group):
     )
     max_ack_pending: int = Field(
         100_000, ge=1,
-        description="Unacknowledged envelopes the shared consumer allows in flight (all processes).",
+        description="Unacked envelopes the shared consumer allows in flight (all processes).",
     )
     registry_ttl_s: float = Field(
         2.0, ge=0, description="How long a consumer caches a device row (deactivation delay)."
