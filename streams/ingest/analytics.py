@@ -164,7 +164,8 @@ class Analytics:
             [ev.receipt.received_at_ns // 1000 for ev in evs],
             [ev.values_json for ev in evs],
         ]
-        arrays = [pa.array(column, type=f.type) for column, f in zip(columns, SCHEMA, strict=False)]
+        types = SCHEMA.types[:-2]  # the last two are the unit arrays above
+        arrays = [pa.array(column, type=t) for column, t in zip(columns, types, strict=True)]
         return pa.Table.from_arrays([*arrays, names, units], schema=SCHEMA)
 
     async def insert(self, rows: pa.Table) -> None:
