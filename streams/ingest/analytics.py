@@ -57,7 +57,7 @@ measured over 240,000 envelopes, it cut ClickHouse's CPU per envelope by a fifth
 merges) at the price of about ten active parts instead of five."""
 
 ENVELOPES_DDL = """
-CREATE TABLE IF NOT EXISTS {db}.{table}_in (
+CREATE TABLE IF NOT EXISTS {db}.{input} (
     tenant String,
     device String,
     topic String,
@@ -72,14 +72,14 @@ CREATE TABLE IF NOT EXISTS {db}.{table}_in (
 """
 
 EXPLODE_DDL = """
-CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.{table}_explode TO {db}.{table} AS
+CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.{view} TO {db}.{table} AS
 SELECT tenant, device, topic, kv.1 AS parameter, measured_at,
        multiIf(kv.2 = 'true', 1., kv.2 = 'false', 0., toFloat64OrNull(kv.2)) AS value,
        if(startsWith(kv.2, '"'), JSONExtractString(concat('[', kv.2, ']'), 1), NULL)
            AS value_text,
        unit_values[indexOf(unit_names, kv.1)] AS unit,
        message_key, schema_version_id, received_at
-FROM {db}.{table}_in
+FROM {db}.{input}
 ARRAY JOIN JSONExtractKeysAndValuesRaw(values_json) AS kv
 WHERE kv.2 != 'null'
 """
@@ -104,6 +104,7 @@ class Analytics:
         self.clickhouse = clickhouse
         self.table = ident(table)
         self.input = ident(f"{table}_in")
+        self.view = ident(f"{table}_explode")
         self._waiting: list[tuple[pa.Table, asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self.inserts = 0
@@ -114,16 +115,19 @@ class Analytics:
 
         An input table of an earlier shape (units as one JSON column) is replaced together
         with its view; both hold no data (a ``Null`` table and the view feeding the values
-        table), so nothing is lost. A consumer of the old version still running inserts the
-        old shape, fails, and its envelopes are redelivered until it is upgraded.
+        table), so nothing is lost. A consumer of the old version still running fails its
+        inserts from then on: its envelopes are redelivered, and past the delivery budget
+        recorded ``failed_terminal`` with a dead letter (``tideway dlq redrive`` publishes
+        them again), so upgrade every consumer together with ``tideway streams init``.
         """
         await self.clickhouse.ensure_database()
         db = self.clickhouse.database
         if await self._input_is_outdated():
-            await self.clickhouse.command(f"DROP VIEW IF EXISTS {db}.{self.table}_explode")
+            await self.clickhouse.command(f"DROP VIEW IF EXISTS {db}.{self.view}")
             await self.clickhouse.command(f"DROP TABLE IF EXISTS {db}.{self.input}")
         for ddl in (VALUES_DDL, ENVELOPES_DDL, EXPLODE_DDL):
-            await self.clickhouse.command(ddl.format(db=db, table=self.table))
+            await self.clickhouse.command(
+                ddl.format(db=db, table=self.table, input=self.input, view=self.view))
 
     async def _input_is_outdated(self) -> bool:
         """Whether the input table exists with other columns than :data:`SCHEMA`'s."""
