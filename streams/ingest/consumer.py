@@ -44,6 +44,9 @@ async def run_consumer(
 ) -> None:
     """Consume the TELEMETRY stream until ``stop`` is set, then drain and return."""
     workers = concurrency or settings.consumer.concurrency
+    warning = in_flight_warning(settings, workers)
+    if warning:
+        log.warning("%s", warning)
     resources = await _open(settings, workers, stop)
     if resources is None:  # stopped before the services came up
         return
@@ -70,6 +73,19 @@ async def run_consumer(
         for fetcher in fetchers:
             await fetcher.stop()
         await resources.close()
+
+
+def in_flight_warning(settings: Settings, workers: int) -> str | None:
+    """Why this process's pulls would come back short, if they would: JetStream stops
+    delivering at ``max_ack_pending`` unacknowledged envelopes, shared by every process."""
+    c = settings.consumer
+    wanted = workers * c.batch_size
+    if wanted <= c.max_ack_pending:
+        return None
+    return (f"{workers} batches of {c.batch_size} in flight want {wanted} unacknowledged "
+            f"envelopes, more than consumer.max_ack_pending ({c.max_ack_pending}) allows for "
+            "all processes together: pulls will come back short; raise max_ack_pending and run "
+            "`tideway streams init`")
 
 
 async def _open(settings: Settings, workers: int, stop: asyncio.Event) -> Resources | None:
