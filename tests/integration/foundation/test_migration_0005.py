@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from streams import db, migrate
 
 VALUES = {"temp_c": 21.5, "battery_v": 3.7, "firmware": "1.2.3", "flags": [1, 2], "ok": True}
+REVISION = "0005_telemetry_values_json"  # not "head": a later migration must not break this test
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
@@ -38,7 +39,7 @@ async def _values(dsn: str) -> object:
 
 async def test_parameter_values_json_down_and_up(empty_pg_dsn: str) -> None:
     dsn = empty_pg_dsn
-    await asyncio.to_thread(migrate.upgrade, dsn)
+    await asyncio.to_thread(migrate.upgrade, dsn, REVISION)
     assert migrate.current(dsn) == "0005_telemetry_values_json"
     assert await _types(dsn) == {"parameter_values": "json", "validation_issues": "jsonb"}
 
@@ -66,6 +67,6 @@ async def test_parameter_values_json_down_and_up(empty_pg_dsn: str) -> None:
     assert await _types(dsn) == {"parameter_values": "jsonb", "validation_issues": "jsonb"}
     assert await _values(dsn) == VALUES
 
-    await asyncio.to_thread(migrate.upgrade, dsn)
+    await asyncio.to_thread(migrate.upgrade, dsn, REVISION)
     assert await _types(dsn) == {"parameter_values": "json", "validation_issues": "jsonb"}
     assert await _values(dsn) == VALUES
