@@ -33,8 +33,13 @@ async def pg_pool(dsn: str, *, size: int) -> asyncpg.Pool:
         max_size=size,
         command_timeout=60,
         # Small, frequent, index-driven statements: parallel workers and JIT only add
-        # start-up cost (and steal cores the consumer needs).
-        server_settings={"jit": "off", "max_parallel_workers_per_gather": "0"},
+        # start-up cost (and steal cores the consumer needs). Every statement is planned for
+        # its own parameters: after five executions Postgres may switch a prepared statement
+        # to a generic plan, and one made while the tables were small (a new deployment) joins
+        # a batch's thousands of keys against a sequential scan: the dedupe read took 13 s at
+        # 50,000 recorded envelopes instead of 15 ms (tests/integration/ingest/test_sql.py).
+        server_settings={"jit": "off", "max_parallel_workers_per_gather": "0",
+                         "plan_cache_mode": "force_custom_plan"},
     )
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import io
+import time
 
 import asyncpg
 
 from stages.ingest.evaluate import StageLog
 from stages.ingest.plan import pass_line
 from streams.ingest import sql
+from streams.ingest.resources import pg_pool as ingest_pool
 
 
 async def test_reserve_ids_uses_the_identity_sequence(pg_pool: asyncpg.Pool) -> None:
@@ -50,3 +52,36 @@ async def test_stage_passes_read_back_through_the_view_one_row_per_stage(
         (2, 3, "validate", "ok", 2, None, None, None, {"issues": None}),
         (3, 1, "publish", "ok", 4, None, None, None, None),
     ]
+
+
+def _lookup_args(keys: list[str]) -> tuple[str, str]:
+    receipts = [f"{900_000 + i}:{1_700_000_000_000_000 + i}" for i in range(len(keys))]
+    return "\n".join(keys), "\n".join(receipts)
+
+
+async def test_the_dedupe_read_stays_fast_when_the_tables_grow_after_a_deployment(
+    pg_dsn: str,
+) -> None:
+    """On a new deployment the consumer's first dedupe reads run against empty tables. After
+    five executions Postgres may switch a prepared statement to a generic plan; one chosen
+    then joined every key of a batch against a sequential scan, and took 13 s once 50,000
+    envelopes were recorded. The consumer's connections plan each execution for its own
+    parameters, so the read stays an index lookup."""
+    pool = await ingest_pool(pg_dsn, size=1)  # one connection: every execution shares its cache
+    try:
+        async with pool.acquire() as conn:
+            for batch in range(8):  # past the five custom plans
+                assert await conn.fetch(sql.LOOKUP, *_lookup_args(
+                    [f"new-{batch}-{i}" for i in range(8000)])) == []
+            await conn.execute(
+                "INSERT INTO ingestion_messages (source_deduplication_key, stream_seq, received_at,"
+                " subject, payload_bytes, status) SELECT 'seen-' || g, g, now(), 's', 10,"
+                " 'completed' FROM generate_series(1, 50000) g")
+            keys = [f"seen-{i}" for i in range(1, 8000, 2)] + [f"new-{i}" for i in range(4000)]
+            started = time.perf_counter()
+            rows = await conn.fetch(sql.LOOKUP, *_lookup_args(keys))
+            elapsed = time.perf_counter() - started
+    finally:
+        await pool.close()
+    assert sorted(r["key"] for r in rows) == sorted(keys[:4000])
+    assert elapsed < 2.0, f"the dedupe read of 8,000 keys took {elapsed:.1f} s"
