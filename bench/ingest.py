@@ -9,6 +9,8 @@ mutations and two derived parameters; every envelope valid) it measures, in one 
   the most any consumer built on this client could do;
 * **full** — ``run_consumer`` as ``tideway ingest`` runs it: dedupe, stages, stage logs (no
   snapshots), telemetry rows, Redis hot state and ClickHouse (chDB) analytics, then acks;
+* **sinks** — the full pipeline's writes and acks with every row built before the clock
+  starts (``bench/ingest_sinks.py``): the most any consumer writing those rows could reach;
 * **naive** — the same stages, but one statement per envelope (its own transaction, a Redis
   call and a ClickHouse insert per envelope), for a bounded time;
 * **latency** — end-to-end latency (JetStream stored → batch recorded, published and acked)
@@ -35,8 +37,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import cpu
 import nats
 import orjson
+from ingest_sinks import write_ceiling  # bench/ is on sys.path when this runs as a script
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from stages.ingest.ack_policy import ACK
@@ -113,17 +117,19 @@ async def floor_loop(settings: Settings, names: Names, n: int) -> dict[str, Any]
         durable_name="bench_floor", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=50_000))
     fetcher = await Fetcher(nc, stream=names.telemetry_stream, durable="bench_floor").start()
     try:
-        done, started = 0, time.perf_counter()
+        done, started, before = 0, time.perf_counter(), cpu.sample()
         while done < n:
             # Never ask for more than is left: a pull that cannot fill waits out its expiry.
             msgs = await fetcher.fetch(min(BATCH, n - done), 1.0)
             await acknowledge(nc, msgs, (ACK,) * len(msgs))
             done += len(msgs)
         elapsed = time.perf_counter() - started
+        busy = cpu.busy_percent(before, cpu.sample())
     finally:
         await fetcher.stop()
         await nc.close()
-    return {"envelopes": done, "seconds": elapsed, "envelopes_per_s": done / elapsed}
+    return {"envelopes": done, "seconds": elapsed, "envelopes_per_s": done / elapsed,
+            "cpu_busy_percent": busy}
 
 
 async def full_pipeline(settings: Settings, n: int) -> dict[str, Any]:
@@ -131,10 +137,12 @@ async def full_pipeline(settings: Settings, n: int) -> dict[str, Any]:
     stop = asyncio.Event()
     done = [0]
     first: list[float] = []
+    steady: list[cpu.Sample] = []  # CPU from the end of the first batch (start-up excluded)
 
     def on_batch(stats: BatchStats) -> None:
         if not first:
             first.append(time.perf_counter() - stats.duration_s)
+            steady.append(cpu.sample())
         done[0] += stats.size
         if done[0] >= n:
             stop.set()
@@ -142,8 +150,10 @@ async def full_pipeline(settings: Settings, n: int) -> dict[str, Any]:
     task = asyncio.create_task(run_consumer(settings, stop=stop, on_batch=on_batch))
     await asyncio.wait_for(stop.wait(), 1800)
     elapsed = time.perf_counter() - first[0]
+    busy = cpu.busy_percent(steady[0], cpu.sample())
     await task
-    return {"envelopes": done[0], "seconds": elapsed, "envelopes_per_s": done[0] / elapsed}
+    return {"envelopes": done[0], "seconds": elapsed, "envelopes_per_s": done[0] / elapsed,
+            "cpu_busy_percent": busy}
 
 
 async def naive_loop(settings: Settings, names: Names, seconds: float) -> dict[str, Any]:
@@ -328,7 +338,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await ensure_fleet(settings, tenant=TENANT, devices=DEVICES)
         results: dict[str, Any] = {}
         modes = set(args.modes.split(","))
-        if modes & {"floor", "full", "naive"}:
+        if modes & {"floor", "full", "sinks", "naive"}:
             data = _payloads(args.envelopes, 1, int(time.time() * 1000))
             await _preload(names, data)
             print(f"preloaded {len(data)} envelopes; measuring…", flush=True)
@@ -339,6 +349,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         if "full" in modes:
             results["full"] = await full_pipeline(settings, len(data))
             print(f"  full   {results['full']['envelopes_per_s']:>10,.0f} envelopes/s",
+                  flush=True)
+            await _reset(settings, names)
+        if "sinks" in modes:
+            results["sinks"] = await write_ceiling(settings, names, TENANT, data)
+            print(f"  sinks  {results['sinks']['envelopes_per_s']:>10,.0f} envelopes/s",
                   flush=True)
             await _reset(settings, names)
         if "naive" in modes:
@@ -356,6 +371,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if "full" in results and "floor" in results:
         results["ratio_full_to_floor"] = (
             results["full"]["envelopes_per_s"] / results["floor"]["envelopes_per_s"])
+    if "sinks" in results and "floor" in results:
+        results["ratio_sinks_to_floor"] = (
+            results["sinks"]["envelopes_per_s"] / results["floor"]["envelopes_per_s"])
     results["machine"] = {
         "cpus": os.cpu_count(), "python": platform.python_version(),
         "load_average_before": load_before, "load_average_after": os.getloadavg(),
@@ -371,16 +389,22 @@ def _print(results: dict[str, Any]) -> None:
     rows = [
         ("floor loop (fetch + ack)", results.get("floor")),
         ("full pipeline", results.get("full")),
+        ("write ceiling (rows built ahead)", results.get("sinks")),
         ("naive loop (per envelope)", results.get("naive")),
     ]
-    print("\n| mode | envelopes | seconds | envelopes/s |\n| --- | ---: | ---: | ---: |")
+    print("\n| mode | envelopes | seconds | envelopes/s | machine CPU busy |\n"
+          "| --- | ---: | ---: | ---: | ---: |")
     for name, r in rows:
         if r is not None:
+            busy = r.get("cpu_busy_percent")
             print(f"| {name} | {r['envelopes']:,} | {r['seconds']:.2f} | "
-                  f"{r['envelopes_per_s']:,.0f} |")
+                  f"{r['envelopes_per_s']:,.0f} | {'—' if busy is None else f'{busy:.0f} %'} |")
     if "ratio_full_to_floor" in results:
         print(f"\nfull / floor = {results['ratio_full_to_floor']:.2f} "
               f"(target ≥ {TARGETS['ratio_to_floor']})")
+    if "ratio_sinks_to_floor" in results:
+        print(f"write ceiling / floor = {results['ratio_sinks_to_floor']:.2f} (no pipeline "
+              "can pass this ratio while writing the same rows)")
     lat = results.get("latency")
     if lat is not None:
         print(f"end-to-end latency at {lat['offered_per_s']:,.0f}/s offered: "
@@ -399,8 +423,8 @@ if __name__ == "__main__":
                         help="batches in flight")
     parser.add_argument("--batch", type=int, default=BATCH, help="envelopes per pull")
     parser.add_argument("--rate", type=float, default=5000.0, help="offered load for latency")
-    parser.add_argument("--modes", default="floor,full,naive,latency",
-                        help="comma-separated subset of floor,full,naive,latency")
+    parser.add_argument("--modes", default="floor,full,sinks,naive,latency",
+                        help="comma-separated subset of floor,full,sinks,naive,latency")
     parser.add_argument("--max-wait", type=float, default=_DEFAULTS.max_wait_s,
                         help="longest wait for a pull to fill (seconds)")
     arguments = parser.parse_args()
