@@ -23,7 +23,7 @@ import contextlib
 import gc
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from stages.ingest.ack_policy import Disposition, decide
 from streams.config import Settings
@@ -50,16 +50,6 @@ async def run_consumer(
     resources = await _open(settings, workers, stop)
     if resources is None:  # stopped before the services came up
         return
-    # Everything alive now (modules, clients, compiled schemas) lives as long as the process;
-    # freezing it keeps the collector from re-scanning it on every full collection, which at
-    # tens of thousands of short-lived objects per second was a tenth of the consumer's time.
-    gc.collect()  # so that only live objects are frozen
-    gc.freeze()
-    # A batch makes tens of thousands of short-lived containers; at the default threshold
-    # (700) the young generation was collected a hundred times a second and promoted batch
-    # state into older generations. Collect it every 50,000 allocations instead (measured:
-    # about 9 % more envelopes/s); nothing on the hot path relies on cycles being freed soon.
-    gc.set_threshold(50_000, 20, 100)
     fetchers: list[Fetcher] = []
     try:
         pipeline = Pipeline(resources)
@@ -68,11 +58,47 @@ async def run_consumer(
             fetcher = Fetcher(resources.nc, stream=names.telemetry_stream,
                               durable=names.ingest_durable)
             fetchers.append(await fetcher.start())
-        await asyncio.gather(*(_work(pipeline, f, stop, on_batch) for f in fetchers))
+        with tuned_collector():
+            await asyncio.gather(*(_work(pipeline, f, stop, on_batch) for f in fetchers))
     finally:
         for fetcher in fetchers:
             await fetcher.stop()
         await resources.close()
+
+
+_tuned = 0  # consumers running in this process with the collector tuned
+_threshold = gc.get_threshold()  # as it was before the first of them tuned it
+
+
+@contextlib.contextmanager
+def tuned_collector() -> Iterator[None]:
+    """The garbage collector as the consumer wants it, put back as it was when the last
+    consumer running in this process returns (tests and the bench run many in one process).
+
+    * Everything alive at start (modules, clients, compiled schemas) lives as long as the
+      consumer; freezing it keeps the collector from re-scanning it on every full collection,
+      which at tens of thousands of short-lived objects per second was a tenth of the
+      consumer's time.
+    * A batch makes tens of thousands of short-lived containers; at the default threshold
+      (700) the young generation was collected a hundred times a second and promoted batch
+      state into older generations. It is collected every 50,000 allocations instead
+      (measured: about 9 % more envelopes/s); nothing on the hot path relies on cycles being
+      freed soon.
+    """
+    global _tuned, _threshold
+    if _tuned == 0:
+        _threshold = gc.get_threshold()
+        gc.collect()  # so that only live objects are frozen
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 100)
+    _tuned += 1
+    try:
+        yield
+    finally:
+        _tuned -= 1
+        if _tuned == 0:
+            gc.set_threshold(*_threshold)
+            gc.unfreeze()
 
 
 def in_flight_warning(settings: Settings, workers: int) -> str | None:
