@@ -226,8 +226,13 @@ class Fetcher:
 
     def _on_frame(self, subject: bytes, reply: bytes, data: bytes,
                   headers: bytes | None) -> None:
+        # This runs inside nats-py's read loop, which stops reading for good on an exception:
+        # nothing here may raise. NATS carries any bytes in a subject; one that is not UTF-8
+        # keeps its odd bytes as backslash escapes, so the envelope is recorded as
+        # SUBJECT_INVALID like any other misspelt subject.
         if reply:
-            self._msgs.append(Delivery(subject.decode(), reply.decode(), data,
+            self._msgs.append(Delivery(subject.decode("utf-8", "backslashreplace"),
+                                       reply.decode("utf-8", "backslashreplace"), data,
                                        parse_headers(headers) if headers else None))
             if len(self._msgs) >= self._want:
                 self._finish()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+from urllib.parse import urlparse
+
 from tests.integration.ingest.conftest import Harness, good_values
 
 
@@ -55,3 +59,34 @@ async def test_nul_bytes_in_subject_and_headers_are_recorded_not_fatal(fleet: Ha
             "SELECT headers FROM dead_letters WHERE ingestion_message_id = $1", row["id"]
         )
     assert headers["traceparent"] == "x\\u0000y"
+
+
+def _raw_publish(url: str, subject: bytes, data: bytes) -> None:
+    """Publish with the bare NATS protocol: clients other than nats-py send any bytes."""
+    where = urlparse(url)
+    with socket.create_connection((where.hostname or "127.0.0.1", where.port or 4222), 5) as s:
+        s.recv(4096)  # INFO
+        s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nPUB ' + subject
+                  + b" %d\r\n" % len(data) + data + b"\r\nPING\r\n")
+        assert b"PONG" in s.recv(4096)
+
+
+async def test_a_subject_that_is_not_utf8_is_recorded_and_does_not_stop_the_reader(
+    fleet: Harness,
+) -> None:
+    """The subject is decoded inside nats-py's read loop, which stops reading for good when
+    anything there raises: one such message used to stall every consumer in turn."""
+    first = await fleet.publish("d1", {"ts": 1, "values": good_values()})
+    subject = fleet.names.telemetry_subject("acme", "dZZ", "state").encode()
+    await asyncio.to_thread(_raw_publish, fleet.settings.nats_url,
+                            subject.replace(b"dZZ", b"d\xff1"), b'{"ts": 2, "values": {}}')
+    last = await fleet.publish("d1", {"ts": 3, "values": good_values()})
+    await fleet.consume(3, within=15)
+    assert (await fleet.message(first))["status"] == "completed"
+    assert (await fleet.message(last))["status"] == "completed"
+    async with fleet.pool.acquire() as conn:
+        rows = await conn.fetch("SELECT * FROM ingestion_messages WHERE stream_seq <> ALL($1)",
+                                [first, last])
+    assert [(r["status"], r["error_code"]) for r in rows] == [
+        ("failed_terminal", "SUBJECT_INVALID")]
+    assert "d\\xff1" in rows[0]["subject"]
