@@ -6,10 +6,11 @@ stage logs, insert duplicate rows and dead letters. A key that another consumer 
 between the lookup and the insert (a race the unique index settles) is re-read and recorded
 as a duplicate — or recognised as this very message, recorded concurrently by a redelivery.
 
-Errors are translated here: connection-class failures become ``TransientError`` (the batch is
-redelivered later); a row Postgres refuses (``PermanentError``) makes :meth:`record_safely`
-split the batch in halves until the poison envelope is alone, and that one is recorded as
-``failed_terminal`` / ``PERSIST_REJECTED`` with a dead letter, so it cannot hold its batch.
+Errors are translated here. A row Postgres refuses (a data, constraint or limit error:
+``PermanentError``) makes :meth:`record_safely` split the batch in halves until the poison
+envelope is alone, and that one is recorded as ``failed_terminal`` / ``PERSIST_REJECTED`` with
+a dead letter, so it cannot hold its batch. Every other failure (connection lost, lock
+timeout, missing table…) is a ``TransientError``: the batch is redelivered later.
 """
 
 from __future__ import annotations
@@ -38,7 +39,13 @@ from streams.ingest.resources import Conn
 
 PERSIST_REJECTED = "PERSIST_REJECTED"
 # SQLSTATE classes that mean "try again later": connection, resources, operator, rollback.
-_TRANSIENT_CLASSES = ("08", "40", "53", "57", "58")
+_UNAVAILABLE_CLASSES = ("08", "40", "53", "57", "58")
+# SQLSTATE classes in which Postgres refuses particular rows: data exceptions, integrity
+# constraints (the state-machine triggers raise check_violation), program limits (a value too
+# large for an index, say). Only these can single out a poison envelope; anything else (a lock
+# timeout, a missing table or privilege, an object in use) would refuse every row alike, and
+# bisecting on it would dead-letter whole batches of good envelopes.
+_ROW_CLASSES = ("22", "23", "54")
 
 
 def translate(exc: BaseException) -> TidewayError:
@@ -46,10 +53,12 @@ def translate(exc: BaseException) -> TidewayError:
     if isinstance(exc, TidewayError):
         return exc
     if isinstance(exc, asyncpg.PostgresError):
-        state = exc.sqlstate or ""
-        if state[:2] in _TRANSIENT_CLASSES:
+        state = (exc.sqlstate or "")[:2]
+        if state in _ROW_CLASSES:
+            return PermanentError(f"Postgres refused the batch: {exc}", code=PERSIST_REJECTED)
+        if state in _UNAVAILABLE_CLASSES:
             return TransientError(f"Postgres: {exc}", code="PG_UNAVAILABLE")
-        return PermanentError(f"Postgres refused the batch: {exc}", code=PERSIST_REJECTED)
+        return TransientError(f"Postgres could not record the batch now: {exc}", code="PG_ERROR")
     return TransientError(f"Postgres unavailable: {exc}", code="PG_UNAVAILABLE")
 
 

@@ -7,9 +7,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import pytest
 
-from tests.integration.ingest.conftest import Harness, good_values
+from tests.integration.ingest.conftest import Harness, fast_settings, good_values
 
 
 class Proxy:
@@ -132,3 +133,32 @@ async def test_consumer_started_while_postgres_is_down_waits_for_it(
         stop.set()
         await asyncio.wait_for(task, 15)
     assert await fleet.count() == 1
+
+
+async def test_a_lock_timeout_defers_the_batch_and_dead_letters_nothing(fleet: Harness) -> None:
+    """A lock timeout refuses every row alike (here: a maintenance lock on the telemetry
+    table outlasting the database's lock_timeout). It is not a poison envelope: the batch is
+    redelivered and recorded once the lock is gone, not split and dead-lettered."""
+    async with fleet.pool.acquire() as conn:
+        database = await conn.fetchval("SELECT current_database()")
+        await conn.execute(f'ALTER DATABASE "{database}" SET lock_timeout = \'300ms\'')
+    seqs = [await fleet.publish("d1", {"ts": 1000 + i, "seq": i, "values": good_values()})
+            for i in range(4)]
+    blocker = await asyncpg.connect(fleet.settings.postgres())
+    lock = blocker.transaction()
+    await lock.start()
+    await blocker.execute("LOCK TABLE device_telemetry_logs IN SHARE MODE")
+
+    async def release_later() -> None:
+        await asyncio.sleep(2.0)  # several recording attempts time out meanwhile
+        await lock.rollback()
+
+    release = asyncio.create_task(release_later())
+    try:
+        await fleet.consume(4, within=30, settings=fast_settings(fleet.settings))
+    finally:
+        await release
+        await blocker.close()
+    assert [(await fleet.message(s))["status"] for s in seqs] == ["completed"] * 4
+    assert await fleet.count("SELECT count(*) FROM dead_letters") == 0
+    assert await fleet.count("SELECT count(*) FROM device_telemetry_logs") == 4

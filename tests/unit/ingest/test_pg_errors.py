@@ -1,0 +1,43 @@
+"""Which Postgres errors single out a poison envelope and which only defer the batch."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from streams.errors import PermanentError, TransientError
+from streams.ingest.recorder import PERSIST_REJECTED, translate
+
+
+@pytest.mark.parametrize("error", [
+    asyncpg.CheckViolationError,  # 23514, also what the state-machine triggers raise
+    asyncpg.NotNullViolationError,  # 23502
+    asyncpg.InvalidTextRepresentationError,  # 22P02
+    asyncpg.CharacterNotInRepertoireError,  # 22021
+    asyncpg.ProgramLimitExceededError,  # 54000: a value too large for an index
+])
+def test_errors_about_the_rows_themselves_are_permanent(error: type[Exception]) -> None:
+    translated = translate(error("refused"))
+    assert isinstance(translated, PermanentError) and translated.code == PERSIST_REJECTED
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (asyncpg.LockNotAvailableError, "PG_ERROR"),  # 55P03: lock_timeout
+    (asyncpg.ObjectInUseError, "PG_ERROR"),  # 55006
+    (asyncpg.UndefinedTableError, "PG_ERROR"),  # 42P01: a migration not run yet
+    (asyncpg.InsufficientPrivilegeError, "PG_ERROR"),  # 42501
+    (asyncpg.DeadlockDetectedError, "PG_UNAVAILABLE"),  # 40P01
+    (asyncpg.QueryCanceledError, "PG_UNAVAILABLE"),  # 57014: statement_timeout
+    (asyncpg.ConnectionFailureError, "PG_UNAVAILABLE"),  # 08006
+    (asyncpg.TooManyConnectionsError, "PG_UNAVAILABLE"),  # 53300
+])
+def test_errors_that_would_refuse_every_row_alike_defer_the_batch(
+    error: type[Exception], code: str,
+) -> None:
+    translated = translate(error("not now"))
+    assert isinstance(translated, TransientError) and translated.code == code
+
+
+def test_a_lost_connection_defers_the_batch() -> None:
+    translated = translate(ConnectionResetError("reset by peer"))
+    assert isinstance(translated, TransientError) and translated.code == "PG_UNAVAILABLE"
