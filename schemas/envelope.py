@@ -64,9 +64,14 @@ def parse_ts(raw: Any) -> datetime:
         if not _RFC3339.fullmatch(raw):
             raise ValueError("ts must be an RFC 3339 date-time such as 2026-05-01T12:00:00Z")
         try:
-            return datetime.fromisoformat(raw.upper()).astimezone(UTC)
+            ts = datetime.fromisoformat(raw.upper()).astimezone(UTC)
         except (ValueError, OverflowError):  # month 13, Feb 30, 23:59:60, beyond year 9999
             raise ValueError("ts is not a valid date-time") from None
+        # The same range as epoch milliseconds: the hot state orders measurements by a
+        # fixed-width text of their time, which a negative number would sort backwards.
+        if ts < EPOCH:
+            raise ValueError("ts must not be before 1970-01-01T00:00:00Z")
+        return ts
     raise ValueError("ts must be an RFC 3339 string or integer epoch milliseconds")
 
 
@@ -99,7 +104,8 @@ Timestamp = Annotated[
     PlainValidator(parse_ts),
     WithJsonSchema(
         {
-            "description": "Measurement time: RFC 3339 date-time with offset, or epoch ms.",
+            "description": ("Measurement time: RFC 3339 date-time with offset, or epoch ms;"
+                            " not before 1970-01-01T00:00:00Z."),
             "oneOf": [
                 {"type": "string", "format": "date-time"},
                 {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS},

@@ -86,6 +86,24 @@ def test_the_json_schema_accepts_exactly_the_good_examples(doc: Any, valid: bool
     assert _validator().is_valid(doc) is valid
 
 
+@pytest.mark.parametrize("ts", ["1969-12-31T23:59:59.999Z", "1970-01-01T01:00:00+02:00",
+                                "0001-01-01T00:00:00Z"])
+def test_date_times_before_the_epoch_are_refused_like_negative_milliseconds(ts: str) -> None:
+    # (The JSON Schema's date-time format cannot say so; its description does.)
+    doc = orjson.dumps({"ts": ts, "values": {}})
+    with pytest.raises(ValidationError):
+        Envelope.model_validate_json(doc)
+    with pytest.raises(EnvelopeError) as info:
+        decode_envelope(doc)
+    assert info.value.code == "ENVELOPE_INVALID" and "1970" in str(info.value)
+
+
+def test_the_epoch_itself_is_accepted_either_way() -> None:
+    a = decode_envelope(b'{"ts": "1970-01-01T01:00:00+01:00", "values": {}}')
+    b = decode_envelope(b'{"ts": 0, "values": {}}')
+    assert a.ts_us == b.ts_us == 0
+
+
 def test_epoch_milliseconds_and_offsets_mean_the_same_instant() -> None:
     a = decode_envelope(b'{"ts": 1777636800250, "values": {}}')
     b = decode_envelope(b'{"ts": "2026-05-01T14:00:00.25+02:00", "values": {}}')
