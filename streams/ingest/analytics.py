@@ -207,6 +207,15 @@ class Analytics:
         self.inserts += 1
         await self.clickhouse.insert_arrow(self.input, rows, INSERT_SETTINGS)
 
+    async def withdraw(self, keys: Sequence[str]) -> None:
+        """Delete the rows of the envelopes with these dedupe keys (a lightweight delete)."""
+        if keys:
+            await self.clickhouse.command(
+                f"DELETE FROM {self.clickhouse.database}.{self.table} "
+                "WHERE message_key IN {keys:Array(String)}",
+                {"keys": list(keys)},
+            )
+
     async def count_for(self, key: str) -> int:
         """How many (deduplicated) rows hold values of the envelope with dedupe key ``key``."""
         rows = await self.clickhouse.query_rows(

@@ -59,6 +59,19 @@ end
 return table.concat(out)
 """
 
+# Withdraw one document: only while the field still holds exactly that document (a newer
+# measurement written since stays), put back ARGV[3] with order ARGV[4], or clear the topic
+# when ARGV[3] is empty. Answers 1 when it changed the field, 0 when it left it.
+_WITHDRAW = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1], ARGV[1] .. '@order')
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3], ARGV[1] .. '@order', ARGV[4])
+end
+return 1
+"""
+
 
 class HotItem(NamedTuple):
     """One measurement to offer to the hot state (a tuple: one per envelope)."""
@@ -82,6 +95,7 @@ class HotState:
     def __init__(self, client: aioredis.Redis) -> None:
         self.client = client
         self._script = client.register_script(_SCRIPT)
+        self._withdraw = client.register_script(_WITHDRAW)
 
     async def offer(self, items: Sequence[HotItem]) -> list[int]:
         """Offer measurements; per item ``WRITTEN``, ``NOT_NEWER`` or ``FAILED``.
@@ -121,6 +135,19 @@ class HotState:
                 if (item.key, item.topic) in failed:
                     results[index] = FAILED
         return results
+
+    async def withdraw(self, item: HotItem, previous: HotItem | None) -> bool:
+        """Take back ``item`` if it is still its topic's document, putting ``previous`` (the
+        newest measurement that stays, if any) in its place; whether anything changed."""
+        args: list[str | bytes] = [item.topic, item.doc, b"", b""]
+        if previous is not None:
+            args[2:] = [previous.doc, previous.order]
+        try:
+            return bool(await self._withdraw(keys=[item.key], args=args))
+        except RedisError as exc:
+            raise translate(exc) from exc
+        except OSError as exc:
+            raise TransientError(f"Redis unavailable: {exc}", code="REDIS_UNAVAILABLE") from exc
 
     async def read(self, key: str) -> dict[str, Any]:
         """The hot state of one device: ``{topic: document}``."""

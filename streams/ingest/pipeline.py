@@ -19,9 +19,11 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 import orjson
 
+from schemas.envelope import EPOCH
 from stages.ingest.ack_policy import (
     ACK,
     AckDecision,
@@ -30,16 +32,25 @@ from stages.ingest.ack_policy import (
     publish_failure_is_final,
 )
 from stages.ingest.evaluate import Evaluation, Registry, evaluate
-from stages.ingest.ingress import Receipt, SubjectParts, parse_subject
+from stages.ingest.ingress import Receipt, SubjectParts, iso_utc, parse_subject
 from stages.ingest.plan import Classified, Fate, Final, PublishOutcome, classify, finalize
+from streams.ingest import sql
 from streams.ingest.analytics import Analytics
-from streams.ingest.hot_state import HotState
-from streams.ingest.publish import Publisher
-from streams.ingest.recorder import PG_FAILURES, Recorded, Recorder, lookup, translate
+from streams.ingest.hot_state import HotItem, HotState
+from streams.ingest.publish import Publisher, hot_item
+from streams.ingest.recorder import (
+    PERSIST_REJECTED,
+    PG_FAILURES,
+    Recorded,
+    Recorder,
+    lookup,
+    translate,
+)
 from streams.ingest.registry_cache import RegistryCache
 from streams.ingest.resources import Resources
 
 log = logging.getLogger(__name__)
+_US = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -151,6 +162,7 @@ class Pipeline:
         for index in recorded.contended:
             dispositions[index] = Disposition.CONTENDED
         if recorded.dead_letters:
+            await self._withdraw_refused(recorded, evaluations, outcomes)
             await self._announce(recorded)
         recorded_ = Disposition.RECORDED
         decisions = tuple(
@@ -171,6 +183,55 @@ class Pipeline:
             finished_at_ns=time.time_ns(),
         )
         return BatchResult(decisions=decisions, stats=stats, message_ids=recorded.message_ids)
+
+    async def _withdraw_refused(self, recorded: Recorded, evaluations: Sequence[Evaluation],
+                                outcomes: Mapping[int, PublishOutcome]) -> None:
+        """Take envelopes Postgres refused back out of the sinks they were published to.
+
+        Publishing comes before the recording transaction, so an envelope whose rows Postgres
+        then refused (``PERSIST_REJECTED``) is already in the hot state and the analytics;
+        nothing may stay published that has no record. Its analytics rows are deleted, and
+        where its document is still its device's hot state, the newest measurement Postgres
+        holds takes its place (or the topic is cleared). Best effort: a sink that fails now
+        is logged, and the dead letter says what was refused.
+        """
+        index_of = {id(ev): i for i, ev in enumerate(evaluations)}
+        refused = []
+        for _, ev, code in recorded.dead_letters:
+            outcome = outcomes.get(index_of[id(ev)])
+            if code == PERSIST_REJECTED and outcome is not None:
+                refused.append((ev, outcome))
+        if not refused:
+            return
+        keys = [ev.key for ev, outcome in refused if outcome.analytics_published]
+        try:
+            await self.analytics.withdraw(keys)
+        except Exception as exc:
+            log.warning("could not delete the analytics rows of %d refused envelopes: %s",
+                        len(keys), exc)
+        hot = [ev for ev, outcome in refused if outcome.hot_state_written]
+        for ev, item in zip(hot, self.publisher.hot_items(hot), strict=True):
+            try:
+                await self.publisher.hot_state.withdraw(item, await self._newest_kept(ev, item))
+            except Exception as exc:
+                log.warning("could not take refused envelope %s out of the hot state: %s",
+                            ev.key, exc)
+
+    async def _newest_kept(self, ev: Evaluation, item: HotItem) -> HotItem | None:
+        """The hot-state entry of the newest processed measurement of ``ev``'s device and
+        topic (``None`` if there is none)."""
+        assert ev.device is not None
+        try:
+            async with self.resources.pool.acquire() as conn:
+                row = await conn.fetchrow(sql.NEWEST_PROCESSED, ev.device.id, item.topic)
+        except PG_FAILURES as exc:
+            raise translate(exc) from exc
+        if row is None:
+            return None
+        ts_us = (row["measured_at"] - EPOCH) // _US
+        received_us = (row["received_at"] - EPOCH) // _US
+        return hot_item(item.key, item.topic, row["measured_at"], ts_us, row["seq"], row["key"],
+                        iso_utc(received_us), row["values_json"])
 
     async def _announce(self, recorded: Recorded) -> None:
         """Copy each new dead letter to the DLQ stream, for alerting (best effort)."""

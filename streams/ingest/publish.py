@@ -14,6 +14,7 @@ import asyncio
 import random
 import time
 from collections.abc import Sequence
+from datetime import datetime
 
 import orjson
 
@@ -39,17 +40,14 @@ class Publisher:
         self.rand = rand or random.Random()
 
     def hot_items(self, evaluations: Sequence[Evaluation]) -> list[HotItem]:
-        items = []
         prefix = self.names.hot_state_key("", "")[:-1]  # "<prefix>state:" + tenant:device
+        items = []
         for ev in evaluations:
             env, parts = ev.envelope, ev.parts
             assert env is not None and parts is not None and ev.values_json is not None
-            # The values are already JSON: splice them in rather than encoding them again.
-            head = orjson.dumps({"ts": env.ts, "seq": env.seq, "message_key": ev.key,
-                                 "received_at": ev.receipt.received_iso})
-            doc = b"%s,\"values\":%s}" % (head[:-1], ev.values_json.encode())
-            items.append(HotItem(f"{prefix}{parts.tenant}:{parts.device}", parts.topic,
-                                 hot_state_order(env.ts_us, env.seq), doc))
+            items.append(hot_item(f"{prefix}{parts.tenant}:{parts.device}", parts.topic,
+                                  env.ts, env.ts_us, env.seq, ev.key, ev.receipt.received_iso,
+                                  ev.values_json))
         return items
 
     async def publish(self, evaluations: Sequence[Evaluation]) -> list[PublishOutcome]:
@@ -125,6 +123,16 @@ class Publisher:
         assert error is not None
         return PublishFailure(sink="analytics", code=error.code, message=error.message,
                               attempts=self.attempts)
+
+
+def hot_item(key: str, topic: str, ts: datetime, ts_us: int, seq: int | None,
+             message_key: str, received_iso: str, values_json: str) -> HotItem:
+    """One measurement's hot-state entry (the document's layout: :mod:`hot_state`)."""
+    # The values are already JSON: splice them in rather than encoding them again.
+    head = orjson.dumps({"ts": ts, "seq": seq, "message_key": message_key,
+                         "received_at": received_iso})
+    doc = b"%s,\"values\":%s}" % (head[:-1], values_json.encode())
+    return HotItem(key, topic, hot_state_order(ts_us, seq), doc)
 
 
 def _as_tideway(exc: Exception) -> TidewayError:

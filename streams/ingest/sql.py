@@ -204,6 +204,18 @@ ORDER BY attempt, array_position(
 
 MESSAGE_TELEMETRY = "SELECT * FROM device_telemetry_logs WHERE ingestion_message_id = $1"
 
+# The newest measurement of a device and topic that Postgres recorded as processed, in hot-state
+# order (ts, then seq with none first; the earliest recorded of equals): what the hot state
+# should hold once an envelope Postgres refused is taken back out of it.
+NEWEST_PROCESSED = """
+SELECT t.measured_at, t.seq, t.received_at, t.parameter_values::text AS values_json,
+       m.source_deduplication_key AS key
+FROM device_telemetry_logs t JOIN ingestion_messages m ON m.id = t.ingestion_message_id
+WHERE t.device_id = $1 AND t.topic = $2 AND t.processing_state = 'processed'
+ORDER BY t.measured_at DESC, t.seq DESC NULLS LAST, t.ingestion_message_id
+LIMIT 1
+"""
+
 MESSAGE_DUPLICATES = """
 SELECT id, stream_seq, received_at, created_at FROM ingestion_messages
 WHERE duplicate_of = $1 ORDER BY id

@@ -6,7 +6,8 @@ import asyncio
 import socket
 from urllib.parse import urlparse
 
-from tests.integration.ingest.conftest import Harness, good_values
+from stages.ingest.plan import hot_state_order
+from tests.integration.ingest.conftest import TENANT, Harness, good_values
 
 
 async def test_a_row_postgres_refuses_is_isolated_and_dead_lettered(fleet: Harness) -> None:
@@ -35,6 +36,40 @@ async def test_a_row_postgres_refuses_is_isolated_and_dead_lettered(fleet: Harne
         )
     assert reason == "PERSIST_REJECTED"
     assert sum(s.retried for s in stats) == 0  # nothing was sent back for redelivery
+
+
+async def test_a_refused_envelope_is_taken_back_out_of_the_hot_state_and_analytics(
+    fleet: Harness,
+) -> None:
+    """Publishing comes before the recording transaction, so the refused envelope (here the
+    newest of its device, so the one the hot state took) was already published; nothing may
+    stay published without a record."""
+    async with fleet.pool.acquire() as conn:
+        await conn.execute(
+            "ALTER TABLE device_telemetry_logs ADD CONSTRAINT test_poison "
+            "CHECK (parameter_values->>'firmware' IS DISTINCT FROM 'poison')"
+        )
+    seqs = []
+    for i in range(4):
+        values = {**good_values(temp=10 + i), "fw": "poison" if i == 3 else "1.0"}
+        seqs.append(await fleet.publish("d1", {"ts": 1000 + i, "seq": i, "values": values}))
+    # d2's only envelope is refused: its topic is cleared, not left holding it.
+    lone = await fleet.publish("d2", {"ts": 5000, "values": {**good_values(), "fw": "poison"}})
+    await fleet.consume(5)
+    rows = [await fleet.message(s) for s in seqs]
+    assert [r["status"] for r in rows] == ["completed"] * 3 + ["failed_terminal"]
+    assert (await fleet.message(lone))["error_code"] == "PERSIST_REJECTED"
+    kept = rows[2]
+    state = (await fleet.hot_state("d1"))["state"]
+    assert (state["seq"], state["message_key"]) == (2, kept["source_deduplication_key"])
+    assert state["values"]["firmware"] == "1.0" and state["values"]["temp_c"] == 12
+    assert state["ts"] == "1970-01-01T00:00:01.002000+00:00"
+    assert state["received_at"] == kept["received_at"].isoformat()
+    raw = await fleet.redis.hget(fleet.names.hot_state_key(TENANT, "d1"), "state@order")
+    assert raw == hot_state_order(1_002_000, 2).encode()
+    assert await fleet.hot_state("d2") == {}
+    assert await fleet.analytics_rows(rows[3]["source_deduplication_key"]) == 0
+    assert await fleet.analytics_rows(kept["source_deduplication_key"]) > 0
 
 
 async def test_nul_bytes_in_subject_and_headers_are_recorded_not_fatal(fleet: Harness) -> None:
