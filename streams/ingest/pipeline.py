@@ -38,14 +38,7 @@ from streams.ingest import sql
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotItem, HotState
 from streams.ingest.publish import Publisher, hot_item
-from streams.ingest.recorder import (
-    PERSIST_REJECTED,
-    PG_FAILURES,
-    Recorded,
-    Recorder,
-    lookup,
-    translate,
-)
+from streams.ingest.recorder import PG_FAILURES, Recorded, Recorder, lookup, translate
 from streams.ingest.registry_cache import RegistryCache
 from streams.ingest.resources import Resources
 
@@ -161,8 +154,9 @@ class Pipeline:
         recorded = await self.recorder.record_safely(evaluations, fates, finals)
         for index in recorded.contended:
             dispositions[index] = Disposition.CONTENDED
+        if recorded.refused:
+            await self._withdraw_refused(recorded.refused, evaluations, outcomes)
         if recorded.dead_letters:
-            await self._withdraw_refused(recorded, evaluations, outcomes)
             await self._announce(recorded)
         recorded_ = Disposition.RECORDED
         decisions = tuple(
@@ -184,7 +178,7 @@ class Pipeline:
         )
         return BatchResult(decisions=decisions, stats=stats, message_ids=recorded.message_ids)
 
-    async def _withdraw_refused(self, recorded: Recorded, evaluations: Sequence[Evaluation],
+    async def _withdraw_refused(self, refused: set[int], evaluations: Sequence[Evaluation],
                                 outcomes: Mapping[int, PublishOutcome]) -> None:
         """Take envelopes Postgres refused back out of the sinks they were published to.
 
@@ -195,21 +189,14 @@ class Pipeline:
         holds takes its place (or the topic is cleared). Best effort: a sink that fails now
         is logged, and the dead letter says what was refused.
         """
-        index_of = {id(ev): i for i, ev in enumerate(evaluations)}
-        refused = []
-        for _, ev, code in recorded.dead_letters:
-            outcome = outcomes.get(index_of[id(ev)])
-            if code == PERSIST_REJECTED and outcome is not None:
-                refused.append((ev, outcome))
-        if not refused:
-            return
-        keys = [ev.key for ev, outcome in refused if outcome.analytics_published]
+        published = [(evaluations[i], outcomes[i]) for i in sorted(refused) if i in outcomes]
+        keys = [ev.key for ev, outcome in published if outcome.analytics_published]
         try:
             await self.analytics.withdraw(keys)
         except Exception as exc:
             log.warning("could not delete the analytics rows of %d refused envelopes: %s",
                         len(keys), exc)
-        hot = [ev for ev, outcome in refused if outcome.hot_state_written]
+        hot = [ev for ev, outcome in published if outcome.hot_state_written]
         for ev, item in zip(hot, self.publisher.hot_items(hot), strict=True):
             try:
                 await self.publisher.hot_state.withdraw(item, await self._newest_kept(ev, item))

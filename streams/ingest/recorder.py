@@ -95,6 +95,8 @@ class Recorded:
     """Batch indexes that could not be recorded now (nak and retry)."""
     dead_letters: list[tuple[int, Evaluation, str]] = field(default_factory=list)
     """(message id, evaluation, reason code) of every dead letter written."""
+    refused: set[int] = field(default_factory=set)
+    """Batch indexes whose rows Postgres refused (recorded as ``PERSIST_REJECTED``)."""
 
 
 class Recorder:
@@ -118,7 +120,10 @@ class Recorder:
                 if not finals:
                     raise
                 (index,) = finals
-                return await self.record(evaluations, fates, {index: _rejected(finals[index], exc)})
+                alone = await self.record(evaluations, fates,
+                                          {index: _rejected(finals[index], exc)})
+                alone.refused.add(index)
+                return alone
             half = len(indexes) // 2
             out = Recorded()
             for part in (indexes[:half], indexes[half:]):
@@ -132,6 +137,7 @@ class Recorder:
                 out.message_ids.update(result.message_ids)
                 out.contended |= result.contended
                 out.dead_letters += result.dead_letters
+                out.refused |= result.refused
             return out
 
     async def record(

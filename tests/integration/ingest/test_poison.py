@@ -10,13 +10,17 @@ from stages.ingest.plan import hot_state_order
 from tests.integration.ingest.conftest import TENANT, Harness, good_values
 
 
-async def test_a_row_postgres_refuses_is_isolated_and_dead_lettered(fleet: Harness) -> None:
-    # A real refusal from Postgres for exactly one envelope (the firmware string "poison").
+async def _refuse_poison_firmware(fleet: Harness) -> None:
+    """A real refusal from Postgres for exactly the envelopes whose firmware is "poison"."""
     async with fleet.pool.acquire() as conn:
         await conn.execute(
             "ALTER TABLE device_telemetry_logs ADD CONSTRAINT test_poison "
             "CHECK (parameter_values->>'firmware' IS DISTINCT FROM 'poison')"
         )
+
+
+async def test_a_row_postgres_refuses_is_isolated_and_dead_lettered(fleet: Harness) -> None:
+    await _refuse_poison_firmware(fleet)
     seqs = []
     for i in range(7):
         values = {**good_values(), "fw": "poison" if i == 3 else "1.0"}
@@ -44,11 +48,7 @@ async def test_a_refused_envelope_is_taken_back_out_of_the_hot_state_and_analyti
     """Publishing comes before the recording transaction, so the refused envelope (here the
     newest of its device, so the one the hot state took) was already published; nothing may
     stay published without a record."""
-    async with fleet.pool.acquire() as conn:
-        await conn.execute(
-            "ALTER TABLE device_telemetry_logs ADD CONSTRAINT test_poison "
-            "CHECK (parameter_values->>'firmware' IS DISTINCT FROM 'poison')"
-        )
+    await _refuse_poison_firmware(fleet)
     seqs = []
     for i in range(4):
         values = {**good_values(temp=10 + i), "fw": "poison" if i == 3 else "1.0"}
