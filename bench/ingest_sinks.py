@@ -67,18 +67,23 @@ async def prebuild(pipeline: Pipeline, names: Names, tenant: str,
                    data: list[tuple[str, bytes, str]], batch: int) -> Prebuilt:
     """Run the pipeline's pure stages over ``data`` and build its rows (not timed)."""
     now_ns = time.time_ns()
-    out = Prebuilt([], [], [], [], [], [], pa.table({}))
+    keys: list[str] = []
+    receipts: list[str] = []
+    messages: list[str] = []
+    telemetry: list[str] = []
+    passes: list[str] = []
+    hot: list[HotItem] = []
     tables = []
     published = PublishOutcome(duration_us=_PUBLISH_US, hot_state_written=True,
                                analytics_published=True)
     for start in range(0, len(data), batch):
-        receipts = [
+        batch_receipts = [
             Receipt.of(subject=names.telemetry_subject(tenant, device, "state"), data=body,
                        headers={"Nats-Msg-Id": msg_id}, stream_seq=start + i + 1,
                        received_at_ns=now_ns + start + i)
             for i, (device, body, msg_id) in enumerate(data[start:start + batch])
         ]
-        evaluations, fates = await pipeline.prepare(receipts)
+        evaluations, fates = await pipeline.prepare(batch_receipts)
         if any(f.fate is not Fate.NEW for f in fates) or not all(
                 ev.needs_publish for ev in evaluations):
             raise RuntimeError("the write ceiling needs a data set of new, valid envelopes")
@@ -87,15 +92,15 @@ async def prebuild(pipeline: Pipeline, names: Names, tenant: str,
         rec = Recording(capture=False, now=datetime.now(UTC))
         for ev, message_id in zip(evaluations, ids, strict=True):
             rec.add(finalize(ev, published), message_id)
-        out.keys.extend(ev.key for ev in evaluations)
-        out.receipts.extend(f"{ev.receipt.stream_seq}:{ev.receipt.received_at_ns // 1000}"
-                            for ev in evaluations)
-        out.messages.extend(rec.messages)
-        out.telemetry.extend(rec.telemetry)
-        out.passes.extend(rec.stage_pass_lines(_PERSIST_US))
-        out.hot.extend(pipeline.publisher.hot_items(evaluations))
+        keys.extend(ev.key for ev in evaluations)
+        receipts.extend(f"{ev.receipt.stream_seq}:{ev.receipt.received_at_ns // 1000}"
+                        for ev in evaluations)
+        messages.extend(rec.messages)
+        telemetry.extend(rec.telemetry)
+        passes.extend(rec.stage_pass_lines(_PERSIST_US))
+        hot.extend(pipeline.publisher.hot_items(evaluations))
         tables.append(pipeline.analytics.rows(evaluations))
-    return Prebuilt(out.keys, out.receipts, out.messages, out.telemetry, out.passes, out.hot,
+    return Prebuilt(keys, receipts, messages, telemetry, passes, hot,
                     pa.concat_tables(tables).combine_chunks())
 
 
