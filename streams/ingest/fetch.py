@@ -217,12 +217,19 @@ class Fetcher:
 
     async def stop(self) -> None:
         if self._sub is not None:
-            # Unsubscribe first: a message still arriving meanwhile reaches this fetcher (and,
-            # unacknowledged, is redelivered later) instead of nats-py's placeholder callback.
+            # Unsubscribe first: a message still arriving meanwhile reaches this fetcher
+            # instead of nats-py's placeholder callback.
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
             _tap(self.nc).pop(self._sub._id, None)
             self._sub = None
+        # Messages that arrived after the last fetch returned were never processed: hand them
+        # back for redelivery now, rather than leave them waiting out ``ack_wait`` (30 s by
+        # default) after every restart. If the connection is gone, ``ack_wait`` still applies.
+        left, self._msgs = self._msgs, []
+        if left:
+            with contextlib.suppress(Exception):
+                await acknowledge(self.nc, left, (_GIVE_BACK,) * len(left))
 
     def _on_frame(self, subject: bytes, reply: bytes, data: bytes,
                   headers: bytes | None) -> None:
@@ -262,6 +269,9 @@ class Fetcher:
                 await asyncio.wait_for(done, wait_s + _GRACE_S)
         msgs, self._msgs = self._msgs, []
         return msgs
+
+
+_GIVE_BACK = AckDecision(action=Action.NAK, delay_s=0.0)
 
 
 async def _never_called(msg: Any) -> None:  # the tap takes the subscription's messages
