@@ -85,3 +85,15 @@ async def test_the_dedupe_read_stays_fast_when_the_tables_grow_after_a_deploymen
         await pool.close()
     assert sorted(r["key"] for r in rows) == sorted(keys[:4000])
     assert elapsed < 2.0, f"the dedupe read of 8,000 keys took {elapsed:.1f} s"
+
+
+async def test_the_duplicates_of_a_message_are_read_through_their_own_index(
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """``tideway messages show`` lists a message's duplicates; without an index on
+    ``duplicate_of`` that read went through every duplicate row."""
+    async with pg_pool.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL enable_seqscan = off")  # the table is empty here
+        plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql.MESSAGE_DUPLICATES, 7))
+    assert "ix_ingestion_messages_duplicate_of" in plan
+    assert "Index Cond: (duplicate_of = " in plan
