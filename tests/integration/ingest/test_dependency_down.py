@@ -95,7 +95,10 @@ async def test_postgres_outage_delays_envelopes_and_loses_none(
                                                         fleet.names.ingest_durable)
         assert info.delivered.consumer_seq < 5 + 5 * 25  # ...and no hot redelivery loop
         pg_proxy.up = True  # back again
-        for _ in range(200):
+        # The envelopes nak'ed during the outage come back after their backoff: full jitter
+        # floored at 2 s and doubling per delivery, so up to 8 s after a third delivery, plus
+        # the worker's own pause. Wait longer than that (a 10 s wait failed once in CI).
+        for _ in range(600):
             if await fleet.count() >= 10:
                 break
             await asyncio.sleep(0.05)
