@@ -33,6 +33,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, PlainValidator, With
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_EPOCH_MS = 253_402_300_799_999
+_US = timedelta(microseconds=1)
 """9999-12-31T23:59:59.999Z, the last instant a timestamp column can hold."""
 MAX_SEQ = 2**63 - 1
 
@@ -51,6 +52,11 @@ def _integral(raw: Any) -> int | None:
     if type(raw) is float and raw.is_integer():
         return int(raw)
     return None
+
+
+def epoch_us(moment: datetime) -> int:
+    """An aware datetime as whole microseconds since the epoch (exact, no float)."""
+    return (moment - EPOCH) // _US
 
 
 def parse_ts(raw: Any) -> datetime:
@@ -154,7 +160,7 @@ class Envelope(BaseModel):
     @property
     def ts_us(self) -> int:
         """``ts`` as microseconds since the epoch (exact, for ordering measurements)."""
-        return (self.ts - EPOCH) // timedelta(microseconds=1)
+        return epoch_us(self.ts)
 
 
 def has_nul(value: Any) -> bool:

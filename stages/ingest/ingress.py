@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from schemas.envelope import EPOCH, MAX_EPOCH_MS, has_nul, parse_seq, parse_ts
+from schemas.envelope import EPOCH, MAX_EPOCH_MS, epoch_us, has_nul, parse_seq, parse_ts
 from stages.errors import StageError
 
 TOO_LARGE = "ENVELOPE_TOO_LARGE"
@@ -182,7 +182,7 @@ def decode_envelope(data: bytes) -> DecodedEnvelope:
             ts = EPOCH + ts_us * _US
         else:
             ts = parse_ts(raw_ts)
-            ts_us = (ts - EPOCH) // _US
+            ts_us = epoch_us(ts)
         seq = parse_seq(doc.get("seq"))
     except ValueError as exc:
         raise EnvelopeError(str(exc), code=INVALID) from None

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from schemas.envelope import EPOCH
+from schemas.envelope import epoch_us
 from stages.ingest.evaluate import DeviceRecord, Evaluation, StageLog
 from stages.ingest.ingress import DecodedEnvelope, Receipt, SubjectParts
 from stages.ingest.plan import PUBLISH_FAILED, pass_line
@@ -39,8 +39,6 @@ from streams.ingest.publish import Publisher
 from streams.ingest.recorder import PG_FAILURES, copy_lines, translate
 from streams.ingest.registry_cache import RegistryCache
 from streams.ingest.resources import Conn, Resources
-
-_US = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,9 +76,9 @@ async def show_dead_letter(conn: Conn, dead_letter_id: int) -> dict[str, Any]:
 
 def _evaluation(row: Any, binding: Any) -> Evaluation:
     """Rebuild what publish needs from a dead letter's telemetry row."""
-    received_ns = (row["received_at"] - EPOCH) // _US * 1000
+    received_ns = epoch_us(row["received_at"]) * 1000
     measured: datetime = row["measured_at"]
-    ts_us = (measured - EPOCH) // _US
+    ts_us = epoch_us(measured)
     parts = SubjectParts(tenant=row["tenant"], device=row["device"], topic=row["topic"])
     receipt = Receipt.of(subject="", data=b"", headers=None, stream_seq=0,
                          received_at_ns=received_ns)

@@ -19,11 +19,10 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 
 import orjson
 
-from schemas.envelope import EPOCH
+from schemas.envelope import epoch_us
 from stages.ingest.ack_policy import (
     ACK,
     AckDecision,
@@ -43,7 +42,6 @@ from streams.ingest.registry_cache import RegistryCache
 from streams.ingest.resources import Resources
 
 log = logging.getLogger(__name__)
-_US = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -215,10 +213,9 @@ class Pipeline:
             raise translate(exc) from exc
         if row is None:
             return None
-        ts_us = (row["measured_at"] - EPOCH) // _US
-        received_us = (row["received_at"] - EPOCH) // _US
-        return hot_item(item.key, item.topic, row["measured_at"], ts_us, row["seq"], row["key"],
-                        iso_utc(received_us), row["values_json"])
+        measured = row["measured_at"]
+        return hot_item(item.key, item.topic, measured, epoch_us(measured), row["seq"],
+                        row["key"], iso_utc(epoch_us(row["received_at"])), row["values_json"])
 
     async def _announce(self, recorded: Recorded) -> None:
         """Copy each new dead letter to the DLQ stream, for alerting (best effort)."""
