@@ -61,7 +61,7 @@ return table.concat(out)
 
 # Withdraw one document: only while the field still holds exactly that document (a newer
 # measurement written since stays), put back ARGV[3] with order ARGV[4], or clear the topic
-# when ARGV[3] is empty. Answers 1 when it changed the field, 0 when it left it.
+# when ARGV[3] is empty.
 _WITHDRAW = """
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 if ARGV[3] == '' then
@@ -136,14 +136,14 @@ class HotState:
                     results[index] = FAILED
         return results
 
-    async def withdraw(self, item: HotItem, previous: HotItem | None) -> bool:
+    async def withdraw(self, item: HotItem, previous: HotItem | None) -> None:
         """Take back ``item`` if it is still its topic's document, putting ``previous`` (the
-        newest measurement that stays, if any) in its place; whether anything changed."""
+        newest measurement that stays, if any) in its place."""
         args: list[str | bytes] = [item.topic, item.doc, b"", b""]
         if previous is not None:
             args[2:] = [previous.doc, previous.order]
         try:
-            return bool(await self._withdraw(keys=[item.key], args=args))
+            await self._withdraw(keys=[item.key], args=args)
         except RedisError as exc:
             raise translate(exc) from exc
         except OSError as exc:
