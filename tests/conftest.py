@@ -23,15 +23,15 @@ import pytest
 from streams import db, migrate
 from streams.config import Settings
 from streams.names import Names
+from tests.shared_data import IN_CI, REPO_ROOT, SHARED_DIR, require, skip_or_fail
+
+__all__ = ["IN_CI", "REPO_ROOT"]  # re-exported for the tests that import them from here
 
 PG_ADMIN_DSN = os.environ.get(
     "TIDEWAY_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 NATS_URL = os.environ.get("TIDEWAY_TEST_NATS_URL", "nats://127.0.0.1:4222")
 REDIS_URL = os.environ.get("TIDEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_DIR = Path(os.environ.get("TIDEWAY_SHARED_DIR", REPO_ROOT.parent / "shared"))
 
 
 def _reachable(url: str, default_port: int) -> bool:
@@ -49,10 +49,7 @@ def require_service(url: str, default_port: int, what: str) -> None:
     """Skip (locally) or fail (in CI) when ``what`` at ``url`` cannot be reached."""
     if _reachable(url, default_port):
         return
-    message = f"{what} is not reachable at {url}"
-    if IN_CI:
-        pytest.fail(message)
-    pytest.skip(message)
+    skip_or_fail(f"{what} is not reachable at {url}")
 
 
 def short_id() -> str:
@@ -174,5 +171,7 @@ async def settings(
 
 @pytest.fixture
 def shared_dir() -> Path:
-    """The project's ``shared/`` folder (spec, sample data) beside the repository."""
-    return SHARED_DIR
+    """The project's ``shared/`` folder (spec, sample data) beside the repository.
+
+    Skips (locally) or fails (under ``CI=true``) when the folder is absent."""
+    return require(SHARED_DIR)

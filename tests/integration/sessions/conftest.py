@@ -14,6 +14,7 @@ from streams.config import Settings
 from streams.jobs.worker import run_worker
 from streams.sessions.executors import SessionExecutors
 from streams.sessions.intake import provision_sessions, run_intake
+from tests.shared_data import data_file
 
 NMEA_LOG = "ublox-zed-f9p-nmea.log"
 
@@ -41,8 +42,8 @@ async def running_intake(settings: Settings) -> AsyncIterator[None]:
 
 
 @pytest.fixture
-def nmea_file(shared_dir: Path) -> Path:
-    return shared_dir / "data" / "nmea" / NMEA_LOG
+def nmea_file() -> Path:
+    return data_file("nmea", NMEA_LOG)
 
 
 async def wait_until(check: object, within: float = 10.0) -> object:

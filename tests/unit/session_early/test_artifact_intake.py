@@ -9,8 +9,9 @@ import pytest
 from stages.session import artifact_classify, artifact_validate
 from stages.session.contract import ArtifactBlob, SessionStageError, StageInput
 from stages.session.formats import compression
+from tests.shared_data import SharedFile, contents
 from tests.unit.session_early.streams import blob
-from tests.unit.session_formats.nmea_data import log
+from tests.unit.session_formats.nmea_data import lazy, log
 
 CSV = b"ts,lat_deg,lon_deg\n2024-05-01T10:00:00Z,1,2\n"
 
@@ -107,7 +108,7 @@ JSONL = (
 @pytest.mark.parametrize(
     ("data", "fmt", "variant", "expected", "frame"),
     [
-        (log("sirfstarv-nmea.log"), "nmea", "0183", ["gnss"], None),
+        (lazy("sirfstarv-nmea.log"), "nmea", "0183", ["gnss"], None),
         (GPX, "gpx", "1.1", ["gnss", "aux"], None),
         (CSV, "csv", "canonical", ["gnss"], None),
         (RACELOG, "csv", "racelog", ["gnss", "imu"], "FRD"),
@@ -115,9 +116,14 @@ JSONL = (
     ],
 )
 def test_classify(
-    data: bytes, fmt: str, variant: str | None, expected: list[str], frame: str | None, gz: bool
+    data: bytes | SharedFile,
+    fmt: str,
+    variant: str | None,
+    expected: list[str],
+    frame: str | None,
+    gz: bool,
 ) -> None:
-    raw = compression.compress(data) if gz else data
+    raw = compression.compress(contents(data)) if gz else contents(data)
     out = artifact_classify.run(StageInput(artifacts=(blob("upload.bin", raw),)))
     s = out.summary
     assert (s["format"], s["compressed"], s["variant"]) == (fmt, gz, variant)

@@ -12,7 +12,7 @@ from stages.session import canonical, normalise_units, parse_raw
 from stages.session.contract import SessionStageError, StageInput, StageOutput
 from stages.session.formats import compression
 from tests.unit.session_early.streams import blob
-from tests.unit.session_formats.nmea_data import NMEA_DIR, log
+from tests.unit.session_formats.nmea_data import LOGS, log
 from tests.unit.session_formats.test_csv import RACELOG
 
 
@@ -26,9 +26,9 @@ def _normalise(parsed: StageOutput) -> StageOutput:
     )
 
 
-@pytest.mark.parametrize("path", sorted(NMEA_DIR.glob("*.log")), ids=lambda p: p.name)
-def test_every_real_log_parses(path: object) -> None:
-    out = _parse("log.nmea", path.read_bytes())  # type: ignore[attr-defined]
+@pytest.mark.parametrize("name", LOGS)
+def test_every_real_log_parses(name: str) -> None:
+    out = _parse("log.nmea", log(name))
     assert set(out.datasets) == {"gnss", "imu", "aux"}
     assert out.summary["format"] == "nmea"
     assert out.summary["capabilities"]["imu"] is False

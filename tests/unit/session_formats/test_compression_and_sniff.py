@@ -9,7 +9,8 @@ import pytest
 from stages.session.contract import SessionStageError
 from stages.session.formats import compression
 from stages.session.formats.sniff import sniff
-from tests.unit.session_formats.nmea_data import log
+from tests.shared_data import SharedFile, contents
+from tests.unit.session_formats.nmea_data import lazy, log
 
 
 def test_gzip_round_trip_and_deterministic_output() -> None:
@@ -49,16 +50,18 @@ def test_inflation_past_the_limit_stops() -> None:
 @pytest.mark.parametrize(
     ("data", "fmt", "variant"),
     [
-        (log("neo-m8n.log"), "nmea", "0183"),
-        (log("bt451.log"), "nmea", "0183"),
+        (lazy("neo-m8n.log"), "nmea", "0183"),
+        (lazy("bt451.log"), "nmea", "0183"),
         (b'<?xml version="1.0"?>\n<gpx version="1.1" xmlns="x"><trk/></gpx>', "gpx", "1.1"),
         (b"ts,lat_deg,lon_deg\n2024-05-01T10:00:00Z,1,2\n", "csv", "canonical"),
         (b"time_ms,latitude,longitude,acc_x_g\n1,2,3,4\n", "csv", "racelog"),
         (b'{"ts": 1, "topic": "imu", "values": {}}\n{"ts": 2, "top', "jsonl", None),
     ],
 )
-def test_formats_are_recognised_by_content(data: bytes, fmt: str, variant: str | None) -> None:
-    found = sniff(data)
+def test_formats_are_recognised_by_content(
+    data: bytes | SharedFile, fmt: str, variant: str | None
+) -> None:
+    found = sniff(contents(data))
     assert found is not None
     assert (found.format, found.variant) == (fmt, variant)
 

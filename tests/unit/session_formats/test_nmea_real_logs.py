@@ -11,7 +11,8 @@ import datetime as dt
 import pytest
 
 from stages.session.formats import nmea
-from tests.unit.session_formats.nmea_data import NMEA_DIR, log
+from tests.shared_data import data_file
+from tests.unit.session_formats.nmea_data import LOGS, log
 
 FIX_EPOCHS = {
     "bt451.log": 14,
@@ -37,7 +38,8 @@ def _row(name: str, index: int) -> dict[str, object]:
 
 
 def test_every_log_is_present() -> None:
-    assert sorted(p.name for p in NMEA_DIR.glob("*.log")) == sorted(FIX_EPOCHS)
+    folder = data_file("nmea")
+    assert sorted(p.name for p in folder.glob("*.log")) == sorted(FIX_EPOCHS) == list(LOGS)
 
 
 @pytest.mark.parametrize(("name", "fixes"), sorted(FIX_EPOCHS.items()))

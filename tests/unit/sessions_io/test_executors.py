@@ -19,6 +19,7 @@ from streams.jobs.model import ClaimedJob, DatasetRecord, JobResult, RunVersions
 from streams.objects import ObjectStore
 from streams.sessions.executors import SessionExecutors, local_name, record_name
 from streams.sessions.stage_job import VERIFIED
+from tests.unit.session_formats.nmea_data import log
 
 RUN = uuid.uuid4()
 VERSIONS = RunVersions(parser="p1", pipeline="pl1", fusion="f1")
@@ -94,9 +95,9 @@ def test_canonical_streams_are_qualified_by_their_job() -> None:
 
 
 async def test_retry_reuses_outputs_and_chains(
-    executors: SessionExecutors, shared_dir: Path
+    executors: SessionExecutors
 ) -> None:
-    data = (shared_dir / "data" / "nmea" / "neo-m8n.log").read_bytes()
+    data = log("neo-m8n.log")
     art = _artifact(executors, data, "neo.log")
     first: JobResult = await executors["parse_raw"](_ctx("parse_raw", artifacts=(art,)))
     retry: JobResult = await executors["parse_raw"](_ctx("parse_raw", attempt=2, artifacts=(art,)))
@@ -143,9 +144,9 @@ async def test_stage_errors_keep_their_code_and_are_not_retried(
 
 
 async def test_a_corrupt_upstream_dataset_is_a_checksum_failure(
-    executors: SessionExecutors, shared_dir: Path, tmp_path: Path
+    executors: SessionExecutors, tmp_path: Path
 ) -> None:
-    data = (shared_dir / "data" / "nmea" / "neo-m8n.log").read_bytes()
+    data = log("neo-m8n.log")
     parsed = await executors["parse_raw"](
         _ctx("parse_raw", artifacts=(_artifact(executors, data, "neo.log"),))
     )

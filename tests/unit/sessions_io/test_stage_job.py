@@ -9,6 +9,7 @@ import pytest
 from streams.objects import ObjectStore
 from streams.sessions.datasets import output_prefix, read_table
 from streams.sessions.stage_job import VERIFIED, InputRef, StageJob, _VerifiedTables, run_stage_job
+from tests.unit.session_formats.nmea_data import log
 
 NMEA = "ublox-zed-f9p-nmea.log"
 
@@ -41,8 +42,8 @@ def _job(store: ObjectStore, name: str, stage: str, key: str, **kw: object) -> S
     )
 
 
-def test_parse_then_normalise_reads_verified_upstream(store: ObjectStore, shared_dir: Path) -> None:
-    art = _artifact(store, (shared_dir / "data" / "nmea" / NMEA).read_bytes())
+def test_parse_then_normalise_reads_verified_upstream(store: ObjectStore) -> None:
+    art = _artifact(store, log(NMEA))
     parsed = run_stage_job(
         _job(store, "parse_raw", "stages.session.parse_raw:run", "k" * 64, artifacts=(art,))
     )
@@ -71,9 +72,9 @@ def test_parse_then_normalise_reads_verified_upstream(store: ObjectStore, shared
 
 
 def test_a_retry_reuses_promoted_outputs_without_running_the_stage(
-    store: ObjectStore, shared_dir: Path
+    store: ObjectStore
 ) -> None:
-    art = _artifact(store, (shared_dir / "data" / "nmea" / NMEA).read_bytes())
+    art = _artifact(store, log(NMEA))
     job = _job(store, "parse_raw", "stages.session.parse_raw:run", "r" * 64, artifacts=(art,))
     first = run_stage_job(job)
     second = run_stage_job(job)
@@ -117,9 +118,9 @@ def test_a_stage_error_keeps_its_code(store: ObjectStore) -> None:
 
 
 def test_a_table_verified_once_is_reused_by_later_jobs(
-    store: ObjectStore, shared_dir: Path
+    store: ObjectStore
 ) -> None:
-    art = _artifact(store, (shared_dir / "data" / "nmea" / NMEA).read_bytes())
+    art = _artifact(store, log(NMEA))
     parsed = run_stage_job(
         _job(store, "parse_raw", "stages.session.parse_raw:run", "p" * 64, artifacts=(art,))
     )
