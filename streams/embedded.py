@@ -28,9 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from streams.config import RUNTIME_FILE, Settings
+from streams.config import Settings
 from streams.errors import ConfigError
 
 
@@ -39,6 +37,7 @@ class Started:
     """What the launcher started, so it can be reported and stopped."""
 
     services: dict[str, str] = field(default_factory=dict)  # name -> URL
+    urls: dict[str, str] = field(default_factory=dict)  # settings key -> URL, embedded ones only
     _stops: list[Callable[[], None]] = field(default_factory=list)
 
     def stop_all(self) -> None:
@@ -182,13 +181,7 @@ async def embedded_services(settings: Settings) -> AsyncIterator[tuple[Settings,
             started.services["clickhouse"] = urls["clickhouse_dsn"]
         if settings.object_store is None:
             (data / "objects").mkdir(parents=True, exist_ok=True)
-        runtime = data / RUNTIME_FILE
-        if urls:
-            # Lets CLI commands in other terminals find this system (streams.config.load_settings).
-            # An in-process chDB engine stays with this process: another process that opens it
-            # gets a clear CLICKHOUSE_BUSY error (streams.clickhouse); everything else works.
-            runtime.write_bytes(orjson.dumps(urls))
-            started._stops.insert(0, lambda: runtime.unlink(missing_ok=True))
+        started.urls.update(urls)
         yield settings.with_services(**urls), started
     finally:
         await asyncio.to_thread(started.stop_all)

@@ -15,10 +15,13 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import orjson
+
 from streams import migrate
-from streams.config import Settings
+from streams.config import RUNTIME_FILE, Settings
 from streams.embedded import Started, embedded_services, quiet_platformdirs
 
 log = logging.getLogger(__name__)
@@ -81,6 +84,38 @@ def components(settings: Settings) -> list[Component]:
     ]
 
 
+def addresses(settings: Settings, started: Started) -> dict[str, str]:
+    """Every address this system starts or serves, as ``services.json`` lists them.
+
+    The four service URLs appear only for services started here: a configured URL may hold a
+    password, and another terminal has that configuration already. The keys of the service
+    URLs are settings names, so :func:`streams.config.load_settings` can fill them in.
+    """
+    found = dict(started.urls)
+    if "mqtt" in started.services:
+        found["mqtt_url"] = started.services["mqtt"]
+    found["api_url"] = f"http://{settings.api.host}:{settings.api.port}"
+    return found
+
+
+@contextlib.asynccontextmanager
+async def runtime_file(settings: Settings, started: Started) -> AsyncIterator[Path]:
+    """Write ``data_dir/services.json`` for the duration of the block, then remove it.
+
+    It lets commands in other terminals find this system (:func:`streams.config.load_settings`)
+    and tells a person where the MQTT listener and the HTTP API are. An in-process chDB engine
+    stays with this process: another process that opens it gets a clear ``CLICKHOUSE_BUSY``
+    error (``streams.clickhouse``); everything else works.
+    """
+    path = settings.data_dir.resolve() / RUNTIME_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(addresses(settings, started), option=orjson.OPT_INDENT_2))
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
 @contextlib.asynccontextmanager
 async def system(settings: Settings) -> AsyncIterator[tuple[Settings, Started, asyncio.Event]]:
     """Start services and every component; stop them all when the block exits.
@@ -89,7 +124,10 @@ async def system(settings: Settings) -> AsyncIterator[tuple[Settings, Started, a
     components (set it, or leave the block). SIGINT/SIGTERM set it too.
     """
     quiet_platformdirs()
-    async with embedded_services(settings) as (resolved, started):
+    async with (
+        embedded_services(settings) as (resolved, started),
+        runtime_file(resolved, started),
+    ):
         await prepare(resolved)
         stop = stop_on_signals()
         loop = asyncio.get_running_loop()

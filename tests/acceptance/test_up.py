@@ -1,0 +1,91 @@
+"""``tideway up`` in an empty directory: every address it starts or serves is in services.json.
+
+The README says a second terminal finds the running system through ``.tideway/services.json``;
+that includes the embedded nats-server's MQTT listener (on a port chosen at random) and the
+HTTP API, not only the four service URLs. The file goes away when ``up`` stops.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.acceptance.test_demo import _clean_env
+
+pytestmark = pytest.mark.slow
+
+mqtt = pytest.importorskip("paho.mqtt.client")
+
+TIDEWAY = [sys.executable, "-m", "streams.cli.main"]
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str], within: float = 180) -> dict[str, str]:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        if path.exists():
+            try:
+                found: dict[str, str] = json.loads(path.read_text())
+                return found
+            except ValueError:
+                pass  # caught mid-write
+        time.sleep(0.3)
+    raise AssertionError(f"{path} did not appear within {within} s")
+
+
+def _healthz(api_url: str, within: float = 120) -> int:
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with urllib.request.urlopen(f"{api_url}/v1/healthz", timeout=5) as answer:
+                return int(answer.status)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _mqtt_connack(url: str) -> bool:
+    parts = urlsplit(url)
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="tideway-up-test")
+    client.connect(parts.hostname or "127.0.0.1", parts.port or 1883, keepalive=10)
+    client.loop_start()
+    try:
+        deadline = time.monotonic() + 10
+        while not client.is_connected() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return bool(client.is_connected())
+    finally:
+        client.loop_stop()
+        client.disconnect()
+
+
+def test_up_lists_every_address_it_starts_or_serves(tmp_path: Path) -> None:
+    env = _clean_env(tmp_path)
+    proc = subprocess.Popen(
+        [*TIDEWAY, "up"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+    runtime = tmp_path / ".tideway" / "services.json"
+    try:
+        found = _wait_for(runtime, proc)
+        assert {"nats_url", "postgres_dsn", "redis_url", "clickhouse_dsn"} <= set(found)
+        assert found["mqtt_url"].startswith("mqtt://127.0.0.1:")
+        assert found["api_url"] == f"http://127.0.0.1:{env['TIDEWAY_API__PORT']}"
+        # The addresses are real: the MQTT listener accepts a device, the API answers.
+        assert _mqtt_connack(found["mqtt_url"])
+        assert _healthz(found["api_url"]) == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert not runtime.exists()
