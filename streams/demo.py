@@ -3,8 +3,9 @@
 It starts what is not configured (like ``tideway up``), registers a simulated fleet, uploads a
 synthetic race session, publishes fleet traffic for ``duration`` seconds while showing live
 progress, waits until every stored envelope has a recorded status and the session's run has
-ended, then prints a summary. The exit code is 0 only when nothing is missing: every envelope
-JetStream stored is accounted for in Postgres and the session run ended succeeded or partial.
+ended, then prints a summary. The exit code is 0 only when nothing is missing — every envelope
+JetStream stored is accounted for in Postgres and the session run ended succeeded or partial —
+and 3 (``ExitCode.FAILED``) otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rich.live import Live
 from rich.table import Table
 
 from streams import db
+from streams.cli.exit_codes import ExitCode
 from streams.cli.output import console
 from streams.clickhouse import ClickHouse
 from streams.config import Settings
@@ -268,4 +270,4 @@ async def _summary(
     if not ok:
         console.print("[bold red]demo incomplete:[/] not every envelope or job is accounted for")
         console.print(orjson.dumps({"statuses": statuses, "stored": stored}).decode())
-    return 0 if ok else 1
+    return ExitCode.OK if ok else ExitCode.FAILED

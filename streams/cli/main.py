@@ -2,7 +2,7 @@
 
 Areas live in their own modules (``schema``, ``devices``, ``pipeline``, ``sessions``, ``runs``,
 ``services``...) and expose ``register(app)``; this module only assembles them and turns
-Tideway's own errors into a one-line message and a non-zero exit code.
+Tideway's own errors into a one-line message and exit code 1 (``streams.cli.exit_codes``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ app = typer.Typer(
     help="Telemetry ingestion for IoT fleets: stream envelopes and whole-session files.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    epilog="Exit codes: 0 done, 1 error, 2 bad usage, 3 the command ran and reports a failure.",
 )
 
 # Each module exposes ``register(app: typer.Typer) -> None``. The order is the order of --help.
@@ -33,6 +34,23 @@ _AREAS = (
 
 for _name in _AREAS:
     importlib.import_module(_name).register(app)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"tideway {version('tideway')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Options of ``tideway`` itself, before the command."""
 
 
 def main() -> None:

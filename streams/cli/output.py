@@ -13,6 +13,8 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from streams.cli.exit_codes import ExitCode
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -62,7 +64,7 @@ def print_record(
     console.print(table)
 
 
-def fail(message: str, *, code: int = 1) -> None:
+def fail(message: str, *, code: int = ExitCode.ERROR) -> None:
     """Print an error for a person and exit with ``code`` (no traceback)."""
     err_console.print(f"[bold red]error:[/] {message}")
     raise SystemExit(code)

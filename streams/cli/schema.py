@@ -2,8 +2,8 @@
 
 ``apply`` checks and stores a schema file as a new immutable version (identical content is a
 no-op that says so); ``test`` runs one sample payload through validate → mutate → derive without
-touching any service, printing what each stage produces, and exits 1 if the envelope would not
-be processed.
+touching any service, printing what each stage produces, and exits 3 (``ExitCode.FAILED``) if
+the envelope would not be processed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from stages.ingest.mutate import mutate
 from stages.ingest.program import TopicProgram, compile_schema
 from stages.ingest.validate import Issue, validate
 from streams import db, registry
+from streams.cli.exit_codes import ExitCode
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.config import load_settings
 from streams.errors import UsageError
@@ -133,7 +134,7 @@ def register(app: typer.Typer) -> None:
         else:
             _print_report(report)
         if report["outcome"] != "processed":
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.FAILED)
 
     app.add_typer(schema_app, name="schema")
 

@@ -19,6 +19,7 @@ import orjson
 import typer
 
 from streams import db
+from streams.cli.exit_codes import ExitCode
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.config import Settings, load_settings
 from streams.errors import NotFoundError, UsageError
@@ -95,7 +96,7 @@ def _print_final(progress: Any, *, as_json: bool) -> None:
     else:
         print_record({k: v for k, v in data.items() if k != "jobs"}, title="run finished")
     if progress.status not in {"succeeded", "partial"}:
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def register(app: typer.Typer) -> None:

@@ -80,7 +80,7 @@ async def test_schema_test_needs_no_services(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"rh": 50}))
     code, out, _ = await tideway(None, "schema", "test", str(EXAMPLE), "--payload", str(bad),
                                  cwd=tmp_path)
-    assert code == 1
+    assert code == 3  # ExitCode.FAILED: the command worked, the payload would be refused
     assert "MISSING_REQUIRED" in out and "failed_validation" in out
 
 

@@ -80,3 +80,17 @@ async def test_synth_upload_wait_reprocess_rollback(cli_env: Settings, tmp_path:
     assert (back["from_run"], back["to_run"]) == (again["run_id"], done["run_id"])
     key = orjson.loads(await _cli("api-keys", "create", "ci", "--json"))
     assert key["tenant"] == "acme" and key["key"].startswith("tw_")
+
+
+async def test_upload_wait_exits_3_when_the_run_fails(cli_env: Settings, tmp_path: Path) -> None:
+    """A run that ends ``failed`` is exit code 3 (``ExitCode.FAILED``), never click's usage 2."""
+    junk = tmp_path / "not-a-session.log"
+    junk.write_bytes(b"this is not a session file in any format Tideway reads\n" * 50)
+    async with running_system(cli_env):
+        result = await asyncio.to_thread(
+            CliRunner().invoke,
+            app,
+            ["sessions", "upload", str(junk), "--device", "kart-9", "--wait", "--json"],
+        )
+    assert result.exit_code == 3, (result.output, result.exception)
+    assert orjson.loads(result.output)["status"] == "failed"
