@@ -25,6 +25,7 @@ from pydantic_settings import (
 )
 
 from stages.ingest.retry_policy import Backoff
+from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 
 
 class _Group(BaseModel):
@@ -43,7 +44,9 @@ class ConsumerSettings(_Group):
     )
     max_payload_bytes: int = Field(64 * 1024, ge=256, description="Larger envelopes are rejected.")
     capture_stage_snapshots: bool = Field(
-        False, description="Store input/output snapshots in stage logs (spec 001 switch)."
+        False,
+        description="Store input/output snapshots in stage logs (spec 001's "
+        "INGESTION_CAPTURE_STAGE_SNAPSHOTS, accepted as an alias).",
     )
     max_ack_pending: int = Field(
         100_000, ge=1,
@@ -78,7 +81,10 @@ class RetrySettings(_Group):
     job_backoff_s: tuple[float, ...] = Field(
         (30.0, 120.0, 600.0), description="Delay before job retry N (spec 000 §9.1)."
     )
-    job_max_attempts: int = Field(3, ge=1, description="Default attempts of a batch job.")
+    job_max_attempts: int = Field(
+        DEFAULT_MAX_ATTEMPTS, ge=1,
+        description="Attempts of a batch job whose DAG entry sets none (fusion sets 1).",
+    )
 
     def publish_backoff(self) -> Backoff:
         """Between tries of a publish side effect within one delivery."""
@@ -114,6 +120,27 @@ class ApiSettings(_Group):
 
     host: str = Field("127.0.0.1", description="HTTP API listen address.")
     port: int = Field(8480, ge=0, le=65535, description="HTTP API port.")
+
+
+#: Names the requirement documents give to Tideway settings, accepted as aliases. Each maps an
+#: environment variable to its ``(group, field)``; the ``TIDEWAY_`` name wins when both are set.
+SPEC_ALIASES: dict[str, tuple[str, str]] = {
+    "INGESTION_CAPTURE_STAGE_SNAPSHOTS": ("consumer", "capture_stage_snapshots"),  # spec 001
+}
+
+
+class _SpecAliasSource(PydanticBaseSettingsSource):
+    """Reads :data:`SPEC_ALIASES` from the environment, below the ``TIDEWAY_`` variables."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads the whole mapping at once
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for variable, (group, name) in SPEC_ALIASES.items():
+            if variable in os.environ:
+                found.setdefault(group, {})[name] = os.environ[variable]
+        return found
 
 
 class Settings(BaseSettings):
@@ -158,7 +185,12 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml_file = Path(os.environ.get("TIDEWAY_CONFIG", "tideway.toml"))
-        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file))
+        return (
+            init_settings,
+            env_settings,
+            _SpecAliasSource(settings_cls),
+            TomlConfigSettingsSource(settings_cls, toml_file),
+        )
 
     # Resolved accessors: callers use these, never the SecretStr fields directly.
     def postgres(self) -> str:

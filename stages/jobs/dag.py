@@ -78,7 +78,7 @@ def _deps(hard: tuple[str, ...] = (), soft: tuple[str, ...] = ()) -> tuple[Dep, 
     return tuple(Dep(on=n) for n in hard) + tuple(Dep(on=n, hard=False) for n in soft)
 
 
-_INTAKE = RetryPolicy(max_attempts=3, non_retriable=_BAD_INPUT)
+_INTAKE = RetryPolicy(non_retriable=_BAD_INPUT)
 
 DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
     spec.name: spec

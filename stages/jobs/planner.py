@@ -15,6 +15,7 @@ from typing import Any
 from stages.jobs.dag import DEFAULT_DAG, JobSpec, topological_order, validate_dag
 from stages.jobs.gating import Candidate, GatingDecision, evaluate
 from stages.jobs.job_state import JobState
+from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,8 +71,12 @@ def plan_run(
     capabilities: Mapping[str, Any] | None = None,
     *,
     dag: Mapping[str, JobSpec] = DEFAULT_DAG,
+    default_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> RunPlan:
-    """Plan a run of ``dag`` for ``config`` and the ``capabilities`` known up front."""
+    """Plan a run of ``dag`` for ``config`` and the ``capabilities`` known up front.
+
+    A job type whose DAG entry sets no attempt limit gets ``default_attempts``
+    (``Settings.retry.job_max_attempts``)."""
     validate_dag(dag)
     order = topological_order(dag)
     optional = [Candidate(name=n, job_type=dag[n].job_type) for n in order if not dag[n].critical]
@@ -105,7 +110,7 @@ def plan_run(
                 critical=spec.critical,
                 pool=spec.pool,
                 heavy=spec.heavy,
-                max_attempts=spec.retry.max_attempts,
+                max_attempts=spec.retry.attempts(default_attempts),
                 soft_timeout_s=spec.soft_timeout_s,
                 hard_timeout_s=spec.hard_timeout_s,
                 state=state,

@@ -11,19 +11,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
+
+#: Attempts of a job type whose DAG entry sets none (``TIDEWAY_RETRY__JOB_MAX_ATTEMPTS``).
+DEFAULT_MAX_ATTEMPTS: Final = 3
 
 
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
-    """How one job type retries. ``backoff_s=None`` means the configured schedule."""
+    """How one job type retries.
 
-    max_attempts: int = 3
+    ``max_attempts=None`` and ``backoff_s=None`` mean the configured defaults
+    (``Settings.retry.job_max_attempts`` and ``job_backoff_s``); a value set here wins.
+    """
+
+    max_attempts: int | None = None
     backoff_s: tuple[float, ...] | None = None
     non_retriable: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
+        if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
+
+    def attempts(self, default: int) -> int:
+        """This job type's attempt limit: its own where set, else ``default``."""
+        return default if self.max_attempts is None else self.max_attempts
 
 
 @dataclass(frozen=True, kw_only=True)

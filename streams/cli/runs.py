@@ -185,6 +185,7 @@ def retry_command(
             return await queue.retry_run(
                 conn, _uuid(run_id, "run"), requested_by=requested_by,
                 channel=queue.jobs_channel(settings),
+                default_attempts=settings.retry.job_max_attempts,
             )  # fmt: skip
         finally:
             await conn.close()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stages.jobs.planner import RunPlan, plan_run
+from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 from stages.jobs.run_state import RunState
 from streams.errors import NotFoundError, UsageError
 from streams.jobs import sql
@@ -104,6 +105,7 @@ async def retry_run(
     *,
     requested_by: str = "operator",
     channel: str,
+    default_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> EnqueuedRun:
     """Start a new run that repeats ``run_id``: same session, artifacts, config and pinned
     versions, planned afresh, linked by ``retry_of``. The old run stays as it was (audit);
@@ -121,7 +123,7 @@ async def retry_run(
         conn,
         tenant_id=old["tenant_id"],
         session_id=old["session_id"],
-        plan=plan_run(old["config"]),
+        plan=plan_run(old["config"], default_attempts=default_attempts),
         config=old["config"],
         versions=RunVersions(
             parser=old["parser_version"],

@@ -281,7 +281,10 @@ async def accept_notice(
         requested_by=notice.requested_by,
         title=notice.title,
     )
-    return await create_run(pool, request, namespace=settings.namespace)
+    return await create_run(
+        pool, request, namespace=settings.namespace,
+        default_attempts=settings.retry.job_max_attempts,
+    )
 
 
 def _dedupe(artifacts: list[NoticeArtifact]) -> list[NoticeArtifact]:

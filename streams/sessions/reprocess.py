@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from stages.jobs.planner import plan_run
+from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 from streams.errors import NotFoundError, UsageError
 from streams.jobs.enqueue import EnqueuedRun, enqueue_run
 from streams.names import Names
@@ -93,6 +94,7 @@ async def reprocess(
     config: Mapping[str, Any] | None = None,
     priority: int | None = None,
     namespace: str = "",
+    default_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> EnqueuedRun:
     """Start a new run of ``session_id`` with the current versions (blue/green, see above)."""
     async with conn.transaction():
@@ -107,7 +109,7 @@ async def reprocess(
             conn,
             tenant_id=session["tenant_id"],
             session_id=session_id,
-            plan=plan_run(run_config),
+            plan=plan_run(run_config, default_attempts=default_attempts),
             config=run_config,
             versions=current_versions(),
             artifact_ids=list(source["artifact_ids"]),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stages.jobs.planner import plan_run
+from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 from streams.jobs.enqueue import enqueue_run
 from streams.names import Names
 from streams.sessions.notice import NoticeArtifact, artifact_id
@@ -69,8 +70,12 @@ class IntakeResult:
     created: bool
 
 
-async def create_run(pool: Any, req: RunRequest, *, namespace: str = "") -> IntakeResult:
-    """Record ``req`` (see the module docstring); one transaction, safe to repeat."""
+async def create_run(
+    pool: Any, req: RunRequest, *, namespace: str = "", default_attempts: int = DEFAULT_MAX_ATTEMPTS
+) -> IntakeResult:
+    """Record ``req`` (see the module docstring); one transaction, safe to repeat.
+
+    ``default_attempts`` is ``Settings.retry.job_max_attempts``."""
     channel = Names(namespace=namespace).jobs_channel
     async with pool.acquire() as conn, conn.transaction():
         tenant_id = await ensure_tenant(conn, req.tenant)
@@ -99,7 +104,7 @@ async def create_run(pool: Any, req: RunRequest, *, namespace: str = "") -> Inta
             conn,
             tenant_id=tenant_id,
             session_id=req.session_id,
-            plan=plan_run(req.config),
+            plan=plan_run(req.config, default_attempts=default_attempts),
             config=req.config,
             versions=current_versions(),
             artifact_ids=[ids[a.sha256] for a in req.artifacts],

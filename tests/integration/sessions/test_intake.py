@@ -216,3 +216,20 @@ async def test_a_notice_that_keeps_failing_ends_in_the_dlq(
     assert dead["subject"] == receipt.subject
     assert orjson.loads(dead["notice"])["artifacts"][0]["sha256"] == receipt.artifacts[0].sha256
     assert await _runs(pool) == []
+
+
+async def test_job_max_attempts_setting_reaches_the_planned_jobs(
+    settings: Settings, pool: Any, nmea_file: Path
+) -> None:
+    configured = settings.model_copy(
+        update={"retry": settings.retry.model_copy(update={"job_max_attempts": 6})}
+    )
+    async with running_intake(configured):
+        await upload_files(configured, tenant="acme", device="car-7", paths=[nmea_file])
+        runs = await wait_until(lambda: _runs(pool))
+    async with pool.acquire() as conn:
+        jobs = await conn.fetch("SELECT name, max_attempts FROM jobs WHERE run_id = $1",
+                                runs[0]["id"])  # type: ignore[index]
+    attempts = {j["name"]: j["max_attempts"] for j in jobs}
+    assert attempts.pop("fuse_gnss_imu") == 1  # the DAG's own limit wins
+    assert set(attempts.values()) == {6}

@@ -100,3 +100,28 @@ def test_load_settings_ignores_a_damaged_runtime_file(
     (tmp_path / ".tideway").mkdir()
     (tmp_path / ".tideway" / RUNTIME_FILE).write_text("{not json")
     assert load_settings().postgres_dsn is None
+
+
+def test_spec_name_of_the_snapshot_switch_is_an_alias(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("INGESTION_CAPTURE_STAGE_SNAPSHOTS", "true")
+    assert Settings().consumer.capture_stage_snapshots is True
+    # Other consumer settings from the TIDEWAY_ names still apply beside the alias.
+    monkeypatch.setenv("TIDEWAY_CONSUMER__BATCH_SIZE", "77")
+    assert Settings().consumer.batch_size == 77
+    assert Settings().consumer.capture_stage_snapshots is True
+    # The TIDEWAY_ name wins when both are set.
+    monkeypatch.setenv("TIDEWAY_CONSUMER__CAPTURE_STAGE_SNAPSHOTS", "false")
+    assert Settings().consumer.capture_stage_snapshots is False
+    monkeypatch.setenv("INGESTION_CAPTURE_STAGE_SNAPSHOTS", "not-a-bool")
+    monkeypatch.delenv("TIDEWAY_CONSUMER__CAPTURE_STAGE_SNAPSHOTS")
+    with pytest.raises(ValueError, match="capture_stage_snapshots"):
+        Settings()
+
+
+def test_job_max_attempts_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TIDEWAY_RETRY__JOB_MAX_ATTEMPTS", "5")
+    assert Settings().retry.job_max_attempts == 5

@@ -14,6 +14,7 @@ from stages.jobs.dag import (
     topological_order,
     validate_dag,
 )
+from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 
 SPEC_REQUIRED = {
     "artifact_validate", "artifact_classify", "parse_raw", "normalise_units", "time_align",
@@ -60,7 +61,9 @@ def test_pools_heavy_and_retry_policy() -> None:
     for spec in DEFAULT_DAG.values():
         assert 0 < spec.soft_timeout_s <= spec.hard_timeout_s
         if spec.name != "fuse_gnss_imu":
-            assert spec.retry.max_attempts == 3
+            # No limit of its own: the configured TIDEWAY_RETRY__JOB_MAX_ATTEMPTS (default 3).
+            assert spec.retry.max_attempts is None
+            assert spec.retry.attempts(DEFAULT_MAX_ATTEMPTS) == 3
 
 
 def test_failed_reasons() -> None:

@@ -61,3 +61,15 @@ def test_custom_dag_roots_are_queued() -> None:
         ("a", JobState.QUEUED, 0), ("b", JobState.QUEUED, 0), ("c", JobState.CREATED, 2),
     ]  # fmt: skip
     assert {j.job_type for j in plan.jobs} == {"noop"}
+
+
+def test_default_attempts_apply_where_the_dag_sets_none() -> None:
+    # TIDEWAY_RETRY__JOB_MAX_ATTEMPTS reaches every job type without its own limit; fusion's
+    # own limit of one attempt wins over it.
+    plan = plan_run({}, default_attempts=5)
+    attempts = {job.name: job.max_attempts for job in plan.jobs}
+    assert attempts["fuse_gnss_imu"] == 1
+    assert {n: a for n, a in attempts.items() if n != "fuse_gnss_imu"} == {
+        n: 5 for n in attempts if n != "fuse_gnss_imu"
+    }
+    assert {job.max_attempts for job in plan_run({}).jobs} == {1, 3}
