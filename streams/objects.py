@@ -26,7 +26,7 @@ import hashlib
 import os
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
@@ -80,6 +80,10 @@ class StoredObject:
     url: str
     sha256: str
     size: int
+    # False when the key already held this content (content addressing: another upload, maybe
+    # an accepted session, stored the same bytes first): such an object is never ours to remove.
+    # Not part of equality: it describes this write, not the object.
+    created: bool = field(default=True, compare=False)
 
 
 def sha256_hex(data: bytes) -> str:
@@ -287,6 +291,21 @@ class ObjectStore:
         except OSError as exc:
             raise _storage(exc, f"delete {key}") from exc
 
+    def discard_artifact(self, key: str) -> None:
+        """Remove an artifact that no session was ever given (an upload refused after storing).
+
+        The one exception to "never deleted": the caller has checked that nothing refers to
+        the object (see ``streams.sessions.upload``). Removing a missing key is a no-op.
+        """
+        if not key.startswith("artifacts/"):
+            raise ValueError(f"not an artifact key: {key!r}")
+        try:
+            self._fs.delete_file(self._path(key))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise _storage(exc, f"delete {key}") from exc
+
     def _check_same(self, key: str, sha256: str) -> None:
         existing = sha256_hex(self.read_unverified(key))
         if existing != sha256:
@@ -342,8 +361,10 @@ class ObjectWriter:
         """Promote what was written to ``key`` (immutable: see :meth:`ObjectStore.promote_file`)."""
         self._close()
         digest = self.sha256
-        self._store.promote_file(self._temp, key, sha256=digest)
-        return StoredObject(key=key, url=self._store.url(key), sha256=digest, size=self.size)
+        created = self._store.promote_file(self._temp, key, sha256=digest)
+        return StoredObject(
+            key=key, url=self._store.url(key), sha256=digest, size=self.size, created=created
+        )
 
     def abort(self) -> None:
         """Drop the temporary object (safe to call after a failed write)."""

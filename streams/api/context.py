@@ -12,7 +12,15 @@ from streams.api.keys import Caller
 from streams.config import Settings
 from streams.objects import ObjectStore
 
-__all__ = ["CONTEXT", "ApiContext", "caller_of", "context_of", "error_response"]
+__all__ = [
+    "CONTEXT",
+    "HTTP_CODES",
+    "ApiContext",
+    "caller_of",
+    "context_of",
+    "error_response",
+    "http_code",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +51,25 @@ def caller_of(request: web.Request) -> Caller:
     return caller
 
 
-def error_response(status: int, code: str, message: str) -> web.Response:
+def error_response(
+    status: int, code: str, message: str, *, headers: dict[str, str] | None = None
+) -> web.Response:
     """The JSON error body every failure uses."""
-    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+    body = {"error": {"code": code, "message": message}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+# Codes for the failures aiohttp itself detects (no route, wrong method, unparseable request,
+# oversized body); the application's own errors carry their codes from ``streams.errors``.
+HTTP_CODES = {
+    400: "BAD_REQUEST",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "TOO_LARGE",
+    500: "INTERNAL_ERROR",
+}
+
+
+def http_code(status: int) -> str:
+    """The stable error code for an HTTP-level failure with ``status``."""
+    return HTTP_CODES.get(status, f"HTTP_{status}")

@@ -65,7 +65,9 @@ async def create_api_key(conn: Any, *, tenant: str, name: str) -> CreatedKey:
 
 async def authenticate(conn: Any, secret: str) -> Caller | None:
     """The caller holding ``secret``, or ``None`` for an unknown or revoked key."""
-    if not secret.startswith(_PREFIX):
+    # Keys are ASCII. Header bytes that are not UTF-8 reach us as lone surrogates (aiohttp
+    # decodes headers with ``surrogateescape``) and cannot even be hashed: not a key either.
+    if not secret.startswith(_PREFIX) or not secret.isascii():
         return None
     row = await conn.fetchrow(
         "SELECT k.id, k.tenant_id, t.name FROM api_keys k JOIN tenants t ON t.id = k.tenant_id"

@@ -5,25 +5,31 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from aiohttp import BodyPartReader, web
+from aiohttp import BodyPartReader, MultipartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
+from pydantic import ValidationError
 
 from streams.api.context import caller_of, context_of
+from streams.api.inputs import read_field
 from streams.errors import UsageError
 from streams.names import Names
-from streams.objects import ObjectStore, ObjectWriter, artifact_key
 from streams.sessions import queries
-from streams.sessions.notice import NoticeArtifact, SessionNotice
+from streams.sessions.notice import SessionNotice
 from streams.sessions.tenancy import check_device
-from streams.sessions.upload import publish_notice, receipt_for
+from streams.sessions.upload import StagedUpload, publish_notice, receipt_for
 
 __all__ = ["add_routes"]
 
 _CHUNK = 1 << 20
 # How long POST /v1/sessions waits for intake to create the run before answering without it.
 _RUN_WAIT_S = 5.0
+# The form fields an upload reads (anything else is skipped unread).
+_FIELDS = frozenset({"device", "priority", "config", "title"})
+_TITLE_MAX = 500  # SessionNotice.title's bound, checked here to answer 400, not 500
 
 
 def add_routes(app: web.Application) -> None:
@@ -101,75 +107,94 @@ def _config(raw: str | None) -> dict[str, Any]:
         raise UsageError(f"config is not JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise UsageError("config must be a JSON object")
+    if _has_nul(value):  # JSON may spell it "\u0000"; Postgres jsonb refuses it
+        raise UsageError("config contains a NUL character")
     return value
 
 
-async def _store_stream(
-    store: ObjectStore, tenant: str, name: str, chunks: Any, limit: int
-) -> NoticeArtifact:
-    writer: ObjectWriter = await asyncio.to_thread(store.writer, max_bytes=limit)
-    try:
-        async for chunk in chunks:
-            await asyncio.to_thread(writer.write, chunk)
-        stored = await asyncio.to_thread(writer.commit, artifact_key(tenant, writer.sha256))
-    except BaseException:
-        await asyncio.to_thread(writer.abort)
-        raise
-    if stored.size == 0:
-        raise UsageError(f"{name} is empty")
-    return NoticeArtifact(name=name, sha256=stored.sha256, size=stored.size)
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
-async def _part_chunks(part: BodyPartReader) -> Any:
+async def _part_chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
     while chunk := await part.read_chunk(_CHUNK):
         yield chunk
 
 
-async def post_session(request: web.Request) -> web.Response:
-    """Upload a session: stream files to the object store, publish a notice, return ids."""
-    ctx, caller = context_of(request), caller_of(request)
-    limit = ctx.settings.worker.max_artifact_bytes
+async def _next_part(reader: MultipartReader) -> BodyPartReader | None:
+    try:
+        part = await reader.next()
+    except (ValueError, HttpProcessingError) as exc:  # broken framing or part headers
+        raise UsageError(f"malformed multipart body: {exc}") from exc
+    if part is not None and not isinstance(part, BodyPartReader):
+        raise UsageError("nested multipart bodies are not supported")
+    return part
+
+
+async def _read_upload(request: web.Request, staged: StagedUpload) -> dict[str, str]:
+    """Stage the request's files and return its fields (query first, then form fields)."""
     fields: dict[str, str] = dict(request.query)
-    artifacts: list[NoticeArtifact] = []
-    if request.content_type.startswith("multipart/"):
-        reader = await request.multipart()
-        while (part := await reader.next()) is not None:
-            if not isinstance(part, BodyPartReader):
-                raise UsageError("nested multipart bodies are not supported")
-            if part.filename:
-                artifacts.append(
-                    await _store_stream(
-                        ctx.store, caller.tenant, part.filename, _part_chunks(part), limit
-                    )
-                )
-            elif part.name in {"device", "priority", "config", "title"}:
-                fields[part.name] = (await part.read(decode=True)).decode()
-    else:
+    if not request.content_type.startswith("multipart/"):
         name = fields.get("filename") or "upload.bin"
-        artifacts.append(
-            await _store_stream(
-                ctx.store, caller.tenant, name, request.content.iter_chunked(_CHUNK), limit
+        await staged.add(name, request.content.iter_chunked(_CHUNK))
+        return fields
+    reader = await request.multipart()
+    while (part := await _next_part(reader)) is not None:
+        if part.filename is not None:
+            await staged.add(part.filename, _part_chunks(part))
+        elif part.name in _FIELDS:
+            fields[part.name] = await read_field(part, part.name)
+    return fields
+
+
+async def post_session(request: web.Request) -> web.Response:
+    """Upload a session: stage the files, validate everything, store, publish, return ids.
+
+    Nothing reaches its final key before the whole request has been read and validated, so a
+    refused upload stores nothing (see :class:`~streams.sessions.upload.StagedUpload`).
+    """
+    ctx, caller = context_of(request), caller_of(request)
+    staged = StagedUpload(
+        ctx.store,
+        caller.tenant,
+        max_bytes=ctx.settings.worker.max_artifact_bytes,
+        connect=ctx.pool.acquire,
+    )
+    async with staged:
+        fields = await _read_upload(request, staged)
+        if not staged.artifacts:
+            raise UsageError("no file in the request")
+        device = check_device(fields.get("device", ""))
+        try:
+            notice = SessionNotice(
+                artifacts=staged.artifacts,
+                priority=_int(fields.get("priority", "0"), "priority", -1000, 1000),
+                config=_config(fields.get("config")),
+                requested_by=f"api:{caller.key_id}",
+                title=_title(fields.get("title")),
             )
+        except ValidationError as exc:  # the checks above should leave nothing for pydantic
+            raise UsageError(f"invalid upload: {exc.errors()[0]['msg']}") from exc
+        names = Names(namespace=ctx.settings.namespace)
+        receipt = receipt_for(
+            tenant=caller.tenant, device=device, artifacts=staged.artifacts, names=names
         )
-    if not artifacts:
-        raise UsageError("no file in the request")
-    device = check_device(fields.get("device", ""))
-    notice = SessionNotice(
-        artifacts=tuple(artifacts),
-        priority=_int(fields.get("priority", "0"), "priority", -1000, 1000),
-        config=_config(fields.get("config")),
-        requested_by=f"api:{caller.key_id}",
-        title=fields.get("title"),
-    )
-    names = Names(namespace=ctx.settings.namespace)
-    receipt = receipt_for(tenant=caller.tenant, device=device, artifacts=artifacts, names=names)
-    await publish_notice(
-        ctx.nats.jetstream(),
-        receipt.subject,
-        notice,
-        msg_id=f"{caller.tenant}:{receipt.artifact_set_hash}",
-    )
-    run_id = await _wait_for_run(ctx.pool, caller.tenant_id, receipt.artifact_set_hash)
+        await staged.commit()
+        await publish_notice(
+            ctx.nats.jetstream(),
+            receipt.subject,
+            notice,
+            msg_id=f"{caller.tenant}:{receipt.artifact_set_hash}",
+        )
+        staged.published()
+        # Still inside the block: the files count as in flight until intake has the run.
+        run_id = await _wait_for_run(ctx.pool, caller.tenant_id, receipt.artifact_set_hash)
     body = receipt.as_dict()
     body["run_id"] = str(run_id) if run_id else None
     body["links"] = {
@@ -177,6 +202,12 @@ async def post_session(request: web.Request) -> web.Response:
         "run": f"/v1/runs/{run_id}" if run_id else None,
     }
     return _json(body, status=202)
+
+
+def _title(raw: str | None) -> str | None:
+    if raw is not None and len(raw) > _TITLE_MAX:
+        raise UsageError(f"title is longer than {_TITLE_MAX} characters")
+    return raw
 
 
 async def _wait_for_run(pool: Any, tenant_id: uuid.UUID, key: str) -> uuid.UUID | None:

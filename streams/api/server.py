@@ -8,8 +8,11 @@ Routes (all JSON; see ``docs/sessions.md``)::
     GET  /v1/sessions/{id}        one session with its runs and artifacts
     GET  /v1/runs/{id}            one run: status, summary, features, jobs, datasets
 
-Errors are ``{"error": {"code": ..., "message": ...}}`` with 400 (usage), 401 (no or bad key),
-404 (not found - including another tenant's ids), 413 (too large) or 503 (a dependency).
+Every error, whoever detects it, is ``{"error": {"code": ..., "message": ...}}``: 400 (usage,
+or text that is not UTF-8 or holds NUL, or a request aiohttp cannot parse), 401 (no or bad
+key), 404 (not found - including another tenant's ids - or no such route), 405 (wrong method),
+413 (too large), 500 (a bug) or 503 (a dependency). The middlewares below cover everything a
+handler or the router raises; :mod:`streams.api.protocol` covers what aiohttp answers itself.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from aiohttp import web
 
 from streams import db
 from streams.api import routes
-from streams.api.context import CONTEXT, ApiContext, error_response, set_caller
+from streams.api.context import CONTEXT, ApiContext, error_response, http_code, set_caller
+from streams.api.inputs import check_query
 from streams.api.keys import authenticate
+from streams.api.protocol import ApiRunner
 from streams.config import Settings
 from streams.errors import NotFoundError, TidewayError, TransientError, UsageError
 from streams.objects import ObjectStore, ObjectTooLargeError
@@ -44,8 +49,10 @@ _PUBLIC = frozenset({"/v1/healthz"})
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except web.HTTPException:
-        raise
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _http_error(request, exc)
     except ObjectTooLargeError as exc:
         return error_response(413, exc.code, exc.message)
     except NotFoundError as exc:
@@ -57,12 +64,35 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(503, exc.code, exc.message)
     except TidewayError as exc:
         return error_response(422, exc.code, exc.message)
+    except Exception:
+        log.exception("unexpected error answering %s %s", request.method, request.path)
+        return error_response(500, http_code(500), "an unexpected error occurred")
+
+
+def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
+    """What the router or aiohttp raised (404, 405, 413...) as the JSON error body."""
+    headers = {}
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        headers["Allow"] = exc.headers["Allow"]
+        message = f"{request.method} is not allowed here (allowed: {exc.headers['Allow']})"
+    elif exc.status == 404:
+        message = "no such route"  # not the path: it may hold anything the client sent
+    else:
+        message = exc.reason
+    return error_response(exc.status, http_code(exc.status), message, headers=headers)
+
+
+@web.middleware
+async def _edge(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # Before authentication and before any handler: nothing reads an unchecked query string.
+    check_query(request.rel_url.raw_query_string)
+    return await handler(request)
 
 
 @web.middleware
 async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path in _PUBLIC:
-        return await handler(request)
+    if request.path in _PUBLIC or request.match_info.http_exception is not None:
+        return await handler(request)  # public, or the router's 404/405 (no key needed)
     secret = request.headers.get("X-API-Key", "")
     bearer = request.headers.get("Authorization", "")
     if not secret and bearer.lower().startswith("bearer "):
@@ -80,7 +110,7 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 def build_app(ctx: ApiContext) -> web.Application:
     """The application with its routes and middlewares, bound to ``ctx``."""
-    app = web.Application(middlewares=[_errors, _auth])
+    app = web.Application(middlewares=[_errors, _edge, _auth])
     app[CONTEXT] = ctx
     routes.add_routes(app)
     return app
@@ -95,7 +125,7 @@ async def run_api(settings: Settings, *, stop: asyncio.Event) -> None:
         ctx = ApiContext(
             settings=settings, pool=pool, store=ObjectStore(settings.objects()), nats=nc
         )
-        runner = web.AppRunner(build_app(ctx), access_log=None)
+        runner = ApiRunner(build_app(ctx), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, settings.api.host, settings.api.port)
         await site.start()

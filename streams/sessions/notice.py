@@ -26,21 +26,63 @@ import hashlib
 import re
 import uuid
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from streams.errors import UsageError
 
 __all__ = [
     "NoticeArtifact",
     "SessionNotice",
     "artifact_id",
     "artifact_set_hash",
+    "check_file_name",
+    "file_name_problem",
     "session_id_for",
 ]
 
 NAMESPACE = uuid.UUID("6f1d7a52-3c0b-4b6e-9d55-1c7a2e0b9f31")
-_SAFE_NAME = re.compile(r"^[^/\\\x00]{1,255}$")
+# Control characters (C0, DEL, C1) and path separators: a file name ends up in headers, logs,
+# Postgres (which refuses NUL) and maybe a path on some operator's disk.
+_UNSAFE_CHAR = re.compile(r"[\x00-\x1f\x7f-\x9f/\\]")
+_MAX_NAME_BYTES = 255  # what most filesystems allow for one path component
+
+
+def file_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be an uploaded file's name, or ``None`` when it can."""
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:  # lone surrogates: undecodable bytes from an HTTP header
+        return "is not valid UTF-8"
+    if size == 0:
+        return "is empty"
+    if size > _MAX_NAME_BYTES:
+        return f"is {size} bytes long (at most {_MAX_NAME_BYTES})"
+    if name in {".", ".."}:
+        return "is a relative path"
+    if _UNSAFE_CHAR.search(name):
+        return "contains '/', '\\' or a control character"
+    return None
+
+
+def check_file_name(name: str) -> str:
+    """``name`` if it is a valid file name (see :func:`file_name_problem`), else UsageError."""
+    problem = file_name_problem(name)
+    if problem is not None:
+        raise UsageError(f"file name {name!r} {problem}")
+    return name
+
+
+def _valid_file_name(name: str) -> str:
+    problem = file_name_problem(name)
+    if problem is not None:
+        raise ValueError(f"file name {problem}")
+    return name
+
+
+FileName = Annotated[str, AfterValidator(_valid_file_name)]
 
 
 class NoticeArtifact(BaseModel):
@@ -48,7 +90,7 @@ class NoticeArtifact(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(pattern=_SAFE_NAME.pattern)
+    name: FileName
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     size: int = Field(ge=0)
 
@@ -60,7 +102,7 @@ class SessionNotice(BaseModel):
 
     version: Literal[1] = 1
     artifacts: tuple[NoticeArtifact, ...] = ()
-    objects: tuple[str, ...] = ()
+    objects: tuple[FileName, ...] = ()
     priority: int = Field(0, ge=-1000, le=1000)
     config: dict[str, Any] = Field(default_factory=dict)
     requested_by: str = Field("device", max_length=200)
@@ -70,8 +112,6 @@ class SessionNotice(BaseModel):
     def _not_empty(self) -> SessionNotice:
         if not self.artifacts and not self.objects:
             raise ValueError("a notice names at least one artifact or bucket object")
-        if any(not _SAFE_NAME.match(o) for o in self.objects):
-            raise ValueError("bucket object names must not contain '/', '\\\\' or NUL")
         return self
 
     def encode(self) -> bytes:

@@ -1,12 +1,22 @@
 """Handing a whole-session file to Tideway: store the artifacts, then publish a notice.
 
-The CLI (``tideway sessions upload``) and the HTTP API both end here: each file is streamed to
-its content address in the object store (``artifacts/<tenant>/<aa>/<sha256>``, hashed while it
-is written), then one :class:`~streams.sessions.notice.SessionNotice` is published on
+The CLI (``tideway sessions upload``) and the HTTP API both end here (:class:`StagedUpload`):
+each file is streamed to a temporary key, hashed while it is written; only when the whole
+request has been validated are the files promoted to their content address in the object
+store (``artifacts/<tenant>/<aa>/<sha256>``), then one
+:class:`~streams.sessions.notice.SessionNotice` is published on
 ``sessions.<tenant>.<device>`` with the artifact-set hash as its ``Nats-Msg-Id`` (JetStream
 drops a duplicate publish inside its window; intake is idempotent beyond it). The receipt
 carries the session id, derived from the artifacts (see ``notice``), and the artifact-set
 hash that intake uses as the run's idempotency key, so a caller can find and wait for the run.
+
+A refused upload stores nothing: validation fails before promotion, and the temporary files
+are dropped. When the notice cannot be published after promotion, the files this upload put
+there are removed again - unless content addressing shares one with someone else: an object
+that was already there, one an ``artifacts`` row (an accepted session) refers to, or one another
+upload in this process is still handling. (An identical upload in another process that has
+published but not yet been recorded by intake is not seen; its notice would then be
+dead-lettered as ``OBJECT_MISSING`` - never a recorded session without its file.)
 
 Devices take a third path without the object store: they put the file into the JetStream
 object-store bucket and publish a notice naming it (:func:`device_upload` does exactly that,
@@ -16,29 +26,37 @@ for tests and device simulators).
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
+import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
+from streams import db
 from streams.config import Settings
 from streams.errors import TransientError, UsageError
 from streams.names import Names
-from streams.objects import ObjectStore
+from streams.objects import ObjectStore, ObjectWriter, StoredObject, artifact_key
 from streams.sessions.notice import (
     NoticeArtifact,
     SessionNotice,
     artifact_set_hash,
+    check_file_name,
     session_id_for,
 )
 from streams.sessions.tenancy import check_device, check_tenant
 
 __all__ = [
+    "StagedUpload",
     "UploadReceipt",
     "device_upload",
     "publish_notice",
@@ -46,7 +64,132 @@ __all__ = [
     "upload_files",
 ]
 
+log = logging.getLogger(__name__)
+
 _CHUNK = 1 << 20
+
+# Which artifacts of an accepted session share content with the given ones (by tenant name, so
+# the CLI, which knows no tenant id, can ask too).
+_REFERENCED = """
+SELECT a.sha256 FROM artifacts a JOIN tenants t ON t.id = a.tenant_id
+WHERE t.name = $1 AND a.sha256 = ANY($2::text[])
+"""
+
+# Artifact keys that uploads in this process have promoted and not yet finished with (a count
+# per key: two identical uploads share one object).
+_IN_FLIGHT: collections.Counter[str] = collections.Counter()
+
+Connect = Callable[[], AbstractAsyncContextManager[Any]]
+
+
+class StagedUpload:
+    """One upload's files: staged while the request is read, stored only once it is accepted.
+
+    ``add`` streams a file to a temporary key; ``artifacts`` describes the staged files so the
+    caller can validate the whole upload and build its notice; ``commit`` promotes them to
+    their content address; ``published`` says the notice is out. Leaving the ``async with``
+    block any other way drops the staged files and removes the promoted ones nobody else
+    shares (see the module docstring). ``connect`` opens a Postgres connection for that check.
+    """
+
+    def __init__(self, store: ObjectStore, tenant: str, *, max_bytes: int, connect: Connect):
+        self._store = store
+        self._tenant = tenant
+        self._max = max_bytes
+        self._connect = connect
+        self._staged: list[tuple[str, ObjectWriter]] = []
+        self._stored: list[StoredObject] = []
+        self._registered: list[str] = []
+        self._published = False
+
+    async def __aenter__(self) -> StagedUpload:
+        return self
+
+    async def add(self, name: str, chunks: AsyncIterable[bytes]) -> None:
+        """Stage one file called ``name`` (checked before a byte is written)."""
+        check_file_name(name)
+        writer = await asyncio.to_thread(self._store.writer, max_bytes=self._max)
+        self._staged.append((name, writer))
+        async for chunk in chunks:
+            await asyncio.to_thread(writer.write, chunk)
+        if writer.size == 0:
+            raise UsageError(f"{name} is empty")
+
+    @property
+    def artifacts(self) -> tuple[NoticeArtifact, ...]:
+        """The staged files as the notice names them."""
+        return tuple(NoticeArtifact(name=n, sha256=w.sha256, size=w.size) for n, w in self._staged)
+
+    async def commit(self) -> None:
+        """Promote every staged file to its content address."""
+        if not self._staged:
+            raise UsageError("no file in the upload")
+        keys = dict.fromkeys(artifact_key(self._tenant, w.sha256) for _, w in self._staged)
+        for key in keys:  # before promoting: from now on the objects may be ours
+            _IN_FLIGHT[key] += 1
+            self._registered.append(key)
+        while self._staged:
+            _, writer = self._staged[0]
+            stored = await asyncio.to_thread(
+                writer.commit, artifact_key(self._tenant, writer.sha256)
+            )
+            self._staged.pop(0)
+            self._stored.append(stored)
+
+    def published(self) -> None:
+        """The notice naming the files is published: they belong to intake now."""
+        self._published = True
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            for _, writer in self._staged:
+                await asyncio.to_thread(writer.abort)
+            self._staged.clear()
+            if not self._published:
+                await self._remove_unshared()
+        except Exception:  # the caller's own error is the one to report; this is housekeeping
+            log.exception("could not clean up after a refused upload")
+        finally:
+            for key in self._registered:
+                _IN_FLIGHT[key] -= 1
+                if _IN_FLIGHT[key] <= 0:
+                    del _IN_FLIGHT[key]
+            self._registered.clear()
+
+    async def _remove_unshared(self) -> None:
+        mine = [s for s in self._stored if s.created and _IN_FLIGHT[s.key] == 1]
+        if not mine:
+            return
+        try:
+            async with self._connect() as conn:
+                rows = await conn.fetch(_REFERENCED, self._tenant, [s.sha256 for s in mine])
+        except Exception as exc:  # cannot tell whether it is shared: keeping it is safe
+            log.warning("keeping %d stored upload file(s): %s", len(mine), exc)
+            return
+        referenced = {r["sha256"] for r in rows}
+        for s in mine:
+            if s.sha256 not in referenced:
+                await asyncio.to_thread(self._store.discard_artifact, s.key)
+
+
+@contextlib.asynccontextmanager
+async def _postgres(settings: Settings) -> AsyncIterator[Any]:
+    conn = await db.connect(settings.postgres())
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
+    with path.open("rb") as f:
+        while block := await asyncio.to_thread(f.read, _CHUNK):
+            yield block
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,25 +276,39 @@ async def upload_files(
     check_device(device)
     if not paths:
         raise UsageError("name at least one file to upload")
-    store = ObjectStore(settings.objects())
-    limit = settings.worker.max_artifact_bytes
-    stored = [await asyncio.to_thread(store_file, store, tenant, p, max_bytes=limit) for p in paths]
-    receipt = receipt_for(
-        tenant=tenant, device=device, artifacts=stored, names=Names(namespace=settings.namespace)
+    for p in paths:
+        check_file_name(p.name)
+        if not p.is_file():
+            raise UsageError(f"{p} is not a file")
+    staged = StagedUpload(
+        ObjectStore(settings.objects()),
+        tenant,
+        max_bytes=settings.worker.max_artifact_bytes,
+        connect=lambda: _postgres(settings),
     )
-    notice = SessionNotice(
-        artifacts=tuple(stored),
-        priority=priority,
-        config=dict(config or {}),
-        requested_by=requested_by,
-    )
-    nc = await connect_nats(settings)
-    try:
-        await publish_notice(
-            nc.jetstream(), receipt.subject, notice, msg_id=f"{tenant}:{receipt.artifact_set_hash}"
+    async with staged:
+        for p in paths:
+            await staged.add(p.name, _file_chunks(p))
+        names = Names(namespace=settings.namespace)
+        receipt = receipt_for(tenant=tenant, device=device, artifacts=staged.artifacts, names=names)
+        notice = SessionNotice(
+            artifacts=staged.artifacts,
+            priority=priority,
+            config=dict(config or {}),
+            requested_by=requested_by,
         )
-    finally:
-        await nc.close()
+        nc = await connect_nats(settings)
+        try:
+            await staged.commit()
+            await publish_notice(
+                nc.jetstream(),
+                receipt.subject,
+                notice,
+                msg_id=f"{tenant}:{receipt.artifact_set_hash}",
+            )
+            staged.published()
+        finally:
+            await nc.close()
     return receipt
 
 

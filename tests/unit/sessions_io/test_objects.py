@@ -86,3 +86,16 @@ def test_keys_cannot_escape_the_root(store: ObjectStore) -> None:
         store.key("file:///etc/passwd")
     obj = store.put("a/b", b"x")
     assert store.key(obj.url) == "a/b"
+
+
+def test_commit_says_whether_it_created_the_object_and_discard_removes_it(
+    store: ObjectStore,
+) -> None:
+    first = store.put_artifact("acme", [b"one upload"])
+    again = store.put_artifact("acme", [b"one upload"])
+    assert first.created and not again.created  # the same content was already there
+    store.discard_artifact(first.key)
+    assert not store.exists(first.key)
+    store.discard_artifact(first.key)  # already gone: nothing to do
+    with pytest.raises(ValueError):
+        store.discard_artifact("datasets/run/job/_manifest.json")  # only artifacts
