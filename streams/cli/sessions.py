@@ -219,7 +219,7 @@ def register(app: typer.Typer) -> None:
         new_config = _config(config) if config else None
         enqueued = _with_conn(lambda conn: reprocess(
             conn, tenant=owner, session_id=sid, config=new_config, requested_by="cli",
-            namespace=settings.namespace))
+            namespace=settings.namespace, default_attempts=settings.retry.job_max_attempts))
         if not as_json:
             console.print(f"reprocessing session {sid} as run {enqueued.run_id}")
         elif not wait:
