@@ -11,12 +11,14 @@ Wire contract. A device publishes one JSON object per message on the subject
 ``seq``     optional non-negative integer the device counts up (breaks ties between two
             measurements with the same ``ts``).
 ``values``  an object; the device schema's parameters read their ``source`` keys (or dotted
-            paths) from it. No key or string may contain a NUL character.
+            paths) from it. No key or string may contain a NUL character. A number too large
+            in magnitude for a 64-bit float (``1e309``, 400 digits) is still JSON: it arrives
+            as a :class:`HugeNumber`, and the parameter that reads it reports it as invalid.
 
 Other top-level fields are ignored, so devices can add fields before Tideway reads them.
 Optional NATS headers: ``Nats-Msg-Id`` (a stable id per message; repeats are deduplicated,
-see ``docs/streaming.md``) and ``traceparent`` (W3C trace context, recorded). The JSON Schema
-``schemas/envelope.schema.json`` is generated from :class:`Envelope` (``python -m
+see ``docs/streaming.md``) and ``traceparent`` (W3C trace context, recorded when valid). The
+JSON Schema ``schemas/envelope.schema.json`` is generated from :class:`Envelope` (``python -m
 schemas.envelope``) and a test keeps the two in agreement.
 """
 
@@ -26,6 +28,7 @@ import json
 import re
 import sys
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -91,11 +94,60 @@ def parse_seq(raw: Any) -> int | None:
     return seq
 
 
+class HugeNumber:
+    """A JSON number in an envelope too large in magnitude for a 64-bit float.
+
+    ``1e309``, ``-1e309`` or 400 written-out digits are valid JSON, and the JSON Schema
+    accepts them, but no float can hold them. The decoder keeps such a number as this value
+    instead of refusing the whole body, so that only the parameter reading it is invalid
+    (``NUMBER_TOO_LARGE``); in ``ts`` or ``seq`` it breaks the contract like any other bad
+    value there. ``literal`` is the number as written, and its ``str``: JSON has no number
+    that could stand for it, so a stage snapshot shows it as that text.
+
+    Immutable and keyword-only like a frozen dataclass, but not one: orjson writes a
+    dataclass as an object (``{"literal": …}``), which would look like something the device
+    sent; anything else reaches the snapshot encoder's ``default=str``.
+    """
+
+    __slots__ = ("literal",)
+    literal: str
+
+    def __init__(self, *, literal: str) -> None:
+        object.__setattr__(self, "literal", literal)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"HugeNumber is immutable; cannot set {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is HugeNumber and other.literal == self.literal
+
+    def __hash__(self) -> int:
+        return hash(self.literal)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # copy and pickle must rebuild through __init__: setting the slot later is refused.
+        return (partial(HugeNumber, literal=self.literal), ())
+
+    def __repr__(self) -> str:
+        return f"HugeNumber(literal={self.literal!r})"
+
+    def __str__(self) -> str:
+        return self.literal
+
+    @property
+    def shown(self) -> str:
+        """``literal`` for a message: abbreviated, since it may have 60,000 digits."""
+        text = self.literal
+        return text if len(text) <= 24 else f"{text[:12]}… ({len(text)} characters)"
+
+
 _NO_NUL = "^[^\\u0000]*$"
 # Pydantic manages "$ref"s itself; the recursive value schema is spliced in by json_schema().
 _VALUE_REF = {"x-tideway": "value"}
 _VALUE: dict[str, Any] = {
-    "description": "Any JSON value whose strings and keys hold no NUL character.",
+    "description": ("Any JSON value whose strings and keys hold no NUL character. A number"
+                    " beyond the range of a 64-bit float (such as 1e309) is accepted; the"
+                    " parameter that reads it reports NUMBER_TOO_LARGE."),
     "anyOf": [
         {"type": ["number", "boolean", "null"]},
         {"type": "string", "pattern": _NO_NUL},

@@ -23,6 +23,10 @@ device inactive          ``DEVICE_INACTIVE``                 inactive_skipped   
 a bug in a stage         ``INTERNAL_ERROR``                  failed_terminal      yes
 =======================  ==================================  ===================  ===========
 
+A number too large for a 64-bit float (``1e309``) is JSON, so it is not unparseable: in
+``values`` it is a bad value of the parameter reading it (``NUMBER_TOO_LARGE``, which the
+required/critical rules weigh like any other), in ``ts`` or ``seq`` it breaks the contract.
+
 The clock is an argument (``clock() -> ns``) so durations are measured without the stage
 reading the time itself.
 """

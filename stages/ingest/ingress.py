@@ -15,12 +15,20 @@ Dedupe keys (spec 001):
 
 :func:`decode_envelope` is the hot-path equivalent of validating with
 :class:`schemas.envelope.Envelope` (a property test keeps them in agreement); it skips
-building a pydantic model per envelope.
+building a pydantic model per envelope. orjson refuses a number too large for a 64-bit float
+(``1e309``), which is valid JSON; only on that refusal is the body parsed again, slowly, by
+:func:`_loads_huge`, which keeps such numbers as :class:`~schemas.envelope.HugeNumber` so the
+parameter reading one is invalid instead of the whole envelope unparseable.
+
+``traceparent`` is recorded only when valid by W3C Trace Context §3.2: a version-00 shape
+(lowercase hex), a version other than ``ff``, and trace and parent ids that are not all zeros.
+The recommendation says a receiver must ignore any other header, so it is stored as NULL.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -28,7 +36,15 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from schemas.envelope import EPOCH, MAX_EPOCH_MS, epoch_us, has_nul, parse_seq, parse_ts
+from schemas.envelope import (
+    EPOCH,
+    MAX_EPOCH_MS,
+    HugeNumber,
+    epoch_us,
+    has_nul,
+    parse_seq,
+    parse_ts,
+)
 from stages.errors import StageError
 
 TOO_LARGE = "ENVELOPE_TOO_LARGE"
@@ -43,8 +59,16 @@ _SECOND = timedelta(seconds=1)
 _SUBJECT = re.compile(
     r"telemetry\.([a-z0-9][a-z0-9_-]{0,62})\.([A-Za-z0-9_-]{1,128})\.([A-Za-z0-9_-]{1,64})"
 )
-_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+# version-trace id-parent id-flags; the lookaheads refuse what W3C calls invalid (version
+# ff, an all-zero trace id or parent id), so one match decides.
+_TRACEPARENT = re.compile(
+    r"(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}"
+)
 _PLAIN_ID = re.compile(r"[\x21-\x7e]{1,200}")
+HUGE_NUMBER_REFUSAL = "number is infinity when parsed as double"
+"""How orjson words its refusal of ``1e309`` (a unit test pins it, should a release reword it)."""
+_I64_MIN, _U64_MAX = -(2**63), 2**64 - 1
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 class EnvelopeError(StageError):
@@ -86,7 +110,7 @@ class Receipt(NamedTuple):
 
     @property
     def traceparent(self) -> str | None:
-        """The W3C ``traceparent`` header when well-formed (anything else is not recorded)."""
+        """The W3C ``traceparent`` header when valid (anything else is not recorded)."""
         value = self.headers.get("traceparent") if self.headers else None
         return value if value and _TRACEPARENT.fullmatch(value) else None
 
@@ -165,12 +189,21 @@ def check_size(receipt: Receipt, max_bytes: int) -> None:
         )
 
 
+def load_json(data: bytes) -> Any:
+    """``data`` parsed as the pipeline parses a body: a number too large for a float64
+    becomes a :class:`HugeNumber`; anything else orjson refuses raises :class:`EnvelopeError`
+    (``ENVELOPE_UNPARSEABLE``). ``tideway schema test`` reads its payload file with this too."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if not str(exc).startswith(HUGE_NUMBER_REFUSAL):
+            raise EnvelopeError(f"payload is not JSON: {exc}", code=UNPARSEABLE) from None
+        return _loads_huge(data)
+
+
 def decode_envelope(data: bytes) -> DecodedEnvelope:
     """Parse and check one envelope body; raises :class:`EnvelopeError`."""
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise EnvelopeError(f"payload is not JSON: {exc}", code=UNPARSEABLE) from None
+    doc = load_json(data)
     if type(doc) is not dict:
         raise EnvelopeError("payload is not a JSON object", code=UNPARSEABLE)
     if "ts" not in doc:
@@ -194,3 +227,61 @@ def decode_envelope(data: bytes) -> DecodedEnvelope:
     if b"\\u0000" in data and has_nul(values):  # cheap test first, exact test if it hits
         raise EnvelopeError("values must not contain NUL characters", code=INVALID)
     return DecodedEnvelope(ts, ts_us, seq, values)
+
+
+def _loads_huge(data: bytes) -> Any:
+    """``data`` parsed as orjson parses it, except that a number too large for a float64
+    becomes a :class:`HugeNumber` (the slow path: only for bodies orjson refused for that).
+
+    The stdlib parser, given hooks for numbers, does the work; everything it accepts that
+    orjson does not is refused here too, so no body gets further on this path than orjson
+    would have let it: invalid UTF-8 (decoded strictly), ``NaN``/``Infinity`` (not JSON), and
+    lone surrogate escapes. Numbers come out as orjson makes them: integers within
+    ``[-2**63, 2**64 - 1]`` as ``int``, other integers and every fraction or exponent as a
+    correctly rounded ``float``. One difference remains: the stdlib parser nests less deeply
+    (the interpreter's recursion limit, about 1,000 levels, where orjson allows 1,024); a
+    body nested that deeply and holding a huge number is unparseable, as before.
+    """
+    try:
+        text = data.decode("utf-8")
+        doc = json.loads(text, parse_float=_float, parse_int=_int, parse_constant=_not_json)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise EnvelopeError(f"payload is not JSON: {exc}", code=UNPARSEABLE) from None
+    # The stdlib pairs surrogate escapes as orjson does but keeps a lone one, which orjson
+    # refuses (and Postgres could not store): look only when an escape of one is present.
+    if "\\u" in text and _lone_surrogate(doc):
+        raise EnvelopeError("payload is not JSON: lone surrogate in a string", code=UNPARSEABLE)
+    return doc
+
+
+def _float(literal: str) -> float | HugeNumber:
+    value = float(literal)  # correctly rounded; beyond the range it is ±inf, never an error
+    return value if value - value == 0.0 else HugeNumber(literal=literal)
+
+
+def _int(literal: str) -> int | float | HugeNumber:
+    if len(literal) <= 20:  # at most 20 digits, or a sign and 19: int() is cheap and safe
+        number = int(literal)
+        if _I64_MIN <= number <= _U64_MAX:
+            return number
+    # Beyond 64 bits orjson makes a float; float() also takes more digits than int() would.
+    return _float(literal)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _lone_surrogate(doc: Any) -> bool:
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if type(node) is str:
+            if _SURROGATE.search(node):
+                return True
+        elif type(node) is dict:
+            stack.extend(node)
+            stack.extend(node.values())
+        elif type(node) is list:
+            stack.extend(node)
+    return False

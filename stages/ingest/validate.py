@@ -9,14 +9,18 @@ outcome                issue code                      fails the envelope when
 =====================  ==============================  ===================================
 absent or null         ``MISSING_REQUIRED``            the parameter is ``required``
 wrong type / too long  ``WRONG_TYPE`` / ``TOO_LONG``   the parameter is required or critical
+beyond float64         ``NUMBER_TOO_LARGE``            the parameter is required or critical
 outside min/max        ``OUT_OF_RANGE``                the parameter is ``critical``
 =====================  ==============================  ===================================
 
-A value with the wrong type is extracted as ``None`` (missing); an out-of-range value is kept
-as measured and flagged. Coercion is strict: ``number`` takes JSON numbers (stored as finite
-floats), ``integer`` takes integers and integral floats within 64 bits, ``boolean`` takes
-``true``/``false`` and ``0``/``1``, ``string`` takes strings up to 65,536 characters; nothing
-is parsed from strings. The stage never raises for bad data; it reports.
+A value with the wrong type is extracted as ``None`` (missing), and so is a number too large
+in magnitude for a 64-bit float (``1e309``; the decoder hands it over as a
+:class:`~schemas.envelope.HugeNumber`) read by a ``number`` or ``integer`` parameter; an
+out-of-range value is kept as measured and flagged. Coercion is strict: ``number`` takes
+JSON numbers (stored as finite floats), ``integer`` takes integers and integral floats within
+64 bits, ``boolean`` takes ``true``/``false`` and ``0``/``1``, ``string`` takes strings up to
+65,536 characters; nothing is parsed from strings. The stage never raises for bad data; it
+reports.
 
 Specialised form. Almost every envelope a device sends is clean: every parameter present (or
 an optional one absent), of the exact JSON type, inside its range. :func:`specialise` turns a
@@ -37,6 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from schemas.envelope import HugeNumber
 from stages.expr.limits import INT_MAX, INT_MIN, MAX_STRING_LENGTH
 
 if TYPE_CHECKING:
@@ -46,6 +51,7 @@ MISSING_REQUIRED = "MISSING_REQUIRED"
 WRONG_TYPE = "WRONG_TYPE"
 TOO_LONG = "TOO_LONG"
 OUT_OF_RANGE = "OUT_OF_RANGE"
+NUMBER_TOO_LARGE = "NUMBER_TOO_LARGE"
 NOT_AN_OBJECT = "NOT_AN_OBJECT"
 
 
@@ -77,7 +83,7 @@ class _Rejected(Exception):
 def _kind(raw: Any) -> str:
     if isinstance(raw, bool):
         return "a boolean"
-    if isinstance(raw, int | float):
+    if isinstance(raw, int | float | HugeNumber):
         return "a number"
     if isinstance(raw, str):
         return "a string"
@@ -104,6 +110,8 @@ def coerce_number(raw: Any) -> float:
             return float(raw)
         except OverflowError:
             raise _Rejected(WRONG_TYPE, "number is too large") from None
+    if kind is HugeNumber:
+        raise _too_large(raw)
     raise _Rejected(WRONG_TYPE, f"expected a number, got {_kind(raw)}")
 
 
@@ -111,6 +119,8 @@ def coerce_integer(raw: Any) -> int:
     """A 64-bit integer from an integer or an integral float."""
     kind = type(raw)
     if kind is bool or not isinstance(raw, int | float):
+        if kind is HugeNumber:
+            raise _too_large(raw)
         raise _Rejected(WRONG_TYPE, f"expected an integer, got {_kind(raw)}")
     if isinstance(raw, float):
         if not (math.isfinite(raw) and raw.is_integer()):
@@ -119,6 +129,11 @@ def coerce_integer(raw: Any) -> int:
     if not INT_MIN <= raw <= INT_MAX:
         raise _Rejected(WRONG_TYPE, "integer does not fit in 64 bits")
     return int(raw)
+
+
+def _too_large(raw: HugeNumber) -> _Rejected:
+    return _Rejected(NUMBER_TOO_LARGE,
+                     f"{raw.shown} is outside the range of a 64-bit float (±1.8e308)")
 
 
 def coerce_boolean(raw: Any) -> bool:

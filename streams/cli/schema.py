@@ -14,12 +14,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
 import typer
 
 from schemas.device_schema import SchemaFile, load_schema_file
 from stages.errors import StageError
 from stages.ingest.derive import derive
+from stages.ingest.ingress import EnvelopeError, load_json
 from stages.ingest.mutate import mutate
 from stages.ingest.program import TopicProgram, compile_schema
 from stages.ingest.validate import Issue, validate
@@ -151,11 +151,11 @@ def _pick_topic(schema: SchemaFile, topic: str | None) -> str:
 def _read_values(path: Path) -> Any:
     """The ``values`` of an envelope file, or the whole object if it is not an envelope."""
     try:
-        data = orjson.loads(path.read_bytes())
+        data = load_json(path.read_bytes())  # as the pipeline reads a body (huge numbers too)
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except orjson.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON: {exc}") from None
+    except EnvelopeError as exc:
+        raise UsageError(f"{path}: not valid JSON: {exc.message}") from None
     if isinstance(data, dict) and isinstance(data.get("values"), dict) and "ts" in data:
         return data["values"]
     return data

@@ -99,3 +99,16 @@ async def test_device_commands(pg_dsn: str, tmp_path: Path) -> None:
     code, _, err = await tideway(pg_dsn, "devices", "add", "ws-001", "--tenant", "acme",
                                  cwd=tmp_path)
     assert code == 1 and "already exists" in err
+
+
+async def test_schema_test_reads_a_huge_number_as_the_pipeline_does(tmp_path: Path) -> None:
+    # A number beyond float64 in an optional parameter is that parameter's issue, not a file
+    # that "is not JSON": schema test reads the payload exactly as the consumer reads a body.
+    payload = tmp_path / "huge.json"
+    payload.write_text(PAYLOAD.read_text().replace("104.2", "1e309"))
+    code, out, err = await tideway(None, "schema", "test", str(EXAMPLE), "--payload",
+                                   str(payload), "--json", cwd=tmp_path)
+    assert code == 0, err
+    report = as_json(out)
+    assert report["outcome"] == "processed"
+    assert "NUMBER_TOO_LARGE" in out

@@ -82,3 +82,25 @@ def test_nul_in_values_is_refused_but_an_escaped_backslash_is_fine() -> None:
         decode_envelope(b'{"ts": 1, "values": {"a\\u0000": 1}}')
     ok = decode_envelope(b'{"ts": 1, "values": {"fw": "a\\\\u0000b"}}')
     assert ok.values["fw"] == "a\\u0000b"
+
+
+@pytest.mark.parametrize("value", [
+    "00-00000000000000000000000000000000-00f067aa0ba902b7-01",  # all-zero trace id
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",  # all-zero parent id
+    "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  # version ff
+    "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01",  # uppercase hex
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+    "",
+])
+def test_invalid_traceparents_are_ignored_as_w3c_requires(value: str) -> None:
+    assert _receipt({"traceparent": value}).traceparent is None
+
+
+@pytest.mark.parametrize("value", [
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+    "01-00000000000000000000000000000001-0000000000000001-ff",  # a later version, ids not zero
+    "fe-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+])
+def test_valid_traceparents_are_kept_as_sent(value: str) -> None:
+    assert _receipt({"traceparent": value}).traceparent == value
