@@ -54,7 +54,8 @@ async def prepare(settings: Settings) -> None:
     from streams.ingest.provision import provision
     from streams.sessions.intake import provision_sessions
 
-    await provision(settings)
+    for warning in await provision(settings):
+        log.warning("%s", warning)
     await provision_sessions(settings)
 
 

@@ -1,6 +1,6 @@
 """The streaming half's tables: one record per received envelope, its stage logs (one row per
 processing pass, unnested per stage by the ``ingestion_stage_logs`` view), the
-telemetry it produced and the dead letters an operator can redrive.
+telemetry it produced and the dead letters an operator can redrive or resolve.
 
 Identity. Every JetStream message Tideway receives gets exactly one ``ingestion_messages``
 row, identified by its *receipt* ``(stream_seq, received_at)`` — the stream sequence and the
@@ -40,6 +40,8 @@ PROCESSING_STATES = ("processed", "invalid", "inactive_skipped", "publish_failed
 STAGES = ("ingress", "validate", "mutate", "derive", "persist", "publish")
 STAGE_STATUSES = ("ok", "failed")
 DEAD_LETTER_STATES = ("open", "resolved")
+# How a dead letter was resolved: a redrive that published it, or an operator who closed it.
+DEAD_LETTER_RESOLUTIONS = ("redriven", "operator")
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -183,6 +185,27 @@ dead_letters = sa.Table(
     sa.Column("first_seen_at", _TS, nullable=False, server_default=sa.func.now()),
     sa.Column("last_seen_at", _TS, nullable=False, server_default=sa.func.now()),
     sa.Column("resolved_at", _TS),
+    # Set when resolved (migration 0007): ``redriven`` or ``operator`` (``tideway dlq resolve``,
+    # with the operator's note).
+    sa.Column("resolution", sa.Text),
+    sa.Column("resolution_note", sa.Text),
     sa.CheckConstraint(_in("state", DEAD_LETTER_STATES), name="state_known"),
+    sa.CheckConstraint(_in("resolution", DEAD_LETTER_RESOLUTIONS), name="resolution_known"),
+    sa.CheckConstraint("(state = 'resolved') = (resolution IS NOT NULL)",
+                       name="resolution_shape"),
     sa.Index("ix_dead_letters_state_first_seen", "state", "first_seen_at"),
+)
+
+ingest_delivery_failures = sa.Table(
+    "ingest_delivery_failures",
+    metadata,
+    # The publish failures of one delivery of an envelope that was nak'ed for redelivery
+    # (migration 0007), keyed by the envelope's dedupe key: nothing else is recorded for it
+    # yet. The transaction that finally records the envelope deletes its rows — after copying
+    # them into its dead letter when it is dead-lettered, so the dead letter holds every
+    # failed delivery, oldest first.
+    sa.Column("key", sa.Text(collation="C"), primary_key=True),
+    sa.Column("delivered", sa.Integer, primary_key=True),
+    sa.Column("failures", pg.JSONB, nullable=False),
+    created_at(),
 )

@@ -314,13 +314,13 @@ class Recording:
         return lines
 
     def dead_letter_row(self, final: Final, message_id: int) -> tuple[Any, ...]:
+        """The dead letter of a new envelope. Its failures are this delivery's; the SQL that
+        inserts it puts the failures of the earlier deliveries of the same envelope
+        (``ingest_delivery_failures``) in front."""
         ev = final.ev
         if final.publish is not None and final.publish.failures:
-            failures = [
-                {"at": self.now.isoformat(), "stage": "publish", "code": f.code,
-                 "message": f"{f.sink}: {f.message}", "attempt": 1, "tries": f.attempts}
-                for f in final.publish.failures
-            ]
+            failures = publish_failures(final.publish, at=self.now, attempt=1,
+                                        delivery=ev.receipt.delivered)
         else:
             stage = next((log.stage for log in ev.logs if log.status == "failed"), "ingress")
             failures = [{"at": self.now.isoformat(), "stage": stage, "code": final.error_code,
@@ -342,6 +342,32 @@ class Recording:
             device.tenant_id if device else None, device.id if device else None,
             env.ts if env else None, env.seq if env else None,
         ))
+
+
+def publish_failures(publish: PublishOutcome, *, at: datetime, attempt: int,
+                     delivery: int | None = None) -> list[dict[str, Any]]:
+    """A failed publish as dead-letter failure entries, one per sink that failed.
+
+    ``attempt`` is the processing pass (1 when consumed, +1 per redrive); ``delivery`` the
+    JetStream delivery within pass 1 (a redrive has none).
+    """
+    out: list[dict[str, Any]] = []
+    for f in publish.failures:
+        entry: dict[str, Any] = {"at": at.isoformat(), "stage": "publish", "code": f.code,
+                                 "message": f"{f.sink}: {f.message}", "attempt": attempt,
+                                 "tries": f.attempts}
+        if delivery is not None:
+            entry["delivery"] = delivery
+        out.append(entry)
+    return out
+
+
+def delivery_failure_row(ev: Evaluation, publish: PublishOutcome,
+                         at: datetime) -> tuple[str, int, str]:
+    """The ``ingest_delivery_failures`` row of a delivery whose publish failed and that is
+    nak'ed for another: (dedupe key, delivery, failures as JSON text)."""
+    failures = publish_failures(publish, at=at, attempt=1, delivery=ev.receipt.delivered)
+    return ev.key, ev.receipt.delivered, orjson.dumps(failures).decode()
 
 
 def message_row(final: Final) -> tuple[Any, ...]:

@@ -18,6 +18,9 @@ from streams.config import load_settings
 from streams.errors import UsageError
 
 JSON_OPTION = typer.Option(False, "--json", help="Print JSON.")
+# `dlq redrive` / `dlq resolve`: dead letters were there but nothing (or not everything) could
+# be done. Distinct from 1 (an error, e.g. a service unreachable) and 2 (click's usage error).
+EXIT_NOTHING_DONE = 3
 
 
 def parse_time(value: str) -> datetime:
@@ -43,7 +46,7 @@ def _install_stop(stop: asyncio.Event) -> None:
 def register(app: typer.Typer) -> None:
     """Add the streaming commands to ``app``."""
     streams_app = typer.Typer(help="NATS JetStream resources.", no_args_is_help=True)
-    dlq_app = typer.Typer(help="Dead-lettered envelopes: list, show, redrive.",
+    dlq_app = typer.Typer(help="Dead-lettered envelopes: list, show, redrive, resolve.",
                           no_args_is_help=True)
     messages_app = typer.Typer(help="Explain recorded envelopes.", no_args_is_help=True)
     app.add_typer(streams_app, name="streams")
@@ -58,7 +61,8 @@ def register(app: typer.Typer) -> None:
         from streams.names import Names
 
         settings = load_settings()
-        asyncio.run(provision(settings))
+        for warning in asyncio.run(provision(settings)):  # worth knowing, not worth failing
+            err_console.print(f"[bold yellow]warning:[/] {warning}")
         names = Names(namespace=settings.namespace)
         console.print(f"streams ready: {names.telemetry_stream} ({names.telemetry_subjects}), "
                       f"consumer {names.ingest_durable}, {names.dead_letter_stream}")
@@ -132,7 +136,8 @@ def register(app: typer.Typer) -> None:
         rows = _with_conn(lambda c: list_dead_letters(
             c, state=None if state == "all" else state, tenant=tenant, limit=limit))
         print_rows(rows, columns=["id", "ingestion_message_id", "tenant", "subject",
-                                  "reason_code", "state", "redrive_count", "first_seen_at"],
+                                  "reason_code", "state", "redrive_count", "first_seen_at",
+                                  "resolution"],
                    title="dead letters", as_json=as_json)
 
     @dlq_app.command("show")
@@ -146,18 +151,76 @@ def register(app: typer.Typer) -> None:
 
     @dlq_app.command("redrive")
     def dlq_redrive(
-        ids: list[int] = typer.Argument(None, help="Dead letter ids (default: all open)."),
+        ids: list[int] = typer.Argument(
+            None, help="Dead letter ids (default: every open one that can be redriven)."),
+        page_size: int = typer.Option(500, "--page-size", min=1, max=10_000,
+                                      help="Dead letters per page (one transaction each)."),
         as_json: bool = JSON_OPTION,
     ) -> None:
-        """Re-run publish for dead-lettered envelopes and record the outcome."""
-        from streams.ingest.dlq import redrive
+        """Re-run publish for dead-lettered envelopes and record the outcome.
 
-        results = asyncio.run(redrive(load_settings(), ids=ids or None))
-        print_rows([asdict(r) for r in results],
-                   columns=["dead_letter_id", "message_id", "outcome", "detail"],
-                   title="redrive", as_json=as_json)
-        if any(r.outcome == "failed" for r in results):
-            raise typer.Exit(1)
+        Exit 0: every redrivable dead letter completed (or nothing was open); exit 3: some
+        still fail, or dead letters are open and none could be redriven (malformed envelopes:
+        see `dlq resolve`)."""
+        from streams.ingest.dlq import COMPLETED, FAILED, NOT_REDRIVABLE, RedrivePage, redrive
+
+        def progress(page: RedrivePage) -> None:
+            counts = Counter(r.outcome for r in page.results)
+            err_console.print(f"  page {page.number}: {counts[COMPLETED]} completed, "
+                              f"{counts[FAILED]} failed, {counts[NOT_REDRIVABLE]} not "
+                              f"redrivable ({page.total} so far)")
+
+        report = asyncio.run(redrive(load_settings(), ids=ids or None, page_size=page_size,
+                                     on_page=None if as_json else progress))
+        if as_json:
+            print_json(report.as_dict())
+        else:
+            # The completed ones are in the counts (and in --json); the table lists what still
+            # needs a look, which stays readable when a redrive completes thousands.
+            attention = [asdict(r) for r in report.results if r.outcome != COMPLETED]
+            if attention:
+                print_rows(attention,
+                           columns=["dead_letter_id", "message_id", "outcome", "detail"],
+                           title="redrive: not completed")
+            summary = report.as_dict()
+            console.print(", ".join(f"{summary[k]} {k.replace('_', ' ')}" for k in (
+                "completed", "failed", "not_redrivable", "not_open") if summary[k])
+                or "nothing to redrive")
+            if report.unreachable:
+                left = ", ".join(f"{code} {n}" for code, n in report.unreachable.items())
+                err_console.print(f"open dead letters no redrive can publish: {left}; close "
+                                  "them with `tideway dlq resolve --code CODE --note ...`")
+        if report.nothing_done:
+            raise typer.Exit(EXIT_NOTHING_DONE)
+
+    @dlq_app.command("resolve")
+    def dlq_resolve(
+        ids: list[int] = typer.Argument(None, help="Dead letter ids."),
+        code: str = typer.Option(None, "--code", help="Every open dead letter with this "
+                                 "reason code (e.g. ENVELOPE_UNPARSEABLE)."),
+        tenant: str = typer.Option(None, "--tenant", help="Only this tenant (with --code)."),
+        note: str = typer.Option(..., "--note", "--reason",
+                                 help="Why they are resolved (recorded)."),
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """Close dead letters that will not be redriven (malformed envelopes, say), with a
+        note. Exit 3 if a named id is not an open dead letter."""
+        from streams.ingest.dlq import resolve_dead_letters
+
+        report = _with_conn(lambda c: resolve_dead_letters(
+            c, note=note, ids=ids or None, code=code, tenant=tenant))
+        if as_json:
+            print_json({"resolved": list(report.resolved),
+                        "not_resolved": list(report.not_resolved)})
+        else:
+            print_rows(list(report.resolved),
+                       columns=["id", "ingestion_message_id", "tenant", "reason_code"],
+                       title=f"resolved {len(report.resolved)}")
+            if report.not_resolved:
+                err_console.print("not open dead letters: "
+                                  + " ".join(str(i) for i in report.not_resolved))
+        if report.not_resolved:
+            raise typer.Exit(EXIT_NOTHING_DONE)
 
     @app.command("replay")
     def replay_cmd(

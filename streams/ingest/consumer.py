@@ -14,6 +14,9 @@ Failure behaviour:
 * ``stop`` (SIGTERM/SIGINT in the CLI) lets every worker finish, ack and return its current
   batch, then the connections are flushed and closed;
 * a service that is down at start-up is waited for, with the same backoff.
+
+An outage is logged once when it starts (WARNING) and once when it ends (INFO), through the
+process's :class:`streams.ingest.outage.Outages`; the batches it defers are logged at DEBUG.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from stages.ingest.ack_policy import Disposition, decide
 from streams.config import Settings
 from streams.errors import TransientError
 from streams.ingest.fetch import Fetcher, acknowledge, receipt_of
+from streams.ingest.outage import Outages, describe
 from streams.ingest.pipeline import BatchStats, Pipeline
 from streams.ingest.resources import Resources
 
@@ -119,12 +123,13 @@ async def _open(settings: Settings, workers: int, stop: asyncio.Event) -> Resour
     database, say, waits for it instead of exiting)."""
     rand = random.Random()
     pause = settings.retry.redelivery_backoff()
+    outages = Outages()  # kept across attempts: a service down at start-up is logged once
     attempt = 0
     while not stop.is_set():
         try:
-            return await Resources.open(settings, pool_size=workers + 2)
-        except TransientError as exc:
-            log.warning("cannot start consuming yet (%s): %s", exc.code, exc)
+            return await Resources.open(settings, pool_size=workers + 2, outages=outages)
+        except TransientError as exc:  # Resources.open has reported it to ``outages``
+            log.debug("cannot start consuming yet: %s", describe(exc))
             await _pause(stop, pause.floored_delay(attempt, rand.random))
             attempt += 1
     return None
@@ -140,6 +145,7 @@ async def _work(pipeline: Pipeline, fetcher: Fetcher, stop: asyncio.Event,
     settings = pipeline.settings
     consumer = settings.consumer
     nc = pipeline.resources.nc
+    outages = pipeline.resources.outages
     rand = random.Random()
     pause = settings.retry.redelivery_backoff()
     failures = 0
@@ -147,18 +153,23 @@ async def _work(pipeline: Pipeline, fetcher: Fetcher, stop: asyncio.Event,
         try:
             msgs = await fetcher.fetch(consumer.batch_size, consumer.max_wait_s)
         except Exception as exc:  # NATS reconnecting; try again shortly
-            log.warning("fetch failed: %s", exc)
+            outages.nats.failed(exc)
+            log.debug("fetch failed: %s", describe(exc))
             await _pause(stop, pause.floored_delay(0, rand.random))
             continue
         if not msgs:
             continue
+        # Messages only arrive over a live connection. (An empty fetch proves nothing: while
+        # nats-py reconnects, the pull request is buffered and the fetch just times out.)
+        outages.nats.recovered()
         receipts = [receipt_of(m) for m in msgs]
         try:
             result = await pipeline.process(receipts)
         except Exception as exc:  # the batch is redelivered later, not lost
             failures += 1
-            if isinstance(exc, TransientError):
-                log.warning("batch of %d deferred (%s): %s", len(msgs), exc.code, exc)
+            if isinstance(exc, TransientError):  # Postgres: the only dependency it raises for
+                outages.postgres.failed(exc)
+                log.debug("batch of %d deferred: %s", len(msgs), describe(exc))
             else:
                 log.exception("batch of %d failed unexpectedly; deferring it", len(msgs))
             decisions = tuple(
@@ -170,6 +181,7 @@ async def _work(pipeline: Pipeline, fetcher: Fetcher, stop: asyncio.Event,
             await _pause(stop, pause.floored_delay(failures - 1, rand.random))
             continue
         failures = 0
+        outages.postgres.recovered()
         await acknowledge(nc, msgs, result.decisions)
         if on_batch is not None:
             try:

@@ -1,24 +1,31 @@
-"""Dead letters: list, show, and redrive.
+"""Dead letters: list, show, redrive and resolve.
 
 A dead letter is written, in the recording transaction, for every envelope that ended in
 ``failed_terminal`` for a reason an operator should look at: an exhausted publish
 (``PUBLISH_FAILED``), a malformed envelope (``ENVELOPE_*``), a stage bug
 (``INTERNAL_ERROR``) or a row Postgres refused (``PERSIST_REJECTED``). It holds the original
-envelope (subject, headers, body) and the list of failures, oldest first.
+envelope (subject, headers, body) and the list of failures, oldest first: for an exhausted
+publish, one entry per sink per failed delivery.
 
 ``redrive`` re-runs *publish* for dead letters whose telemetry row is ``publish_failed``,
 from the values that row holds (what was computed when the envelope arrived, not a
 re-evaluation against today's registry). Success moves the envelope ``failed_terminal ->
 completed`` and its telemetry ``publish_failed -> processed`` (the state machines' redrive
 edges) and resolves the dead letter; failure appends to its failures. Each redrive is one
-more processing pass with its own ``publish`` stage log. Dead letters without telemetry
-(malformed envelopes) cannot be published and are reported as ``not_redrivable``.
+more processing pass with its own ``publish`` stage log. It goes through every open dead
+letter it can publish in pages (each page one transaction), so nothing is out of its reach;
+dead letters without telemetry (malformed envelopes) can never be published: named ones are
+reported ``not_redrivable``, and a redrive of all counts them by reason code.
+
+``resolve`` is how an operator closes dead letters that will never be redriven (by id or by
+reason code), with a note; the dead letter records ``resolution = 'operator'``.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,11 +34,11 @@ import orjson
 from schemas.envelope import epoch_us
 from stages.ingest.evaluate import DeviceRecord, Evaluation, StageLog
 from stages.ingest.ingress import DecodedEnvelope, Receipt, SubjectParts
-from stages.ingest.plan import PUBLISH_FAILED, pass_line
+from stages.ingest.plan import PUBLISH_FAILED, pass_line, publish_failures
 from stages.ingest.processing_state import ProcessingState
 from stages.ingest.status import Status
 from streams.config import Settings
-from streams.errors import NotFoundError
+from streams.errors import NotFoundError, TidewayError, UsageError
 from streams.ingest import sql
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotState
@@ -40,15 +47,72 @@ from streams.ingest.recorder import PG_FAILURES, copy_lines, translate
 from streams.ingest.registry_cache import RegistryCache
 from streams.ingest.resources import Conn, Resources
 
+COMPLETED = "completed"
+FAILED = "failed"
+NOT_REDRIVABLE = "not_redrivable"
+NOT_OPEN = "not_open"
+_NOT_REDRIVABLE = ("no publishable telemetry (the envelope never passed its stages); "
+                   "resolve it with `tideway dlq resolve`")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RedriveResult:
     """What a redrive did for one dead letter."""
 
     dead_letter_id: int
-    message_id: int
-    outcome: str  # "completed" | "failed" | "not_redrivable"
+    message_id: int | None  # None: the id named no open dead letter
+    outcome: str  # COMPLETED | FAILED | NOT_REDRIVABLE | NOT_OPEN
     detail: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RedrivePage:
+    """One page of a redrive, as it finished (for progress)."""
+
+    number: int
+    results: tuple[RedriveResult, ...]
+    total: int
+    """Dead letters answered so far, this page included."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RedriveReport:
+    """What a whole redrive did."""
+
+    results: tuple[RedriveResult, ...]
+    pages: int
+    unreachable: Mapping[str, int]
+    """Open dead letters a redrive of all cannot publish (malformed envelopes), by reason
+    code: left open for ``tideway dlq resolve``. Empty when ids were named."""
+
+    def count(self, outcome: str) -> int:
+        """How many dead letters ended in ``outcome``."""
+        return sum(1 for r in self.results if r.outcome == outcome)
+
+    @property
+    def nothing_done(self) -> bool:
+        """Some redrive failed, or there were dead letters and none could be redriven (the
+        CLI's exit code 3). False when everything reached completed, or nothing was open."""
+        if self.count(FAILED):
+            return True
+        return self.count(COMPLETED) == 0 and bool(self.results or self.unreachable)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain data (``--json``)."""
+        return {
+            "completed": self.count(COMPLETED), "failed": self.count(FAILED),
+            "not_redrivable": self.count(NOT_REDRIVABLE), "not_open": self.count(NOT_OPEN),
+            "pages": self.pages, "unreachable": dict(self.unreachable),
+            "results": [asdict(r) for r in self.results],
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResolveReport:
+    """What ``resolve`` closed, and the named ids it could not (not open, or unknown)."""
+
+    resolved: tuple[dict[str, Any], ...]
+    not_resolved: tuple[int, ...]
 
 
 async def list_dead_letters(conn: Conn, *, state: str | None = "open", tenant: str | None = None,
@@ -95,17 +159,43 @@ def _evaluation(row: Any, binding: Any) -> Evaluation:
     )
 
 
-async def redrive(settings: Settings, *, ids: list[int] | None = None,
-                  limit: int = 1000) -> list[RedriveResult]:
-    """Re-run publish for open dead letters (all, or those in ``ids``)."""
+async def resolve_dead_letters(conn: Conn, *, note: str, ids: list[int] | None = None,
+                               code: str | None = None,
+                               tenant: str | None = None) -> ResolveReport:
+    """Close open dead letters an operator has dealt with (by ``ids`` and/or reason ``code``,
+    optionally one ``tenant``), recording ``note``. Malformed envelopes can never be redriven;
+    this is how they leave the open list. Their envelopes keep their recorded status."""
+    if not ids and code is None:
+        raise UsageError("name the dead letters to resolve: ids, or --code CODE")
+    if not note.strip():
+        raise UsageError("--note must say why the dead letters are resolved")
+    try:
+        rows = await conn.fetch(sql.DEAD_LETTER_RESOLVE, ids or None, code, tenant, note)
+    except PG_FAILURES as exc:
+        raise translate(exc) from exc
+    resolved = tuple(sorted((dict(row) for row in rows), key=lambda r: int(r["id"])))
+    done = {r["id"] for r in resolved}
+    return ResolveReport(resolved=resolved,
+                         not_resolved=tuple(i for i in sorted(set(ids or ())) if i not in done))
+
+
+async def redrive(settings: Settings, *, ids: list[int] | None = None, page_size: int = 500,
+                  on_page: Callable[[RedrivePage], None] | None = None) -> RedriveReport:
+    """Re-run publish for open dead letters: every one that can be redriven, or those in
+    ``ids``; ``page_size`` at a time, each page its own transaction, ``on_page`` told after
+    each. Raises ``CLICKHOUSE_BUSY`` before changing anything when the embedded ClickHouse
+    belongs to another process."""
+    if page_size < 1:
+        raise UsageError("the page size must be at least 1")
     resources = await Resources.open(settings, name="tideway-dlq", pool_size=2, nats=False)
     try:
-        return await _redrive(resources, ids, limit)
+        return await _redrive(resources, ids, page_size, on_page)
     finally:
         await resources.close()
 
 
-async def _redrive(resources: Resources, ids: list[int] | None, limit: int) -> list[RedriveResult]:
+async def _redrive(resources: Resources, ids: list[int] | None, page_size: int,
+                   on_page: Callable[[RedrivePage], None] | None) -> RedriveReport:
     settings = resources.settings
     retry = settings.retry
     publisher = Publisher(
@@ -117,32 +207,66 @@ async def _redrive(resources: Resources, ids: list[int] | None, limit: int) -> l
     )
     cache = RegistryCache(ttl_s=0)
     results: list[RedriveResult] = []
+    after, pages, checked = 0, 0, False
     try:
-        async with resources.pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(sql.REDRIVE_CANDIDATES, ids, limit)
-            publishable: list[tuple[Any, Evaluation]] = []
-            for row in rows:
-                binding = None
-                if row["processing_state"] == ProcessingState.PUBLISH_FAILED.value:
-                    binding = await cache.binding(conn, row["schema_version_id"], row["topic"])
-                if binding is None:
-                    results.append(RedriveResult(
-                        dead_letter_id=row["dead_letter_id"], message_id=row["message_id"],
-                        outcome="not_redrivable",
-                        detail="no publishable telemetry (the envelope never passed its stages)",
-                    ))
-                    continue
-                publishable.append((row, _evaluation(row, binding)))
-            outcomes = await publisher.publish([ev for _, ev in publishable])
-            await _record(conn, publishable, outcomes, results)
+        while True:
+            async with resources.pool.acquire() as conn, conn.transaction():
+                rows = await conn.fetch(sql.REDRIVE_CANDIDATES, ids, after, page_size)
+                if not rows:
+                    break
+                after = max(row["dead_letter_id"] for row in rows)
+                page: list[RedriveResult] = []
+                publishable: list[tuple[Any, Evaluation]] = []
+                for row in rows:
+                    binding = None
+                    if row["processing_state"] == ProcessingState.PUBLISH_FAILED.value:
+                        binding = await cache.binding(conn, row["schema_version_id"],
+                                                      row["topic"])
+                    if binding is None:
+                        page.append(RedriveResult(
+                            dead_letter_id=row["dead_letter_id"], message_id=row["message_id"],
+                            outcome=NOT_REDRIVABLE, detail=_NOT_REDRIVABLE))
+                        continue
+                    publishable.append((row, _evaluation(row, binding)))
+                if publishable and not checked:
+                    await _check_clickhouse(resources)
+                    checked = True
+                outcomes = await publisher.publish([ev for _, ev in publishable])
+                await _record(conn, publishable, outcomes, page)
+            pages += 1
+            results += page
+            if on_page is not None:
+                on_page(RedrivePage(number=pages, results=tuple(page), total=len(results)))
+        unreachable: dict[str, int] = {}
+        if ids is None:
+            async with resources.pool.acquire() as conn:
+                unreachable = {r["reason_code"]: r["count"]
+                               for r in await conn.fetch(sql.REDRIVE_UNREACHABLE)}
     except PG_FAILURES as exc:
         raise translate(exc) from exc
-    return sorted(results, key=lambda r: r.dead_letter_id)
+    seen = {r.dead_letter_id for r in results}
+    results += [RedriveResult(dead_letter_id=i, message_id=None, outcome=NOT_OPEN,
+                              detail="not an open dead letter (or another redrive holds it)")
+                for i in sorted(set(ids or ())) if i not in seen]
+    return RedriveReport(results=tuple(sorted(results, key=lambda r: r.dead_letter_id)),
+                         pages=pages, unreachable=unreachable)
+
+
+async def _check_clickhouse(resources: Resources) -> None:
+    """Refuse before anything is written when the embedded ClickHouse is another process's:
+    every envelope would fail on it, after its hot state was written and its attempt counted.
+    A server that is merely down is not refused: like Redis down, that is a failed redrive
+    the dead letter records."""
+    try:
+        await resources.clickhouse.check()
+    except TidewayError as exc:
+        if exc.code == "CLICKHOUSE_BUSY":
+            raise
 
 
 async def _record(conn: Conn, publishable: list[tuple[Any, Evaluation]], outcomes: list[Any],
                   results: list[RedriveResult]) -> None:
-    now = datetime.now(UTC).isoformat()
+    at = datetime.now(UTC)
     done: list[tuple[int, int, int]] = []
     failed: list[tuple[int, int, int, str]] = []
     logs: list[str] = []
@@ -153,16 +277,15 @@ async def _record(conn: Conn, publishable: list[tuple[Any, Evaluation]], outcome
             done.append((dl, msg, attempt))
             logs.append(pass_line(msg, attempt, [StageLog("publish", "ok", outcome.duration_us)],
                                   capture=False))
-            results.append(RedriveResult(dead_letter_id=dl, message_id=msg, outcome="completed"))
+            results.append(RedriveResult(dead_letter_id=dl, message_id=msg, outcome=COMPLETED))
             continue
         message = "; ".join(f"{f.sink}: {f.message}" for f in outcome.failures)
-        failures = [{"at": now, "stage": "publish", "code": f.code, "message": f"{f.sink}: "
-                     f"{f.message}", "attempt": attempt, "tries": f.attempts, "redrive": True}
-                    for f in outcome.failures]
+        failures = [{**f, "redrive": True}
+                    for f in publish_failures(outcome, at=at, attempt=attempt)]
         failed.append((dl, msg, attempt, orjson.dumps(failures).decode()))
         logs.append(pass_line(msg, attempt, [StageLog("publish", "failed", outcome.duration_us,
                                                       PUBLISH_FAILED, message)], capture=False))
-        results.append(RedriveResult(dead_letter_id=dl, message_id=msg, outcome="failed",
+        results.append(RedriveResult(dead_letter_id=dl, message_id=msg, outcome=FAILED,
                                      detail=message))
     if done:
         await conn.fetch(sql.REDRIVE_RESOLVE, *(list(c) for c in zip(*done, strict=True)))
@@ -170,4 +293,3 @@ async def _record(conn: Conn, publishable: list[tuple[Any, Evaluation]], outcome
         await conn.fetch(sql.REDRIVE_FAILED, *(list(c) for c in zip(*failed, strict=True)))
     if logs:
         await copy_lines(conn, sql.STAGE_PASSES, sql.STAGE_PASS_COPY, logs)
-

@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import orjson
 
@@ -32,10 +33,19 @@ from stages.ingest.ack_policy import (
 )
 from stages.ingest.evaluate import Evaluation, Registry, evaluate
 from stages.ingest.ingress import Receipt, SubjectParts, iso_utc, parse_subject
-from stages.ingest.plan import Classified, Fate, Final, PublishOutcome, classify, finalize
+from stages.ingest.plan import (
+    Classified,
+    Fate,
+    Final,
+    PublishOutcome,
+    classify,
+    delivery_failure_row,
+    finalize,
+)
 from streams.ingest import sql
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotItem, HotState
+from streams.ingest.outage import describe
 from streams.ingest.publish import Publisher, hot_item
 from streams.ingest.recorder import PG_FAILURES, Recorded, Recorder, lookup, translate
 from streams.ingest.registry_cache import RegistryCache
@@ -90,7 +100,7 @@ class Pipeline:
             hot_state=HotState(resources.redis), analytics=self.analytics, names=resources.names,
             attempts=retry.publish_attempts,
             backoff=retry.publish_backoff(),
-            rand=self.rand,
+            rand=self.rand, outages=resources.outages,
         )
         self.redelivery = retry.redelivery_backoff()
 
@@ -139,7 +149,9 @@ class Pipeline:
         ))
         dispositions = [Disposition.RECORDED] * len(receipts)
         finals: dict[int, Final] = {}
+        failed_deliveries: list[tuple[str, int, str]] = []
         max_deliver = self.settings.consumer.max_deliver
+        now = datetime.now(UTC)
         for index in new:
             outcome = outcomes.get(index)
             delivered = evaluations[index].receipt.delivered
@@ -147,8 +159,12 @@ class Pipeline:
                 delivered=delivered, max_deliver=max_deliver
             ):
                 dispositions[index] = Disposition.PUBLISH_RETRY
+                failed_deliveries.append(delivery_failure_row(evaluations[index], outcome, now))
                 continue
             finals[index] = finalize(evaluations[index], outcome)
+        # Noted before recording: should the recording fail, the batch is redelivered and
+        # each of these deliveries did fail to publish all the same.
+        await self.recorder.note_failed_deliveries(failed_deliveries)
         recorded = await self.recorder.record_safely(evaluations, fates, finals)
         for index in recorded.contended:
             dispositions[index] = Disposition.CONTENDED
@@ -228,9 +244,14 @@ class Pipeline:
                 "Tideway-Headers": orjson.dumps(dict(ev.receipt.headers or {})).decode(),
             }
             tenant = ev.parts.tenant if ev.parts else "unknown"
+            nats = self.resources.outages.nats
             try:
                 await js.publish(names.dead_letter_subject(tenant, code), ev.receipt.data,
                                  headers=headers, timeout=2)
             except Exception as exc:  # Postgres holds the dead letter already
-                log.warning("could not copy dead letter %s to the DLQ stream: %s",
-                            message_id, exc)
+                nats.failed(f"could not copy dead letter {message_id} to the DLQ stream: "
+                            f"{describe(exc)}")
+                log.debug("could not copy dead letter %s to the DLQ stream: %s",
+                          message_id, describe(exc))
+            else:
+                nats.recovered()

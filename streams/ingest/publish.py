@@ -6,6 +6,8 @@ retries only the keys that failed. What still fails is reported per envelope as
 :class:`stages.ingest.plan.PublishFailure`; the caller decides, by the delivery budget
 (:func:`stages.ingest.ack_policy.publish_failure_is_final`), whether that ends the envelope
 or earns it a redelivery. Both sinks are idempotent, so publishing again is always safe.
+Every failed and every successful call is reported to the process's Redis and ClickHouse
+:class:`streams.ingest.outage.Outage`, which logs when a sink goes down and comes back.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from stages.ingest.retry_policy import Backoff
 from streams.errors import TidewayError
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import FAILED, WRITTEN, HotItem, HotState
+from streams.ingest.outage import Outages
 from streams.names import Names
 
 
@@ -31,13 +34,15 @@ class Publisher:
     """Publishes completed envelopes to Redis and ClickHouse."""
 
     def __init__(self, *, hot_state: HotState, analytics: Analytics, names: Names,
-                 attempts: int, backoff: Backoff, rand: random.Random | None = None) -> None:
+                 attempts: int, backoff: Backoff, rand: random.Random | None = None,
+                 outages: Outages | None = None) -> None:
         self.hot_state = hot_state
         self.analytics = analytics
         self.names = names
         self.attempts = attempts
         self.backoff = backoff
         self.rand = rand or random.Random()
+        self.outages = outages or Outages()
 
     def hot_items(self, evaluations: Sequence[Evaluation]) -> list[HotItem]:
         prefix = self.names.hot_state_key("", "")[:-1]  # "<prefix>state:" + tenant:device
@@ -94,7 +99,10 @@ class Publisher:
                 answer = await self.hot_state.offer([items[i] for i in pending])
             except Exception as exc:  # every failure is reported, none is fatal
                 error = _as_tideway(exc)
+                self.outages.redis.failed(error)
                 continue
+            # Redis answered (a key it refused for its own content is no outage).
+            self.outages.redis.recovered()
             for index, result in zip(pending, answer, strict=True):
                 results[index] = result
             pending = [i for i in pending if results[i] == FAILED]
@@ -117,9 +125,12 @@ class Publisher:
                 await asyncio.sleep(self.backoff.delay(attempt - 1, self.rand.random))
             try:
                 await self.analytics.insert(rows)
-                return None
             except Exception as exc:  # every failure is reported, none is fatal
                 error = _as_tideway(exc)
+                self.outages.clickhouse.failed(error)
+            else:
+                self.outages.clickhouse.recovered()
+                return None
         assert error is not None
         return PublishFailure(sink="analytics", code=error.code, message=error.message,
                               attempts=self.attempts)

@@ -62,7 +62,12 @@ def translate(exc: BaseException) -> TidewayError:
     return TransientError(f"Postgres unavailable: {exc}", code="PG_UNAVAILABLE")
 
 
-PG_FAILURES = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+PG_FAILURES = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+               asyncpg.InternalClientError)
+"""What a call to Postgres raises when it fails; all of it goes through :func:`translate`.
+``InternalClientError`` is asyncpg's own bookkeeping failing, and a connection that dies under
+an operation (a server shutting down mid-batch) is where it does so: it means "this
+connection is gone", not a bug in the batch, so it defers the batch like a lost connection."""
 
 
 async def lookup(conn: Conn, evaluations: Sequence[Evaluation]) -> list[Existing]:
@@ -223,7 +228,24 @@ class Recorder:
             await conn.execute(sql.INSERT_DUPLICATES, *_columns(rec.duplicates))
         if rec.dead_letters:
             await conn.execute(sql.INSERT_DEAD_LETTERS, *_columns(rec.dead_letters))
+        # Only a redelivered envelope can have notes of earlier failed deliveries, so the
+        # common batch (first deliveries only) pays no statement for this.
+        noted = [evaluations[i].key for i in out.message_ids
+                 if evaluations[i].receipt.delivered > 1 and fates[i].fate is Fate.NEW]
+        if noted:
+            await conn.execute(sql.DELETE_DELIVERY_FAILURES, noted)
         return out
+
+    async def note_failed_deliveries(self, rows: Sequence[tuple[str, int, str]]) -> None:
+        """Keep the publish failures of deliveries nak'ed for another (rows from
+        :func:`stages.ingest.plan.delivery_failure_row`), for the envelope's dead letter."""
+        if not rows:
+            return
+        try:
+            async with self.pool.acquire() as conn:
+                await conn.execute(sql.INSERT_DELIVERY_FAILURES, *_columns(rows))
+        except PG_FAILURES as exc:
+            raise translate(exc) from exc
 
 
 async def copy_lines(conn: Conn, table: str, columns: Sequence[str], lines: list[str]) -> None:

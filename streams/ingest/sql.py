@@ -103,12 +103,35 @@ ON CONFLICT DO NOTHING
 _DEAD_LETTER_TYPES = ("bigint", "text", "text", "text", "bytea", "text", "text")
 assert len(_DEAD_LETTER_TYPES) == len(DEAD_LETTER_COLUMNS)
 
-# headers and failures arrive as JSON text (see plan.Recording.dead_letter_row).
+# headers and failures arrive as JSON text (see plan.Recording.dead_letter_row). The failures
+# of the envelope's earlier deliveries (nak'ed for redelivery, kept by key in
+# ingest_delivery_failures) go in front of this delivery's, so the dead letter holds every
+# failure, oldest first; the message row is this transaction's own insert.
 INSERT_DEAD_LETTERS = f"""
 INSERT INTO dead_letters ({", ".join(DEAD_LETTER_COLUMNS)})
-SELECT m, t, s, h::jsonb, p, r, f::jsonb FROM unnest({_unnest(_DEAD_LETTER_TYPES)})
-    AS u(m, t, s, h, p, r, f)
+SELECT u.m, u.t, u.s, u.h::jsonb, u.p, u.r, coalesce((
+           SELECT jsonb_agg(e.failure ORDER BY f.delivered, e.n)
+           FROM ingest_delivery_failures f
+           CROSS JOIN LATERAL jsonb_array_elements(f.failures) WITH ORDINALITY AS e(failure, n)
+           WHERE f.key = im.source_deduplication_key), '[]'::jsonb) || u.f::jsonb
+FROM unnest({_unnest(_DEAD_LETTER_TYPES)}) AS u(m, t, s, h, p, r, f)
+LEFT JOIN ingestion_messages im ON im.id = u.m
 ON CONFLICT (ingestion_message_id) DO NOTHING
+"""
+
+# -- failed deliveries that earned a redelivery ----------------------------------------------
+
+# $1 keys, $2 delivery numbers, $3 failures (JSON text). A delivery is noted once.
+INSERT_DELIVERY_FAILURES = """
+INSERT INTO ingest_delivery_failures (key, delivered, failures)
+SELECT k, d, f::jsonb FROM unnest($1::text[], $2::int[], $3::text[]) AS u(k, d, f)
+ON CONFLICT (key, delivered) DO NOTHING
+"""
+
+# The recording transaction consumes the notes of the envelopes it records (after their dead
+# letters, if any, copied them).
+DELETE_DELIVERY_FAILURES = """
+DELETE FROM ingest_delivery_failures WHERE key = ANY($1::text[] COLLATE "C")
 """
 
 MESSAGE_COPY = MESSAGE_COPY_COLUMNS
@@ -119,7 +142,7 @@ TELEMETRY_COPY = TELEMETRY_COLUMNS
 
 DEAD_LETTER_LIST = """
 SELECT dl.id, dl.ingestion_message_id, dl.tenant, dl.subject, dl.reason_code, dl.state,
-       dl.redrive_count, dl.first_seen_at, dl.last_seen_at, m.status
+       dl.redrive_count, dl.first_seen_at, dl.last_seen_at, dl.resolution, m.status
 FROM dead_letters dl JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
 WHERE ($1::text IS NULL OR dl.state = $1) AND ($2::text IS NULL OR dl.tenant = $2)
 ORDER BY dl.id
@@ -132,6 +155,12 @@ FROM dead_letters dl JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
 WHERE dl.id = $1
 """
 
+# One page of a redrive, in id order after $2 (keyset paging: each page is its own
+# transaction, and a dead letter that fails again stays open behind the cursor instead of
+# coming round again). $1 NULL = every open dead letter that *can* be redriven (telemetry
+# ``publish_failed``), so malformed envelopes ahead of them cannot use up the pages; named
+# ids ($1) are all returned, so each gets an answer. SKIP LOCKED: a concurrent redrive has
+# the locked ones.
 REDRIVE_CANDIDATES = """
 SELECT dl.id AS dead_letter_id, m.id AS message_id, m.attempts, m.status,
        m.source_deduplication_key AS key, m.received_at, t.tenant_id, t.device_id,
@@ -142,10 +171,36 @@ JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
 LEFT JOIN device_telemetry_logs t ON t.ingestion_message_id = m.id
 LEFT JOIN devices d ON d.id = t.device_id
 LEFT JOIN tenants tn ON tn.id = t.tenant_id
-WHERE dl.state = 'open' AND ($1::bigint[] IS NULL OR dl.id = ANY($1::bigint[]))
+WHERE dl.state = 'open' AND dl.id > $2
+  AND CASE WHEN $1::bigint[] IS NULL THEN t.processing_state = 'publish_failed'
+           ELSE dl.id = ANY($1::bigint[]) END
 ORDER BY dl.id
-LIMIT $2
+LIMIT $3
 FOR UPDATE OF dl SKIP LOCKED
+"""
+
+# The open dead letters a redrive of "all" does not reach (no publishable telemetry), by
+# reason code: what is left for ``tideway dlq resolve``.
+REDRIVE_UNREACHABLE = """
+SELECT dl.reason_code, count(*) AS count
+FROM dead_letters dl
+LEFT JOIN device_telemetry_logs t ON t.ingestion_message_id = dl.ingestion_message_id
+WHERE dl.state = 'open' AND t.processing_state IS DISTINCT FROM 'publish_failed'
+GROUP BY dl.reason_code
+ORDER BY dl.reason_code
+"""
+
+# An operator closes dead letters that will never be redriven (``tideway dlq resolve``): by
+# ids ($1), by reason code ($2), optionally one tenant ($3), with a note ($4). Only open ones
+# change; the envelope keeps its recorded status.
+DEAD_LETTER_RESOLVE = """
+UPDATE dead_letters SET state = 'resolved', resolution = 'operator', resolution_note = $4,
+       resolved_at = now()
+WHERE state = 'open'
+  AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
+  AND ($2::text IS NULL OR reason_code = $2)
+  AND ($3::text IS NULL OR tenant = $3)
+RETURNING id, ingestion_message_id, tenant, reason_code
 """
 
 REDRIVE_RESOLVE = """
@@ -161,8 +216,8 @@ WITH done AS (
     FROM done WHERE tl.ingestion_message_id = done.msg AND tl.processing_state = 'publish_failed'
     RETURNING tl.ingestion_message_id
 )
-UPDATE dead_letters d SET state = 'resolved', resolved_at = now(), last_seen_at = now(),
-       redrive_count = d.redrive_count + 1
+UPDATE dead_letters d SET state = 'resolved', resolution = 'redriven', resolved_at = now(),
+       last_seen_at = now(), redrive_count = d.redrive_count + 1
 FROM done WHERE d.id = done.dl
 RETURNING d.id, (SELECT count(*) FROM m) AS messages, (SELECT count(*) FROM t) AS telemetry
 """

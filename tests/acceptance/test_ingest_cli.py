@@ -55,7 +55,12 @@ def test_operator_commands_explain_list_and_replay(
     assert dead["reason_code"] == "ENVELOPE_UNPARSEABLE" and dead["state"] == "open"
     shown = _json(env, "dlq", "show", str(dead["id"]))
     assert shown["payload_text"] == "not json" and shown["headers"] == {"Nats-Msg-Id": "bad-1"}
-    (redriven,) = _json(env, "dlq", "redrive")  # type: ignore[misc]
+    # Nothing can be redriven: exit 3 (the malformed envelope is for `dlq resolve`).
+    redrive = subprocess.run([sys.executable, "-m", "streams.cli.main", "dlq", "redrive",
+                              str(dead["id"]), "--json"], env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert redrive.returncode == 3, redrive.stderr
+    (redriven,) = orjson.loads(redrive.stdout)["results"]
     assert redriven["outcome"] == "not_redrivable"
 
     completed = _count(pg_dsn, "SELECT min(id) FROM ingestion_messages WHERE status = 'completed'")

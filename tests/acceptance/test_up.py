@@ -85,7 +85,7 @@ def test_up_lists_every_address_it_starts_or_serves(tmp_path: Path) -> None:
         assert _healthz(found["api_url"]) == 200
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=90)
+        _, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     assert not runtime.exists()

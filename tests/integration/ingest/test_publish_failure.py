@@ -116,10 +116,10 @@ async def test_publish_failure_dead_letters_then_redrive_completes(
     # ClickHouse was up: the analytics half went through and is idempotent on redrive.
     assert await fleet.analytics_rows(row["source_deduplication_key"]) == 10
 
-    redriven = await dlq.redrive(settings)  # still down: the failure is appended
+    redriven = (await dlq.redrive(settings)).results  # still down: the failure is appended
     assert [r.outcome for r in redriven] == ["failed"]
     await private_redis.start()
-    redriven = await dlq.redrive(settings)
+    redriven = (await dlq.redrive(settings)).results
     assert [(r.dead_letter_id, r.outcome) for r in redriven] == [(dead["id"], "completed")]
 
     row = await fleet.message(failing)
@@ -130,7 +130,8 @@ async def test_publish_failure_dead_letters_then_redrive_completes(
         shown = await dlq.show_dead_letter(conn, dead["id"])
         assert await dlq.list_dead_letters(conn) == []
     assert shown["state"] == "resolved" and shown["redrive_count"] == 2
-    assert len(shown["failures"]) == 2
+    # Both failed deliveries (max_deliver is 2 here) and the failed redrive.
+    assert len(shown["failures"]) == 3
     stages = await fleet.stages(row["id"])
     assert stages[-2:] == [("publish", "failed", "PUBLISH_FAILED"), ("publish", "ok", None)]
     client = aioredis.from_url(private_redis.url)
@@ -140,4 +141,4 @@ async def test_publish_failure_dead_letters_then_redrive_completes(
         await client.aclose()
     assert state["state"]["values"]["temp_c"] == 25.0
     assert await fleet.analytics_rows(row["source_deduplication_key"]) == 10
-    assert await dlq.redrive(settings) == []  # nothing open any more
+    assert (await dlq.redrive(settings)).results == ()  # nothing open any more

@@ -6,7 +6,7 @@ import asyncpg
 import pytest
 
 from streams.errors import PermanentError, TransientError
-from streams.ingest.recorder import PERSIST_REJECTED, translate
+from streams.ingest.recorder import PERSIST_REJECTED, PG_FAILURES, translate
 
 
 @pytest.mark.parametrize("error", [
@@ -40,4 +40,18 @@ def test_errors_that_would_refuse_every_row_alike_defer_the_batch(
 
 def test_a_lost_connection_defers_the_batch() -> None:
     translated = translate(ConnectionResetError("reset by peer"))
+    assert isinstance(translated, TransientError) and translated.code == "PG_UNAVAILABLE"
+
+
+@pytest.mark.parametrize("error", [
+    asyncpg.InternalClientError("waiter is not done while handling critical protocol error"),
+    asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
+    asyncpg.InterfaceError("connection is closed"),
+    asyncpg.AdminShutdownError("terminating connection due to administrator command"),
+])
+def test_a_server_shutting_down_under_a_batch_defers_it(error: Exception) -> None:
+    """What asyncpg raises while Postgres shuts down mid-batch is caught and deferred, never
+    left to escape as an unexpected failure."""
+    assert isinstance(error, PG_FAILURES)
+    translated = translate(error)
     assert isinstance(translated, TransientError) and translated.code == "PG_UNAVAILABLE"
