@@ -43,9 +43,10 @@ import orjson
 from ingest_sinks import write_ceiling  # bench/ is on sys.path when this runs as a script
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from stages.ingest.ack_policy import ACK
+from stages.ack_policy import ACK
 from stages.ingest.plan import hot_state_order
-from streams import db, migrate
+from streams import migrate
+from streams.adapters import postgres
 from streams.config import ConsumerSettings, Settings
 from streams.ingest.consumer import run_consumer
 from streams.ingest.fetch import Fetcher, acknowledge, receipt_of
@@ -299,7 +300,7 @@ def _p99(ordered: list[float]) -> float:
 
 async def _reset(settings: Settings, names: Names) -> None:
     """Empty the pipeline's tables, hot state and analytics between measurements."""
-    conn = await db.connect(settings.postgres())
+    conn = await postgres.connect(settings.postgres())
     try:
         await conn.execute("TRUNCATE ingestion_messages, ingestion_stage_passes, "
                            "device_telemetry_logs, dead_letters")
@@ -334,7 +335,7 @@ async def _cleanup(names: Names, database: str) -> None:
             await client.delete(*keys)
     finally:
         await client.aclose()
-    await db.drop_database(PG_ADMIN, database)
+    await postgres.drop_database(PG_ADMIN, database)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -344,7 +345,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="tideway-bench-"))
     load_before = os.getloadavg()
     try:
-        dsn = await db.create_database(PG_ADMIN, database)
+        dsn = await postgres.create_database(PG_ADMIN, database)
         await asyncio.to_thread(migrate.upgrade, dsn)
         settings = Settings(
             nats_url=NATS_URL, postgres_dsn=dsn, redis_url=REDIS_URL,

@@ -32,7 +32,7 @@ import cpu
 import pyarrow as pa
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from stages.ingest.ack_policy import ACK
+from stages.ack_policy import ACK
 from stages.ingest.ingress import Receipt
 from stages.ingest.plan import Fate, PublishOutcome, Recording, finalize
 from streams.config import Settings

@@ -34,7 +34,8 @@ from typing import Any  # noqa: E402
 
 from stages.jobs.dag import JobSpec  # noqa: E402
 from stages.jobs.planner import plan_run  # noqa: E402
-from streams import db, migrate  # noqa: E402
+from streams import migrate  # noqa: E402
+from streams.adapters import postgres  # noqa: E402
 from streams.config import Settings, WorkerSettings, mask_url  # noqa: E402
 from streams.jobs import queue  # noqa: E402
 from streams.jobs.executor import noop  # noqa: E402
@@ -55,11 +56,11 @@ RESULTS = ROOT / "bench" / "results" / "queue.json"
 
 async def fresh_database(tag: str) -> tuple[str, str]:
     name = f"tw_bench_{tag}_{uuid.uuid4().hex[:6]}"
-    return name, await db.create_database(ADMIN_DSN, name)
+    return name, await postgres.create_database(ADMIN_DSN, name)
 
 
 async def enqueue(dsn: str, jobs: int, per_run: int) -> int:
-    conn = await db.connect(dsn)
+    conn = await postgres.connect(dsn)
     try:
         tenant = await conn.fetchval("INSERT INTO tenants (name) VALUES ('bench') RETURNING id")
         device = await conn.fetchval(
@@ -99,7 +100,7 @@ async def tideway_round(workers: int, jobs: int, per_run: int, concurrency: int)
             ),
         )  # fmt: skip
         stop = asyncio.Event()
-        watcher = await db.connect(dsn)
+        watcher = await postgres.connect(dsn)
         cpu = _cpu()
         started = time.perf_counter()
         tasks = [
@@ -123,7 +124,7 @@ async def tideway_round(workers: int, jobs: int, per_run: int, concurrency: int)
                 "jobs_per_s": round(total / elapsed, 1),
                 "client_cpu_us_per_job": round(cpu / total * 1e6, 1)}  # fmt: skip
     finally:
-        await db.drop_database(ADMIN_DSN, name)
+        await postgres.drop_database(ADMIN_DSN, name)
 
 
 async def procrastinate_round(workers: int, jobs: int, concurrency: int) -> dict[str, Any]:
@@ -154,7 +155,7 @@ async def procrastinate_round(workers: int, jobs: int, concurrency: int) -> dict
             )  # fmt: skip
             elapsed = time.perf_counter() - started
             cpu = _cpu() - cpu
-            conn = await db.connect(dsn)
+            conn = await postgres.connect(dsn)
             try:
                 done = await conn.fetchval(
                     "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
@@ -167,7 +168,7 @@ async def procrastinate_round(workers: int, jobs: int, concurrency: int) -> dict
                 "jobs_per_s": round(jobs / elapsed, 1),
                 "client_cpu_us_per_job": round(cpu / jobs * 1e6, 1)}  # fmt: skip
     finally:
-        await db.drop_database(ADMIN_DSN, name)
+        await postgres.drop_database(ADMIN_DSN, name)
 
 
 async def _drained(watcher: Any) -> None:

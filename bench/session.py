@@ -55,7 +55,8 @@ import pyarrow.parquet as pq  # noqa: E402
 from stages.jobs.dag import DEFAULT_DAG  # noqa: E402
 from stages.session import formats  # noqa: E402
 from stages.session.synth import synthesize  # noqa: E402
-from streams import db, migrate  # noqa: E402
+from streams import migrate  # noqa: E402
+from streams.adapters import postgres  # noqa: E402
 from streams.config import Settings  # noqa: E402
 from streams.jobs.worker import run_worker  # noqa: E402
 from streams.names import Names  # noqa: E402
@@ -115,7 +116,7 @@ async def run_dag(
 ) -> list[dict[str, Any]]:
     """Run each session through one running system; the floor is measured just before each."""
     name = f"tw_bench_session_{uuid.uuid4().hex[:6]}"
-    dsn = await db.create_database(ADMIN_DSN, name)
+    dsn = await postgres.create_database(ADMIN_DSN, name)
     settings = Settings(
         nats_url=NATS_URL,
         postgres_dsn=dsn,
@@ -189,7 +190,7 @@ async def run_dag(
 
 
 async def job_timings(dsn: str, run_id: uuid.UUID) -> list[dict[str, Any]]:
-    conn = await db.connect(dsn)
+    conn = await postgres.connect(dsn)
     try:
         run = await conn.fetchrow(
             "SELECT created_at, completed_at FROM processing_runs WHERE id = $1", run_id
@@ -241,7 +242,7 @@ async def cleanup(settings: Settings, database: str) -> None:
             await js.delete_object_store(names.session_bucket)
     finally:
         await nc.close()
-    await db.drop_database(ADMIN_DSN, database)
+    await postgres.drop_database(ADMIN_DSN, database)
 
 
 def _f(v: Any) -> str:

@@ -41,7 +41,7 @@ from pydantic import (
     model_validator,
 )
 
-from stages.errors import StageError
+from schemas.errors import TidewayError
 
 MAX_FILE_BYTES = 1_048_576
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -54,7 +54,7 @@ Bound = StrictFloat | StrictInt
 Expression = Annotated[StrictStr, Field(min_length=1, max_length=4000)]
 
 
-class SchemaFileError(StageError):
+class SchemaFileError(TidewayError):
     """A schema file cannot be read or does not describe a valid schema.
 
     ``filename`` names the file; ``problems`` lists every problem found, one line each.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
@@ -24,7 +24,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from stages.ingest.retry_policy import Backoff
+from stages.backoff import Backoff
 from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 
 
@@ -40,7 +40,9 @@ class ConsumerSettings(_Group):
     concurrency: int = Field(3, ge=1, le=64, description="Batches in flight per process.")
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery timeout for unacked envelopes.")
     max_deliver: int = Field(
-        10, ge=1, description="Deliveries before an envelope is dead-lettered."
+        10, ge=1,
+        description="Deliveries before a message that keeps failing (not an outage) is "
+        "dead-lettered: an envelope's publish, a session notice.",
     )
     max_payload_bytes: int = Field(64 * 1024, ge=256, description="Larger envelopes are rejected.")
     capture_stage_snapshots: bool = Field(
@@ -92,7 +94,8 @@ class RetrySettings(_Group):
                        cap_s=max(self.publish_cap_s, self.publish_base_s))
 
     def redelivery_backoff(self) -> Backoff:
-        """Nak delays (and the consumer's pauses) while a dependency is down."""
+        """Nak delays of both JetStream consumers (ingest, intake; ``stages.ack_policy``)
+        and the ingest consumer's pauses while a dependency is down."""
         return Backoff(base_s=self.redelivery_delay_s,
                        cap_s=max(self.redelivery_cap_s, self.redelivery_delay_s))
 
@@ -112,6 +115,27 @@ class WorkerSettings(_Group):
     heavy_max_running: int = Field(2, ge=1, description="Running heavy jobs (fusion) globally.")
     max_artifact_bytes: int = Field(
         512 * 1024 * 1024, ge=1, description="Largest session file accepted."
+    )
+
+
+class ObservabilitySettings(_Group):
+    """The probes listener (/metrics, /livez, /readyz) every long-running process starts."""
+
+    host: str = Field("127.0.0.1", description="Probes listener address.")
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="Probes listener port (0: pick a free port)."
+    )
+    loop_blocked_s: float = Field(
+        10.0, gt=0, description="/livez fails while the event loop is blocked this long."
+    )
+    heartbeat_stale_s: float = Field(
+        60.0, gt=0, description="/livez fails when a main loop has not ticked for this long."
+    )
+    check_timeout_s: float = Field(
+        2.0, gt=0, description="Time each /readyz check gets before it counts as failed."
+    )
+    sample_interval_s: float = Field(
+        15.0, gt=0, description="How often sampled gauges (queue depth, pending) are refreshed."
     )
 
 
@@ -169,11 +193,15 @@ class Settings(BaseSettings):
     )
     default_tenant: str = Field("default", description="Tenant used when a command names none.")
     log_level: str = Field("INFO", description="Python logging level of long-running commands.")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as human-readable text or as one JSON object per line."
+    )
     consumer: ConsumerSettings = ConsumerSettings()
     stream: StreamSettings = StreamSettings()
     retry: RetrySettings = RetrySettings()
     worker: WorkerSettings = WorkerSettings()
     api: ApiSettings = ApiSettings()
+    observability: ObservabilitySettings = ObservabilitySettings()
 
     @classmethod
     def settings_customise_sources(

@@ -21,7 +21,9 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from streams import db
+from streams.adapters import postgres
+from streams.adapters.nats import connect_nats
+from streams.adapters.redis import redis_client
 from streams.cli.exit_codes import ExitCode
 from streams.cli.output import console
 from streams.clickhouse import ClickHouse
@@ -99,11 +101,9 @@ class _Probe:
 
     @classmethod
     async def open(cls, settings: Settings) -> _Probe:
-        import nats
-
-        conn = await db.connect(settings.postgres())
+        conn = await postgres.connect(settings.postgres())
         try:
-            nc = await nats.connect(settings.nats())
+            nc = await connect_nats(settings.nats(), name="tideway-demo")
         except BaseException:
             await conn.close()
             raise
@@ -231,9 +231,7 @@ async def _summary(
     rows = await ch.query_rows(
         f"SELECT count() FROM {s.clickhouse_database}.{names.analytics_table} FINAL"
     )
-    import redis.asyncio as aioredis
-
-    r = aioredis.from_url(s.redis())
+    r = redis_client(s.redis())
     try:
         hot = len([k async for k in r.scan_iter(match=names.redis_prefix + "state:*")])
     finally:

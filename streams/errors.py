@@ -1,27 +1,27 @@
-"""The root of every error raised by the runtime (``streams``).
+"""The runtime's errors (``streams``), below the one root :class:`schemas.errors.TidewayError`.
 
 Third-party exceptions (asyncpg, nats, redis, clickhouse-connect, pyarrow) are translated into
 these where an adapter catches them, so callers decide on the class: a ``TransientError`` means
 "try again later" (nak with delay / retry_wait), a ``PermanentError`` means "this input will
 never succeed" (term / failed), and a ``UsageError`` is an operator mistake reported by the CLI.
+
+``TidewayError`` is re-exported here because the runtime catches it at its edges (CLI, API,
+job failures); it is the root of stage errors too, so code that must tell a stage's refusal
+from a runtime failure checks ``StageError`` first.
 """
 
 from __future__ import annotations
 
+from schemas.errors import TidewayError
 
-class TidewayError(Exception):
-    """Base class; ``code`` is a stable identifier safe to store and alert on."""
-
-    code: str = "TIDEWAY_ERROR"
-
-    def __init__(self, message: str, *, code: str | None = None):
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-
-    def __str__(self) -> str:
-        return self.message
+__all__ = [
+    "ConfigError",
+    "NotFoundError",
+    "PermanentError",
+    "TidewayError",
+    "TransientError",
+    "UsageError",
+]
 
 
 class UsageError(TidewayError):
@@ -46,9 +46,11 @@ class TransientError(TidewayError):
     """A dependency failed in a way that may succeed later (network, timeout, restart)."""
 
     code = "TRANSIENT"
+    retriable = True
 
 
 class PermanentError(TidewayError):
     """This input will never succeed; retrying is pointless."""
 
     code = "PERMANENT"
+    retriable = False

@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from streams import db, migrate
+from streams import migrate
+from streams.adapters import postgres
 from streams.config import Settings
 from streams.names import Names
 from tests.shared_data import IN_CI, REPO_ROOT, SHARED_DIR, require, skip_or_fail
@@ -61,23 +62,23 @@ def pg_template() -> Iterator[str]:
     """A database migrated to head once per run; tests clone it (fast)."""
     require_service(PG_ADMIN_DSN, 5432, "PostgreSQL")
     name = f"tw_tmpl_{short_id()}"
-    dsn = asyncio.run(db.create_database(PG_ADMIN_DSN, name))
+    dsn = asyncio.run(postgres.create_database(PG_ADMIN_DSN, name))
     try:
         migrate.upgrade(dsn)
         yield name
     finally:
-        asyncio.run(db.drop_database(PG_ADMIN_DSN, name))
+        asyncio.run(postgres.drop_database(PG_ADMIN_DSN, name))
 
 
 @pytest.fixture
 async def pg_dsn(pg_template: str) -> AsyncIterator[str]:
     """DSN of a fresh, migrated database that only this test uses."""
     name = f"tw_t_{short_id()}"
-    dsn = await db.create_database(PG_ADMIN_DSN, name, template=pg_template)
+    dsn = await postgres.create_database(PG_ADMIN_DSN, name, template=pg_template)
     try:
         yield dsn
     finally:
-        await db.drop_database(PG_ADMIN_DSN, name)
+        await postgres.drop_database(PG_ADMIN_DSN, name)
 
 
 @pytest.fixture
@@ -85,16 +86,16 @@ async def empty_pg_dsn() -> AsyncIterator[str]:
     """DSN of a fresh, unmigrated database (for migration tests)."""
     require_service(PG_ADMIN_DSN, 5432, "PostgreSQL")
     name = f"tw_e_{short_id()}"
-    dsn = await db.create_database(PG_ADMIN_DSN, name)
+    dsn = await postgres.create_database(PG_ADMIN_DSN, name)
     try:
         yield dsn
     finally:
-        await db.drop_database(PG_ADMIN_DSN, name)
+        await postgres.drop_database(PG_ADMIN_DSN, name)
 
 
 @pytest.fixture
 async def pg_pool(pg_dsn: str) -> AsyncIterator[object]:
-    pool = await db.create_pool(pg_dsn, max_size=5)
+    pool = await postgres.create_pool(pg_dsn, postgres.PoolShape(max_size=5))
     try:
         yield pool
     finally:

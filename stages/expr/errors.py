@@ -8,38 +8,39 @@ by zero, a math domain error, a result that does not fit its declared type). Bot
 
 from __future__ import annotations
 
+from schemas import error_codes as codes
 from stages.errors import StageError
 
 # Compile-time codes (the expression is rejected when the schema is applied).
-SYNTAX = "EXPR_SYNTAX"
-TOO_LONG = "EXPR_TOO_LONG"
-TOO_DEEP = "EXPR_TOO_DEEP"
-TOO_MANY_NODES = "EXPR_TOO_MANY_NODES"
-FORBIDDEN = "EXPR_FORBIDDEN"
-DUNDER = "EXPR_DUNDER"
-UNKNOWN_NAME = "EXPR_UNKNOWN_NAME"
-UNKNOWN_FUNCTION = "EXPR_UNKNOWN_FUNCTION"
-ARITY = "EXPR_ARITY"
-TYPE = "EXPR_TYPE"
-LITERAL = "EXPR_LITERAL"
-CYCLE = "EXPR_CYCLE"
-CONSTANT = "EXPR_CONSTANT"
+SYNTAX = codes.EXPR_SYNTAX
+TOO_LONG = codes.EXPR_TOO_LONG
+TOO_DEEP = codes.EXPR_TOO_DEEP
+TOO_MANY_NODES = codes.EXPR_TOO_MANY_NODES
+FORBIDDEN = codes.EXPR_FORBIDDEN
+DUNDER = codes.EXPR_DUNDER
+UNKNOWN_NAME = codes.EXPR_UNKNOWN_NAME
+UNKNOWN_FUNCTION = codes.EXPR_UNKNOWN_FUNCTION
+ARITY = codes.EXPR_ARITY
+TYPE = codes.EXPR_TYPE
+LITERAL = codes.EXPR_LITERAL
+CYCLE = codes.EXPR_CYCLE
+CONSTANT = codes.EXPR_CONSTANT
 
 # Evaluation codes (one evaluation on one envelope failed).
-DIVISION_BY_ZERO = "EVAL_DIVISION_BY_ZERO"
-DOMAIN = "EVAL_DOMAIN"
-OVERFLOW = "EVAL_OVERFLOW"
-NOT_FINITE = "EVAL_NOT_FINITE"
-CONVERSION = "EVAL_CONVERSION"
-STRING_TOO_LONG = "EVAL_STRING_TOO_LONG"
-MISSING_INPUT = "EVAL_MISSING_INPUT"
-EVAL_FAILED = "EVAL_FAILED"
+DIVISION_BY_ZERO = codes.EVAL_DIVISION_BY_ZERO
+DOMAIN = codes.EVAL_DOMAIN
+OVERFLOW = codes.EVAL_OVERFLOW
+NOT_FINITE = codes.EVAL_NOT_FINITE
+CONVERSION = codes.EVAL_CONVERSION
+STRING_TOO_LONG = codes.EVAL_STRING_TOO_LONG
+MISSING_INPUT = codes.EVAL_MISSING_INPUT
+EVAL_FAILED = codes.EVAL_FAILED
 
 
 class ExprError(StageError):
     """Root of the expression language's errors."""
 
-    code = "EXPR_ERROR"
+    code = codes.EXPR_ERROR
 
 
 class ExprCompileError(ExprError):

@@ -40,6 +40,7 @@ from uuid import UUID
 
 import orjson
 
+from schemas import error_codes as codes
 from stages.ingest.derive import derive
 from stages.ingest.ingress import (
     DecodedEnvelope,
@@ -57,12 +58,12 @@ from stages.ingest.program import TopicProgram
 from stages.ingest.status import Status
 from stages.ingest.validate import Issue, validate
 
-UNKNOWN_DEVICE = "UNKNOWN_DEVICE"
-NO_SCHEMA_VERSION = "DEVICE_NO_SCHEMA_VERSION"
-UNKNOWN_TOPIC = "UNKNOWN_TOPIC"
-VALIDATION_FAILED = "VALIDATION_FAILED"
-DEVICE_INACTIVE = "DEVICE_INACTIVE"
-INTERNAL_ERROR = "INTERNAL_ERROR"
+UNKNOWN_DEVICE = codes.UNKNOWN_DEVICE
+NO_SCHEMA_VERSION = codes.DEVICE_NO_SCHEMA_VERSION
+UNKNOWN_TOPIC = codes.UNKNOWN_TOPIC
+VALIDATION_FAILED = codes.VALIDATION_FAILED
+DEVICE_INACTIVE = codes.DEVICE_INACTIVE
+INTERNAL_ERROR = codes.INTERNAL_ERROR
 
 Clock = Callable[[], int]
 

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from schemas import error_codes as codes
 from schemas.envelope import (
     EPOCH,
     MAX_EPOCH_MS,
@@ -47,10 +48,10 @@ from schemas.envelope import (
 )
 from stages.errors import StageError
 
-TOO_LARGE = "ENVELOPE_TOO_LARGE"
-UNPARSEABLE = "ENVELOPE_UNPARSEABLE"
-INVALID = "ENVELOPE_INVALID"
-BAD_SUBJECT = "SUBJECT_INVALID"
+TOO_LARGE = codes.ENVELOPE_TOO_LARGE
+UNPARSEABLE = codes.ENVELOPE_UNPARSEABLE
+INVALID = codes.ENVELOPE_INVALID
+BAD_SUBJECT = codes.SUBJECT_INVALID
 
 _US = timedelta(microseconds=1)
 _SECOND = timedelta(seconds=1)

@@ -29,15 +29,16 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from schemas import error_codes as codes
 from stages.ingest.copy_format import NULL, copy_text, json_field, text, text_array
 from stages.ingest.evaluate import Evaluation, StageLog, issues_json
 from stages.ingest.ingress import iso_utc
-from stages.ingest.processing_state import IllegalStateTransition, ProcessingState, recorded_path
+from stages.ingest.processing_state import PROCESSING_MACHINE, ProcessingState, recorded_path
 from stages.ingest.processing_state import check_path as check_state_path
-from stages.ingest.status import FINAL, IllegalTransition, Status, check_path
+from stages.ingest.status import FINAL, STATUS_MACHINE, Status, check_path
 from stages.ingest.status import recorded_path as recorded_path_of_status
 
-PUBLISH_FAILED = "PUBLISH_FAILED"
+PUBLISH_FAILED = codes.PUBLISH_FAILED
 
 MESSAGE_COPY_COLUMNS = (
     "id", "source_deduplication_key", "stream_seq", "received_at", "subject", "traceparent",
@@ -240,7 +241,7 @@ class Recording:
         # numbers, validated subjects) skip escaping.
         status = final.status
         if status not in RECORDABLE_STATUSES:
-            raise IllegalTransition(f"an envelope cannot be recorded as {status}")
+            raise STATUS_MACHINE.illegal(f"an envelope cannot be recorded as {status}")
         ev = final.ev
         receipt, device, binding, env = ev.receipt, ev.device, ev.binding, ev.envelope
         received = receipt.received_iso
@@ -267,7 +268,7 @@ class Recording:
         state = final.state
         if state is not None and device is not None and binding is not None:
             if state not in RECORDABLE_STATES:
-                raise IllegalStateTransition(f"telemetry cannot be recorded as {state}")
+                raise PROCESSING_MACHINE.illegal(f"telemetry cannot be recorded as {state}")
             issues = (json_field(orjson.dumps(issues_json(ev.issues)).decode())
                       if ev.issues else NULL)
             self.telemetry.append(

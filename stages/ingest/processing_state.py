@@ -12,16 +12,17 @@ the initial states below and records what became of the envelope's values::
 Like the ingestion status, a batch inserts each row with the state it ended in, so
 ``processed -> publish_failed`` happens inside the inserting transaction
 (:func:`recorded_path`); ``publish_failed -> processed`` is an ``UPDATE`` made by
-``tideway dlq redrive``. The SQL trigger from migration ``0002_ingest`` guards the same moves.
+``tideway dlq redrive``. The SQL trigger from migration ``0002_ingest`` guards the same moves;
+the checks are the generic ones of :class:`stages.transitions.Transitions`.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
 from enum import StrEnum
+from typing import Final
 
-from stages.errors import StageError
+from schemas import error_codes as codes
+from stages.transitions import Transitions
 
 
 class ProcessingState(StrEnum):
@@ -46,24 +47,17 @@ TRANSITIONS: dict[ProcessingState, frozenset[ProcessingState]] = {
 }
 """Allowed moves: ``TRANSITIONS[a]`` is every state ``a`` may change to."""
 
-ILLEGAL_TRANSITION = "ILLEGAL_PROCESSING_STATE_TRANSITION"
+PROCESSING_MACHINE: Final = Transitions(
+    table=TRANSITIONS,
+    name="processing state",
+    code=codes.ILLEGAL_PROCESSING_STATE_TRANSITION,
+    initial=INITIAL,
+)
+"""The machine; illegal moves raise ``ILLEGAL_PROCESSING_STATE_TRANSITION``."""
 
-
-class IllegalStateTransition(StageError):
-    """A processing-state change the machine does not allow."""
-
-    code = ILLEGAL_TRANSITION
-
-
-def can_transition(current: ProcessingState, new: ProcessingState) -> bool:
-    """Whether ``current -> new`` is one legal step."""
-    return new in TRANSITIONS[current]
-
-
-def check_transition(current: ProcessingState, new: ProcessingState) -> None:
-    """Raise :class:`IllegalStateTransition` unless ``current -> new`` is one legal step."""
-    if not can_transition(current, new):
-        raise IllegalStateTransition(f"processing state cannot go from {current} to {new}")
+can_transition = PROCESSING_MACHINE.can
+check_transition = PROCESSING_MACHINE.check
+check_path = PROCESSING_MACHINE.check_path
 
 
 def recorded_path(final: ProcessingState) -> tuple[ProcessingState, ...]:
@@ -71,11 +65,3 @@ def recorded_path(final: ProcessingState) -> tuple[ProcessingState, ...]:
     if final is ProcessingState.PUBLISH_FAILED:
         return (ProcessingState.PROCESSED, ProcessingState.PUBLISH_FAILED)
     return (final,)
-
-
-def check_path(path: Sequence[ProcessingState]) -> None:
-    """Raise unless ``path`` starts in an initial state and every step is legal."""
-    if not path or path[0] not in INITIAL:
-        raise IllegalStateTransition("a processing-state path must start in an initial state")
-    for current, new in itertools.pairwise(path):
-        check_transition(current, new)

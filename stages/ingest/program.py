@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from schemas import error_codes as codes
 from schemas.device_schema import ParameterDef, SchemaFile, TopicDef
 from stages.errors import StageError
 from stages.expr import (
@@ -40,7 +41,7 @@ from stages.ingest.validate import COERCERS, FastValidate, specialise
 RESERVED_NAMES = frozenset({"value", *CONSTANTS})
 """Names a parameter cannot take: ``value`` (a mutation's own input) and the literal names."""
 
-RESERVED = "SCHEMA_RESERVED_NAME"
+RESERVED = codes.SCHEMA_RESERVED_NAME
 
 Extractor = tuple[str, str, tuple[str, ...] | None, Callable[[Any], Any], float | None,
                   float | None, bool, bool]

@@ -13,16 +13,30 @@ ended in: the transaction that inserts it performs ``[*] -> queued -> processing
 (or ``[*] -> queued -> duplicate``) atomically, and no other session can observe the
 intermediate states. :func:`recorded_path` names that path and :func:`check_path` checks it
 against the table. After insert only the redrive edge can move a row; the SQL trigger from
-migration ``0002_ingest`` refuses every other ``UPDATE`` of ``status``.
+migration ``0002_ingest`` refuses every other ``UPDATE`` of ``status``. The checks are the
+generic ones of :class:`stages.transitions.Transitions`; illegal moves raise its
+:class:`~stages.transitions.IllegalTransition` with code ``ILLEGAL_STATUS_TRANSITION``.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
 from enum import StrEnum
+from typing import Final
 
-from stages.errors import StageError
+from schemas import error_codes as codes
+from stages.transitions import Transitions
+
+__all__ = [
+    "FINAL",
+    "INITIAL",
+    "STATUS_MACHINE",
+    "TRANSITIONS",
+    "Status",
+    "can_transition",
+    "check_path",
+    "check_transition",
+    "recorded_path",
+]
 
 
 class Status(StrEnum):
@@ -62,24 +76,17 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 FINAL = frozenset(s for s in Status if s not in (Status.QUEUED, Status.PROCESSING))
 """Statuses an envelope can end a processing pass in (what a batch inserts)."""
 
-ILLEGAL_TRANSITION = "ILLEGAL_STATUS_TRANSITION"
+STATUS_MACHINE: Final = Transitions(
+    table=TRANSITIONS,
+    name="ingestion status",
+    code=codes.ILLEGAL_STATUS_TRANSITION,
+    initial=frozenset({INITIAL}),
+)
+"""The machine; its checks raise :class:`IllegalTransition` with ``ILLEGAL_STATUS_TRANSITION``."""
 
-
-class IllegalTransition(StageError):
-    """A status change the machine does not allow."""
-
-    code = ILLEGAL_TRANSITION
-
-
-def can_transition(current: Status, new: Status) -> bool:
-    """Whether ``current -> new`` is one legal step."""
-    return new in TRANSITIONS[current]
-
-
-def check_transition(current: Status, new: Status) -> None:
-    """Raise :class:`IllegalTransition` unless ``current -> new`` is one legal step."""
-    if not can_transition(current, new):
-        raise IllegalTransition(f"ingestion status cannot go from {current} to {new}")
+can_transition = STATUS_MACHINE.can
+check_transition = STATUS_MACHINE.check
+check_path = STATUS_MACHINE.check_path
 
 
 def recorded_path(final: Status) -> tuple[Status, ...]:
@@ -87,13 +94,5 @@ def recorded_path(final: Status) -> tuple[Status, ...]:
     if final is Status.DUPLICATE:
         return (Status.QUEUED, Status.DUPLICATE)
     if final not in FINAL:
-        raise IllegalTransition(f"{final} is not a status an envelope is recorded in")
+        raise STATUS_MACHINE.illegal(f"{final} is not a status an envelope is recorded in")
     return (Status.QUEUED, Status.PROCESSING, final)
-
-
-def check_path(path: Sequence[Status]) -> None:
-    """Raise unless ``path`` starts at :data:`INITIAL` and every step is legal."""
-    if not path or path[0] is not INITIAL:
-        raise IllegalTransition(f"a status path must start at {INITIAL}")
-    for current, new in itertools.pairwise(path):
-        check_transition(current, new)

@@ -41,18 +41,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from schemas import error_codes as codes
 from schemas.envelope import HugeNumber
 from stages.expr.limits import INT_MAX, INT_MIN, MAX_STRING_LENGTH
 
 if TYPE_CHECKING:
     from stages.ingest.program import Extractor, TopicProgram
 
-MISSING_REQUIRED = "MISSING_REQUIRED"
-WRONG_TYPE = "WRONG_TYPE"
-TOO_LONG = "TOO_LONG"
-OUT_OF_RANGE = "OUT_OF_RANGE"
-NUMBER_TOO_LARGE = "NUMBER_TOO_LARGE"
-NOT_AN_OBJECT = "NOT_AN_OBJECT"
+MISSING_REQUIRED = codes.MISSING_REQUIRED
+WRONG_TYPE = codes.WRONG_TYPE
+TOO_LONG = codes.TOO_LONG
+OUT_OF_RANGE = codes.OUT_OF_RANGE
+NUMBER_TOO_LARGE = codes.NUMBER_TOO_LARGE
+NOT_AN_OBJECT = codes.NOT_AN_OBJECT
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from schemas import error_codes as codes
+from stages.errors import StageError
 from stages.jobs.retry import RetryPolicy
 from stages.jobs.run_state import Feature
 
@@ -30,14 +32,14 @@ POOLS: Final = ("io", "cpu", "heavy")
 # Codes a retry cannot fix: the input itself is the problem (spec 000 §7.1, §9.1).
 _BAD_INPUT: Final = frozenset(
     {
-        "UNSUPPORTED_FORMAT",
-        "CORRUPT_ARTIFACT",
-        "CHECKSUM_MISMATCH",
-        "SCHEMA_MISMATCH",
-        "TOO_LARGE",
-        "EMPTY_ARTIFACT",
-        "NO_ARTIFACT",
-        "INTEGRITY_ERROR",
+        codes.UNSUPPORTED_FORMAT,
+        codes.CORRUPT_ARTIFACT,
+        codes.CHECKSUM_MISMATCH,
+        codes.SCHEMA_MISMATCH,
+        codes.TOO_LARGE,
+        codes.EMPTY_ARTIFACT,
+        codes.NO_ARTIFACT,
+        codes.INTEGRITY_ERROR,
     }
 )
 
@@ -190,8 +192,10 @@ FEATURES: Final[tuple[Feature, ...]] = tuple(
 """User-facing features of spec 000 §11 and the job producing each."""
 
 
-class DagError(ValueError):
+class DagError(StageError):
     """A DAG definition breaks a structural rule (cycle, unknown dep, required on optional)."""
+
+    code = "INVALID_DAG"
 
 
 def validate_dag(specs: Mapping[str, JobSpec]) -> None:

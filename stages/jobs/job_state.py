@@ -12,6 +12,7 @@ Two additions to the spec's list, both needed by its own §10: a job waiting in 
 can be cancelled, and a ``created`` job is cancelled directly ("if job is queued or created,
 mark as cancelled"). Migration ``0003_jobs`` installs the same pairs as a trigger, so Postgres
 refuses an illegal UPDATE too; ``tests/unit/jobs`` and ``tests/integration/jobs`` walk every pair.
+The checks are the generic ones of :class:`stages.transitions.Transitions`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Final
 
-from stages.errors import StageError
+from schemas import error_codes as codes
+from stages.transitions import Transitions
 
 
 class JobState(StrEnum):
@@ -61,24 +63,9 @@ NOT_STARTED: Final = frozenset({S.CREATED, S.QUEUED, S.RETRY_WAIT})
 """States a cancellation turns directly into ``cancelled``."""
 
 
-class IllegalJobTransition(StageError):
-    """A transition that the table does not allow was attempted."""
+JOB_MACHINE: Final = Transitions(table=TRANSITIONS, name="job", code=codes.ILLEGAL_JOB_TRANSITION)
+"""The machine; illegal moves raise ``ILLEGAL_JOB_TRANSITION``."""
 
-    code = "ILLEGAL_JOB_TRANSITION"
-
-
-def can_transition(current: JobState, target: JobState) -> bool:
-    """Whether a job may move from ``current`` to ``target``."""
-    return target in TRANSITIONS[current]
-
-
-def check_transition(current: JobState, target: JobState) -> JobState:
-    """Return ``target`` if the move is legal, else raise :class:`IllegalJobTransition`."""
-    if not can_transition(current, target):
-        raise IllegalJobTransition(f"job cannot go from {current} to {target}")
-    return target
-
-
-def sql_pairs() -> frozenset[str]:
-    """The table as ``"from>to"`` strings, the form the database trigger checks."""
-    return frozenset(f"{a}>{b}" for a, targets in TRANSITIONS.items() for b in targets)
+can_transition = JOB_MACHINE.can
+check_transition = JOB_MACHINE.check
+sql_pairs = JOB_MACHINE.sql_pairs

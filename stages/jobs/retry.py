@@ -1,10 +1,11 @@
-"""Retry decisions and backoff delays (spec 000 §9.1, spec 003 full jitter).
+"""Retry decisions and backoff delays of batch jobs (spec 000 §9.1).
 
 A failed attempt is retried when the error is retriable, its code is not in the job type's
 ``non_retriable`` set and attempts remain. The delay follows the configured schedule (30 s,
 2 min, 10 min by default; the last entry repeats) shortened by up to ``spread`` so that jobs
 failing together do not retry together. The random draw ``u`` in [0, 1) is an argument: the
-caller owns the random source, tests pass fixed values.
+caller owns the random source, tests pass fixed values. (The full-jitter backoff of the
+JetStream consumers is :mod:`stages.backoff`.)
 """
 
 from __future__ import annotations
@@ -74,12 +75,6 @@ def schedule_delay(
     _check_unit(u)
     base = schedule[min(max(attempt, 1), len(schedule)) - 1]
     return base * (1.0 - spread * u)
-
-
-def full_jitter(*, base_s: float, cap_s: float, attempt: int, u: float) -> float:
-    """AWS "full jitter": uniform in [0, min(cap, base * 2**attempt)) for a draw ``u``."""
-    _check_unit(u)
-    return u * min(cap_s, base_s * 2.0 ** max(attempt, 0))
 
 
 def _check_unit(u: float) -> None:

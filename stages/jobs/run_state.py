@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from stages.errors import StageError
+from schemas import error_codes as codes
 from stages.jobs.job_state import TERMINAL, JobState
+from stages.transitions import Transitions
 
 
 class RunState(StrEnum):
@@ -64,27 +65,12 @@ _STARTED: Final = frozenset(
 )
 
 
-class IllegalRunTransition(StageError):
-    """A run transition that the table does not allow was attempted."""
+RUN_MACHINE: Final = Transitions(table=TRANSITIONS, name="run", code=codes.ILLEGAL_RUN_TRANSITION)
+"""The machine; illegal moves raise ``ILLEGAL_RUN_TRANSITION``."""
 
-    code = "ILLEGAL_RUN_TRANSITION"
-
-
-def can_transition(current: RunState, target: RunState) -> bool:
-    """Whether a run may move from ``current`` to ``target``."""
-    return target in TRANSITIONS[current]
-
-
-def check_transition(current: RunState, target: RunState) -> RunState:
-    """Return ``target`` if the move is legal, else raise :class:`IllegalRunTransition`."""
-    if not can_transition(current, target):
-        raise IllegalRunTransition(f"run cannot go from {current} to {target}")
-    return target
-
-
-def sql_pairs() -> frozenset[str]:
-    """The table as ``"from>to"`` strings, the form the database trigger checks."""
-    return frozenset(f"{a}>{b}" for a, targets in TRANSITIONS.items() for b in targets)
+can_transition = RUN_MACHINE.can
+check_transition = RUN_MACHINE.check
+sql_pairs = RUN_MACHINE.sql_pairs
 
 
 @dataclass(frozen=True, kw_only=True)

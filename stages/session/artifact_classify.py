@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from schemas import error_codes as codes
 from stages.session.artifact_validate import Limits, plain_bytes
-from stages.session.contract import ErrorCode, SessionStageError, StageInput, StageOutput
+from stages.session.contract import SessionStageError, StageInput, StageOutput
 from stages.session.formats.sniff import sniff
 
 
@@ -25,7 +26,7 @@ def classify(name: str, plain: bytes, compressed: bool) -> dict[str, Any]:
     found = sniff(plain)
     if found is None:
         raise SessionStageError(
-            f"{name}: unsupported or unrecognised content", code=ErrorCode.UNSUPPORTED_FORMAT
+            f"{name}: unsupported or unrecognised content", code=codes.UNSUPPORTED_FORMAT
         )
     return {
         "name": name,
@@ -41,7 +42,7 @@ def classify(name: str, plain: bytes, compressed: bool) -> dict[str, Any]:
 def run(inp: StageInput) -> StageOutput:
     """Classify every artifact of the run."""
     if not inp.artifacts:
-        raise SessionStageError("the run has no artifact", code=ErrorCode.NO_ARTIFACT)
+        raise SessionStageError("the run has no artifact", code=codes.NO_ARTIFACT)
     limits = Limits.from_config(inp.config)
     entries = []
     for blob in inp.artifacts:

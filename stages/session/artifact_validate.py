@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from schemas import error_codes as codes
 from stages.session.contract import (
     ArtifactBlob,
-    ErrorCode,
     SessionStageError,
     StageInput,
     StageOutput,
@@ -56,7 +56,7 @@ class Limits:
                 value = config[key]
                 if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                     raise SessionStageError(
-                        f"config {key} must be a positive integer", code=ErrorCode.INVALID_CONFIG
+                        f"config {key} must be a positive integer", code=codes.INVALID_CONFIG
                     )
                 values[key] = value
         return cls(**values)
@@ -75,7 +75,7 @@ def plain_bytes(blob: ArtifactBlob, limits: Limits) -> tuple[bytes, bool]:
     if len(blob.data) > limits.max_artifact_bytes:
         raise SessionStageError(
             f"{blob.name}: {len(blob.data)} bytes exceeds {limits.max_artifact_bytes}",
-            code=ErrorCode.TOO_LARGE,
+            code=codes.TOO_LARGE,
         )
     return unwrap(blob.data, max_bytes=limits.max_decompressed_bytes)
 
@@ -83,23 +83,23 @@ def plain_bytes(blob: ArtifactBlob, limits: Limits) -> tuple[bytes, bool]:
 def validate(blob: ArtifactBlob, limits: Limits) -> dict[str, Any]:
     """Validate one artifact; returns its summary entry or raises ``SessionStageError``."""
     if not blob.data:
-        raise SessionStageError(f"{blob.name}: artifact is empty", code=ErrorCode.EMPTY_ARTIFACT)
+        raise SessionStageError(f"{blob.name}: artifact is empty", code=codes.EMPTY_ARTIFACT)
     plain, compressed = plain_bytes(blob, limits)
     digest = hashlib.sha256(blob.data).hexdigest()
     if digest != blob.sha256.strip().lower():
         raise SessionStageError(
             f"{blob.name}: sha256 {digest} does not match the recorded {blob.sha256}",
-            code=ErrorCode.CHECKSUM_MISMATCH,
+            code=codes.CHECKSUM_MISMATCH,
         )
     if not plain.strip():
         raise SessionStageError(
-            f"{blob.name}: artifact has no content", code=ErrorCode.EMPTY_ARTIFACT
+            f"{blob.name}: artifact has no content", code=codes.EMPTY_ARTIFACT
         )
     found = sniff(plain)
     if found is None:
         raise SessionStageError(
             f"{blob.name}: content is not NMEA, GPX, a known CSV layout or Tideway JSON Lines",
-            code=ErrorCode.UNSUPPORTED_FORMAT,
+            code=codes.UNSUPPORTED_FORMAT,
         )
     ext = extension(blob.name)
     return {
@@ -117,7 +117,7 @@ def validate(blob: ArtifactBlob, limits: Limits) -> dict[str, Any]:
 def run(inp: StageInput) -> StageOutput:
     """Validate every artifact of the run (see module docstring)."""
     if not inp.artifacts:
-        raise SessionStageError("the run has no artifact", code=ErrorCode.NO_ARTIFACT)
+        raise SessionStageError("the run has no artifact", code=codes.NO_ARTIFACT)
     limits = Limits.from_config(inp.config)
     entries = [validate(blob, limits) for blob in inp.artifacts]
     return StageOutput(

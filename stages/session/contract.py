@@ -15,15 +15,16 @@ and no environment, so the same input always gives the same output.
 - ``StageInput.summaries`` - upstream job summaries by job type (e.g. ``"artifact_classify"``).
 - ``StageInput.config`` - the run's config (limits, start/finish line, ...).
 
-A stage fails by raising :class:`SessionStageError` with a stable ``code``; those are
-non-retriable because a pure stage given the same input fails the same way again.
+A stage fails by raising :class:`SessionStageError` with a stable ``code`` from
+:mod:`schemas.error_codes`; those are non-retriable because a pure stage given the same input
+fails the same way again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import pyarrow as pa
 
@@ -31,7 +32,6 @@ from stages.errors import StageError
 
 __all__ = [
     "ArtifactBlob",
-    "ErrorCode",
     "SessionStageError",
     "StageInput",
     "StageOutput",
@@ -74,25 +74,11 @@ class StageOutput:
     summary: Mapping[str, Any] = field(default_factory=dict)
 
 
-class ErrorCode:
-    """Stable error codes raised by the early session stages (values are the codes)."""
-
-    UNSUPPORTED_FORMAT: Final = "UNSUPPORTED_FORMAT"
-    CORRUPT_ARTIFACT: Final = "CORRUPT_ARTIFACT"
-    CHECKSUM_MISMATCH: Final = "CHECKSUM_MISMATCH"
-    TOO_LARGE: Final = "TOO_LARGE"
-    EMPTY_ARTIFACT: Final = "EMPTY_ARTIFACT"
-    NO_ARTIFACT: Final = "NO_ARTIFACT"
-    NO_GNSS_FIX: Final = "NO_GNSS_FIX"
-    MISSING_INPUT: Final = "MISSING_INPUT"
-    INVALID_CONFIG: Final = "INVALID_CONFIG"
-
-
 class SessionStageError(StageError):
     """A session stage could not process its input. Never retriable: the input is the problem.
 
-    ``code`` is one of :class:`ErrorCode` (e.g. ``UNSUPPORTED_FORMAT``, ``CORRUPT_ARTIFACT``,
-    ``CHECKSUM_MISMATCH``, ``TOO_LARGE``, ``NO_GNSS_FIX``).
+    ``code`` is a session-stage code of :mod:`schemas.error_codes` (e.g. ``UNSUPPORTED_FORMAT``,
+    ``CORRUPT_ARTIFACT``, ``CHECKSUM_MISMATCH``, ``TOO_LARGE``, ``NO_GNSS_FIX``).
     """
 
     code = "SESSION_STAGE_ERROR"

@@ -47,11 +47,11 @@ import pyarrow as pa
 from scipy.ndimage import median_filter
 from scipy.spatial import cKDTree
 
+from schemas import error_codes as codes
 from stages.session.contract import SessionStageError, StageInput, StageOutput
 from stages.session.geo import FloatArray, LocalFrame, Motion, micros_to_ts, path_distance
 
 LAPS = "laps"
-INVALID_START_FINISH = "INVALID_START_FINISH"
 NO_POSITION_DATA = "NO_POSITION_DATA"
 TRACK_NOT_CLOSED = "TRACK_NOT_CLOSED"
 NO_LINE_CROSSINGS = "NO_LINE_CROSSINGS"
@@ -137,14 +137,14 @@ def _configured_line(cfg: Any, frame: LocalFrame) -> _Line | None:
         vals = [float(cfg[k]) for k in ("lat1", "lon1", "lat2", "lon2")]
     except (KeyError, TypeError, ValueError) as exc:
         raise SessionStageError(f"start_finish needs lat1/lon1/lat2/lon2: {exc}",
-                                code=INVALID_START_FINISH) from exc
+                                code=codes.INVALID_START_FINISH) from exc
     if not all(np.isfinite(vals)) or abs(vals[0]) > 90 or abs(vals[2]) > 90:
         raise SessionStageError("start_finish coordinates out of range",
-                                code=INVALID_START_FINISH)
+                                code=codes.INVALID_START_FINISH)
     e, n = frame.to_en(np.array([vals[0], vals[2]]), np.array([vals[1], vals[3]]))
     if np.hypot(e[1] - e[0], n[1] - n[0]) < 1.0:
         raise SessionStageError("start_finish segment shorter than 1 m",
-                                code=INVALID_START_FINISH)
+                                code=codes.INVALID_START_FINISH)
     return _Line(e1=float(e[0]), n1=float(n[0]), e2=float(e[1]), n2=float(n[1]), source="config")
 
 

@@ -29,8 +29,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas import error_codes
 from stages.session import canonical
-from stages.session.contract import ErrorCode, SessionStageError, StageInput, StageOutput
+from stages.session.contract import SessionStageError, StageInput, StageOutput
 
 DEFAULT_BUCKET_S: Final = {"L1": 0.5, "L2": 5.0}
 MAX_BUCKETS: Final = {"L1": 20_000, "L2": 2_000}
@@ -58,7 +59,8 @@ def _bucket_s(config: Mapping[str, Any], level: str) -> float:
     raw = (config.get("downsample") or {}).get(f"{level}_bucket_s", DEFAULT_BUCKET_S[level])
     if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
         raise SessionStageError(
-            f"downsample.{level}_bucket_s must be a positive number", code=ErrorCode.INVALID_CONFIG
+            f"downsample.{level}_bucket_s must be a positive number",
+            code=error_codes.INVALID_CONFIG,
         )
     return float(raw)
 

@@ -26,8 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas import error_codes as codes
 from stages.session import canonical
-from stages.session.contract import ErrorCode, SessionStageError, StageInput, StageOutput
+from stages.session.contract import SessionStageError, StageInput, StageOutput
 from stages.session.formats.parsed import FLU, FRD
 from stages.session.formats.units import UNITS, to_canonical
 
@@ -54,7 +55,7 @@ def _units_of(stream: str, table: pa.Table, declared: Mapping[str, Any]) -> dict
 def _convert(values: np.ndarray, unit: str, want: str, where: str) -> np.ndarray:
     if unit not in UNITS or UNITS[unit][0] != want:
         raise SessionStageError(
-            f"{where}: cannot convert unit {unit!r} to {want!r}", code=ErrorCode.UNSUPPORTED_FORMAT
+            f"{where}: cannot convert unit {unit!r} to {want!r}", code=codes.UNSUPPORTED_FORMAT
         )
     return to_canonical(values, unit)
 
@@ -86,7 +87,7 @@ def _gnss(table: pa.Table, units: dict[str, str], counts: dict[str, int]) -> pa.
 
 def _imu(table: pa.Table, units: dict[str, str], frame: str, counts: dict[str, int]) -> pa.Table:
     if frame not in (FLU, FRD):
-        raise SessionStageError(f"unknown IMU frame {frame!r}", code=ErrorCode.UNSUPPORTED_FORMAT)
+        raise SessionStageError(f"unknown IMU frame {frame!r}", code=codes.UNSUPPORTED_FORMAT)
     out: dict[str, Any] = {"ts": table.column("ts")}
     keep = np.ones(table.num_rows, dtype=bool)
     for col, want in canonical.CANONICAL_UNITS[canonical.IMU].items():

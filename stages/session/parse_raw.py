@@ -25,9 +25,10 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas import error_codes as codes
 from stages.session import canonical, formats
 from stages.session.artifact_validate import Limits, plain_bytes
-from stages.session.contract import ErrorCode, SessionStageError, StageInput, StageOutput
+from stages.session.contract import SessionStageError, StageInput, StageOutput
 from stages.session.formats.parsed import FLU, ParsedSession
 from stages.session.formats.sniff import sniff
 
@@ -42,7 +43,7 @@ def _format_of(name: str, plain: bytes, classified: dict[str, Any]) -> str:
         return known
     found = sniff(plain)
     if found is None:
-        raise SessionStageError(f"{name}: unsupported content", code=ErrorCode.UNSUPPORTED_FORMAT)
+        raise SessionStageError(f"{name}: unsupported content", code=codes.UNSUPPORTED_FORMAT)
     return found.format
 
 
@@ -58,13 +59,13 @@ def _merge_units(parts: list[ParsedSession]) -> tuple[dict[str, dict[str, str]],
                 if have.setdefault(col, unit) != unit:
                     raise SessionStageError(
                         f"artifacts disagree on the unit of {stream}.{col}",
-                        code=ErrorCode.UNSUPPORTED_FORMAT,
+                        code=codes.UNSUPPORTED_FORMAT,
                     )
         imu = part.streams.get(canonical.IMU)
         if imu is not None and imu.num_rows:
             if frame is not None and frame != part.imu_frame:
                 raise SessionStageError(
-                    "artifacts disagree on the IMU frame", code=ErrorCode.UNSUPPORTED_FORMAT
+                    "artifacts disagree on the IMU frame", code=codes.UNSUPPORTED_FORMAT
                 )
             frame = part.imu_frame
     return units, frame or FLU
@@ -95,7 +96,7 @@ def gnss_quality(gnss: pa.Table) -> str:
 def run(inp: StageInput) -> StageOutput:
     """Parse every artifact into the canonical stream set (see module docstring)."""
     if not inp.artifacts:
-        raise SessionStageError("the run has no artifact", code=ErrorCode.NO_ARTIFACT)
+        raise SessionStageError("the run has no artifact", code=codes.NO_ARTIFACT)
     limits = Limits.from_config(inp.config)
     listed = inp.summaries.get("artifact_classify", {}).get("artifacts", [])
     classified = {a["name"]: a for a in listed if isinstance(a, dict) and "name" in a}

@@ -31,8 +31,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas import error_codes as codes
 from stages.session import canonical
-from stages.session.contract import ErrorCode, SessionStageError, StageInput, StageOutput
+from stages.session.contract import SessionStageError, StageInput, StageOutput
 
 _GAP_FACTOR: Final = 2.5
 _EARTH_RADIUS_M: Final = 6_371_008.8
@@ -163,16 +164,16 @@ def _fill_motion(gnss: pa.Table) -> tuple[pa.Table, int, int]:
 def _offsets(config: Mapping[str, Any]) -> dict[str, int]:
     raw = config.get("time_offsets_s", {}) or {}
     if not isinstance(raw, Mapping):
-        raise SessionStageError("time_offsets_s must be a mapping", code=ErrorCode.INVALID_CONFIG)
+        raise SessionStageError("time_offsets_s must be a mapping", code=codes.INVALID_CONFIG)
     out: dict[str, int] = {}
     for stream, secs in raw.items():
         if stream not in canonical.SCHEMAS or isinstance(secs, bool):
             raise SessionStageError(
-                f"bad time offset for {stream!r}", code=ErrorCode.INVALID_CONFIG
+                f"bad time offset for {stream!r}", code=codes.INVALID_CONFIG
             )
         if not isinstance(secs, int | float):
             raise SessionStageError(
-                f"bad time offset for {stream!r}", code=ErrorCode.INVALID_CONFIG
+                f"bad time offset for {stream!r}", code=codes.INVALID_CONFIG
             )
         out[stream] = round(secs * 1e6)
     return out

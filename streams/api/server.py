@@ -24,7 +24,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from streams import db
+from streams.adapters import postgres
+from streams.adapters.nats import connect_nats
 from streams.api import routes
 from streams.api.context import CONTEXT, ApiContext, error_response, http_code, set_caller
 from streams.api.inputs import check_query
@@ -33,7 +34,6 @@ from streams.api.protocol import ApiRunner
 from streams.config import Settings
 from streams.errors import NotFoundError, TidewayError, TransientError, UsageError
 from streams.objects import ObjectStore, ObjectTooLargeError
-from streams.sessions.upload import connect_nats
 
 __all__ = ["build_app", "run_api"]
 
@@ -118,8 +118,8 @@ def build_app(ctx: ApiContext) -> web.Application:
 
 async def run_api(settings: Settings, *, stop: asyncio.Event) -> None:
     """Serve the API on ``settings.api.host:port`` until ``stop`` is set."""
-    pool = await db.create_pool(settings.postgres(), max_size=8)
-    nc = await connect_nats(settings, persistent=True)
+    pool = await postgres.create_pool(settings.postgres(), postgres.API_POOL)
+    nc = await connect_nats(settings.nats(), name="tideway-api")
     runner: web.AppRunner | None = None
     try:
         ctx = ApiContext(

@@ -60,7 +60,7 @@ def main() -> None:
     except TidewayError as exc:
         from streams.cli.output import fail
 
-        fail(f"{exc} ({exc.code})")
+        fail(exc.describe())
 
 
 if __name__ == "__main__":

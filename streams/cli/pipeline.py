@@ -267,10 +267,10 @@ def register(app: typer.Typer) -> None:
 
 
 def _with_conn(work: Any) -> Any:
-    from streams.ingest.resources import pg_pool
+    from streams.adapters import postgres
 
     async def main() -> Any:
-        pool = await pg_pool(load_settings().postgres(), size=1)
+        pool = await postgres.create_pool(load_settings().postgres(), postgres.streaming_pool(1))
         try:
             async with pool.acquire() as conn:
                 return await work(conn)

@@ -17,13 +17,13 @@ import typer
 from rich.text import Text
 from rich.tree import Tree
 
-from streams import db
+from streams.adapters import postgres
+from streams.adapters.postgres import Conn
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.config import load_settings
 from streams.errors import NotFoundError, UsageError
 from streams.jobs import queue
 from streams.jobs.runs import JobView, RunView, list_runs, show_run
-from streams.jobs.txn import Conn
 from streams.jobs.worker import run_worker
 
 runs_app = typer.Typer(help="Processing runs: list, show, cancel, retry.", no_args_is_help=True)
@@ -113,7 +113,7 @@ def list_command(
     """List runs, newest first."""
 
     async def main() -> None:
-        conn = await db.connect(load_settings().postgres())
+        conn = await postgres.connect(load_settings().postgres())
         try:
             tenant_id = await _tenant_id(conn, tenant) if tenant else None
             rows = await list_runs(
@@ -139,7 +139,7 @@ def show_command(
     """Show a run's DAG with each job's state, attempts and timings."""
 
     async def main() -> RunView:
-        conn = await db.connect(load_settings().postgres())
+        conn = await postgres.connect(load_settings().postgres())
         try:
             return await show_run(conn, _uuid(run_id, "run"))
         finally:
@@ -157,7 +157,7 @@ def cancel_command(run_id: str = typer.Argument(..., help="The run's id.")) -> N
     """Cancel a run: jobs not started are cancelled, running ones stop at a checkpoint."""
 
     async def main() -> queue.CancelSummary:
-        conn = await db.connect(load_settings().postgres())
+        conn = await postgres.connect(load_settings().postgres())
         try:
             return await queue.cancel_run(conn, _uuid(run_id, "run"))
         finally:
@@ -180,7 +180,7 @@ def retry_command(
     settings = load_settings()
 
     async def main() -> queue.EnqueuedRun:
-        conn = await db.connect(settings.postgres())
+        conn = await postgres.connect(settings.postgres())
         try:
             return await queue.retry_run(
                 conn, _uuid(run_id, "run"), requested_by=requested_by,

@@ -16,14 +16,15 @@ from typing import Any, TypeVar
 
 import typer
 
-from schemas.device_schema import SchemaFile, load_schema_file
+from schemas.device_schema import SchemaFile, SchemaFileError, load_schema_file
 from stages.errors import StageError
 from stages.ingest.derive import derive
 from stages.ingest.ingress import EnvelopeError, load_json
 from stages.ingest.mutate import mutate
 from stages.ingest.program import TopicProgram, compile_schema
 from stages.ingest.validate import Issue, validate
-from streams import db, registry
+from streams import registry
+from streams.adapters import postgres
 from streams.cli.exit_codes import ExitCode
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.config import load_settings
@@ -39,7 +40,7 @@ def run_with_connection(work: Callable[[Any], Awaitable[T]]) -> T:
     """Run ``work(conn)`` on a connection to the configured Postgres."""
 
     async def main() -> T:
-        conn = await db.connect(load_settings().postgres())
+        conn = await postgres.connect(load_settings().postgres())
         try:
             return await work(conn)
         finally:
@@ -49,11 +50,11 @@ def run_with_connection(work: Callable[[Any], Awaitable[T]]) -> T:
 
 
 def load_checked(file: Path) -> tuple[SchemaFile, dict[str, TopicProgram]]:
-    """Load and compile a schema file, turning stage errors into operator errors."""
+    """Load and compile a schema file, turning its errors into operator errors."""
     try:
         schema = load_schema_file(file)
         return schema, compile_schema(schema, filename=str(file))
-    except StageError as exc:
+    except (SchemaFileError, StageError) as exc:
         raise UsageError(exc.message, code=exc.code) from None
 
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import orjson
 import typer
 
-from streams import db
+from streams.adapters import postgres
 from streams.cli.exit_codes import ExitCode
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.config import Settings, load_settings
@@ -33,7 +33,7 @@ FORMATS = ("nmea", "gpx", "csv", "jsonl")
 
 def _with_conn(work: Callable[[Any], Awaitable[T]]) -> T:
     async def main(settings: Settings) -> T:
-        conn = await db.connect(settings.postgres())
+        conn = await postgres.connect(settings.postgres())
         try:
             return await work(conn)
         finally:

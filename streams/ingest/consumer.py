@@ -28,7 +28,7 @@ import logging
 import random
 from collections.abc import Callable, Iterator
 
-from stages.ingest.ack_policy import Disposition, decide
+from stages.ack_policy import Disposition, decide
 from streams.config import Settings
 from streams.errors import TransientError
 from streams.ingest.fetch import Fetcher, acknowledge, receipt_of

@@ -37,6 +37,7 @@ from stages.ingest.ingress import DecodedEnvelope, Receipt, SubjectParts
 from stages.ingest.plan import PUBLISH_FAILED, pass_line, publish_failures
 from stages.ingest.processing_state import ProcessingState
 from stages.ingest.status import Status
+from streams.adapters.postgres import Conn
 from streams.config import Settings
 from streams.errors import NotFoundError, TidewayError, UsageError
 from streams.ingest import sql
@@ -45,7 +46,7 @@ from streams.ingest.hot_state import HotState
 from streams.ingest.publish import Publisher
 from streams.ingest.recorder import PG_FAILURES, copy_lines, translate
 from streams.ingest.registry_cache import RegistryCache
-from streams.ingest.resources import Conn, Resources
+from streams.ingest.resources import Resources
 
 COMPLETED = "completed"
 FAILED = "failed"

@@ -28,7 +28,9 @@ JetStream pull protocol itself, over the client's connection:
 
 ``_process_msg``, ``_ps`` (the parser), ``_send_command`` and ``_flush_pending`` are nats-py
 internals; the version range in ``pyproject.toml`` is the one this was written against, and
-every ingest test runs through this path.
+every ingest test runs through this path. This is the only module that touches nats-py's
+internals: everything else uses its public API, on connections made by
+:func:`streams.adapters.nats.connect_nats`, so a nats-py upgrade is checked here and nowhere else.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from nats.aio.client import Client as Nats
 from nats.aio.subscription import Subscription
 from nats.errors import ConnectionClosedError
 
-from stages.ingest.ack_policy import AckDecision, Action
+from stages.ack_policy import AckDecision, Action
 from stages.ingest.ingress import Receipt
 
 _GRACE_S = 0.005

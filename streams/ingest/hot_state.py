@@ -21,12 +21,8 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import orjson
-import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from streams.errors import PermanentError, TransientError
+from streams.adapters.redis import Redis, RedisError, translate
 
 CHUNK = 2000
 
@@ -82,17 +78,10 @@ class HotItem(NamedTuple):
     doc: bytes
 
 
-def translate(exc: RedisError) -> TransientError | PermanentError:
-    """A redis-py error as a Tideway error with a stable code."""
-    if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
-        return TransientError(f"Redis unavailable: {exc}", code="REDIS_UNAVAILABLE")
-    return PermanentError(f"Redis refused the write: {exc}", code="REDIS_ERROR")
-
-
 class HotState:
     """Writes and reads the per-device hot state."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: Redis) -> None:
         self.client = client
         self._script = client.register_script(_SCRIPT)
         self._withdraw = client.register_script(_WITHDRAW)
@@ -124,10 +113,8 @@ class HotState:
                 codes = _CODES
                 for index, code in zip(part, answer, strict=True):
                     results[index] = codes[code]
-        except RedisError as exc:
+        except (RedisError, OSError) as exc:
             raise translate(exc) from exc
-        except OSError as exc:
-            raise TransientError(f"Redis unavailable: {exc}", code="REDIS_UNAVAILABLE") from exc
         # A failed key fails every item offered for it, not only the one that was sent.
         failed = {(items[i].key, items[i].topic) for i in chosen if results[i] == FAILED}
         if failed:
@@ -144,10 +131,8 @@ class HotState:
             args[2:] = [previous.doc, previous.order]
         try:
             await self._withdraw(keys=[item.key], args=args)
-        except RedisError as exc:
+        except (RedisError, OSError) as exc:
             raise translate(exc) from exc
-        except OSError as exc:
-            raise TransientError(f"Redis unavailable: {exc}", code="REDIS_UNAVAILABLE") from exc
 
     async def read(self, key: str) -> dict[str, Any]:
         """The hot state of one device: ``{topic: document}``."""

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from streams.adapters.postgres import Conn
 from streams.config import Settings
 from streams.errors import NotFoundError
 from streams.ingest import sql
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotState
-from streams.ingest.resources import Conn, Resources
+from streams.ingest.resources import Resources
 
 
 async def find_id(conn: Conn, ident: str) -> int:

@@ -24,12 +24,12 @@ from datetime import UTC, datetime
 import orjson
 
 from schemas.envelope import epoch_us
-from stages.ingest.ack_policy import (
+from stages.ack_policy import (
     ACK,
     AckDecision,
     Disposition,
+    budget_spent,
     decide,
-    publish_failure_is_final,
 )
 from stages.ingest.evaluate import Evaluation, Registry, evaluate
 from stages.ingest.ingress import Receipt, SubjectParts, iso_utc, parse_subject
@@ -155,10 +155,10 @@ class Pipeline:
         for index in new:
             outcome = outcomes.get(index)
             delivered = evaluations[index].receipt.delivered
-            if outcome is not None and not outcome.ok and not publish_failure_is_final(
+            if outcome is not None and not outcome.ok and not budget_spent(
                 delivered=delivered, max_deliver=max_deliver
             ):
-                dispositions[index] = Disposition.PUBLISH_RETRY
+                dispositions[index] = Disposition.RETRY
                 failed_deliveries.append(delivery_failure_row(evaluations[index], outcome, now))
                 continue
             finals[index] = finalize(evaluations[index], outcome)

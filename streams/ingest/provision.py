@@ -31,9 +31,9 @@ from nats.js.api import (
 )
 from nats.js.errors import NotFoundError
 
+from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
 from streams.config import Settings
 from streams.ingest.analytics import Analytics
-from streams.ingest.resources import nats_connect
 from streams.names import Names
 
 DLQ_MAX_AGE_S = 30 * 24 * 3600.0
@@ -131,7 +131,7 @@ async def provision(settings: Settings) -> tuple[str, ...]:
     Returns warnings for the operator (an outdated nats-server); none of them stops it."""
     from streams.clickhouse import ClickHouse
 
-    nc = await nats_connect(settings.nats(), name="tideway-provision")
+    nc = await connect_nats(settings.nats(), name="tideway-provision", attempts=ONE_SHOT_ATTEMPTS)
     try:
         warning = nats_server_warning(_server_version(nc))
         await provision_nats(nc.jetstream(), settings)

@@ -4,7 +4,7 @@ Both sinks run concurrently. Each is retried within the delivery with full-jitte
 (``retry.publish_attempts`` tries, ``publish_base_s``/``publish_cap_s``); the hot state
 retries only the keys that failed. What still fails is reported per envelope as
 :class:`stages.ingest.plan.PublishFailure`; the caller decides, by the delivery budget
-(:func:`stages.ingest.ack_policy.publish_failure_is_final`), whether that ends the envelope
+(:func:`stages.ack_policy.budget_spent`), whether that ends the envelope
 or earns it a redelivery. Both sinks are idempotent, so publishing again is always safe.
 Every failed and every successful call is reported to the process's Redis and ClickHouse
 :class:`streams.ingest.outage.Outage`, which logs when a sink goes down and comes back.
@@ -20,9 +20,9 @@ from datetime import datetime
 
 import orjson
 
+from stages.backoff import Backoff
 from stages.ingest.evaluate import Evaluation
 from stages.ingest.plan import PublishFailure, PublishOutcome, hot_state_order
-from stages.ingest.retry_policy import Backoff
 from streams.errors import TidewayError
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import FAILED, WRITTEN, HotItem, HotState

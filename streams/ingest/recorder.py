@@ -33,9 +33,9 @@ from stages.ingest.plan import (
     message_row,
 )
 from stages.ingest.status import Status
+from streams.adapters.postgres import Conn
 from streams.errors import PermanentError, TidewayError, TransientError
 from streams.ingest import sql
-from streams.ingest.resources import Conn
 
 PERSIST_REJECTED = "PERSIST_REJECTED"
 # SQLSTATE classes that mean "try again later": connection, resources, operator, rollback.

@@ -21,8 +21,8 @@ from schemas.device_schema import SchemaFile
 from stages.errors import StageError
 from stages.ingest.evaluate import DeviceRecord, Registry, TopicBinding
 from stages.ingest.program import compile_schema
+from streams.adapters.postgres import Conn
 from streams.ingest import sql
-from streams.ingest.resources import Conn
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,8 @@ class RegistryCache:
         except (StageError, ValueError) as exc:
             # The registry compiles before it stores, so this means a Tideway upgrade made an
             # old version invalid: its envelopes end as UNKNOWN_TOPIC and the log says why.
-            log.error("schema version %s does not compile any more: %s", version_id, exc)
+            why = exc.describe() if isinstance(exc, StageError) else exc
+            log.error("schema version %s does not compile any more: %s", version_id, why)
             return
         topic_ids = {name: UUID(str(value)) for name, value in row["topic_ids"].items()}
         for name, program in programs.items():

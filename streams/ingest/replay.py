@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from stages.ingest.ack_policy import Action
+from stages.ack_policy import Action
 from stages.ingest.ingress import Receipt
 from stages.ingest.plan import Fate
 from streams.config import Settings

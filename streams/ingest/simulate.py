@@ -29,11 +29,12 @@ import orjson
 
 from schemas.device_schema import parse_schema_text
 from streams import registry
+from streams.adapters import postgres
+from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
 from streams.config import Settings
 from streams.errors import UsageError
 from streams.ingest.fleet import SCHEMA_NAME, SimEnvelope, Station, choose_kind, demo_schema_text
 from streams.ingest.fleet import device_id as sim_device_id
-from streams.ingest.resources import nats_connect, pg_pool
 from streams.names import Names
 
 TICK_S = 0.02
@@ -82,7 +83,7 @@ async def ensure_fleet(settings: Settings, *, tenant: str, devices: int) -> None
     """Apply the demo schema for ``tenant`` and register ``devices`` simulated devices on it
     (idempotent: existing devices are kept; unassigned ones get the demo schema)."""
     text = demo_schema_text(tenant)
-    pool = await pg_pool(settings.postgres(), size=1)
+    pool = await postgres.create_pool(settings.postgres(), postgres.streaming_pool(1))
     try:
         async with pool.acquire() as conn:
             await registry.apply_schema(conn, parse_schema_text(text), source_text=text)
@@ -121,7 +122,7 @@ async def simulate(
     names = Names(namespace=settings.namespace)
     stations = [Station(i, rng) for i in range(devices)]
     report = SimReport(tenant=tenant, devices=devices)
-    nc = await nats_connect(settings.nats(), name="tideway-simulate")
+    nc = await connect_nats(settings.nats(), name="tideway-simulate", attempts=ONE_SHOT_ATTEMPTS)
     js = nc.jetstream()
     held: deque[tuple[float, SimEnvelope]] = deque()
     recent: deque[SimEnvelope] = deque(maxlen=1000)

@@ -13,12 +13,12 @@ import uuid
 from datetime import datetime
 
 from stages.jobs.dag import failed_reason
-from stages.jobs.errors import JobError, recorded_severity
+from stages.jobs.errors import AttemptFailure, recorded_severity
 from stages.jobs.job_state import JobState
+from streams.adapters.postgres import Conn
 from streams.jobs import sql
 from streams.jobs.model import ClaimedJob, FailOutcome, Outcome
 from streams.jobs.settle import Closed, settle
-from streams.jobs.txn import Conn
 
 Now = datetime | None
 
@@ -32,7 +32,7 @@ async def end_attempt(
     expected: JobState,
     target: JobState,
     delay_s: float | None,
-    error: JobError,
+    error: AttemptFailure,
     critical: bool,
     attempt_status: str,
     now: Now,

@@ -8,10 +8,11 @@ from datetime import datetime
 
 from stages.jobs.job_state import JobState
 from stages.jobs.run_state import RunState
+from streams.adapters.postgres import Conn
 from streams.errors import NotFoundError
 from streams.jobs import sql
 from streams.jobs.settle import Closed, finalise, settle
-from streams.jobs.txn import Conn, atomically
+from streams.jobs.txn import atomically
 
 Now = datetime | None
 

@@ -16,11 +16,12 @@ from typing import Any
 from stages.jobs.planner import RunPlan, plan_run
 from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 from stages.jobs.run_state import RunState
+from streams.adapters.postgres import Conn
 from streams.errors import NotFoundError, UsageError
 from streams.jobs import sql
 from streams.jobs.model import RunVersions
 from streams.jobs.settle import finalise
-from streams.jobs.txn import Conn, atomically
+from streams.jobs.txn import atomically
 
 
 @dataclass(frozen=True, kw_only=True)

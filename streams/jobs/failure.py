@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncpg
 
+from schemas import error_codes as codes
 from stages.errors import StageError
-from stages.jobs.errors import Code, ErrorSource, JobError, describe
+from stages.jobs.errors import AttemptFailure, ErrorSource, describe
 from streams.errors import TidewayError, TransientError
 
 
-def error_from_exception(exc: BaseException) -> JobError:
-    """The :class:`JobError` to record for ``exc`` raised while executing a job."""
+def error_from_exception(exc: BaseException) -> AttemptFailure:
+    """The :class:`AttemptFailure` to record for ``exc`` raised while executing a job."""
     if isinstance(exc, StageError):
         return describe(exc.code, exc.message, retriable=exc.retriable, source=ErrorSource.STAGE)
     if isinstance(exc, TransientError):
@@ -29,13 +30,13 @@ def error_from_exception(exc: BaseException) -> JobError:
         return describe("INTEGRITY_ERROR", str(exc), retriable=False, source=ErrorSource.DATABASE)
     if isinstance(exc, (OSError, ConnectionError, TimeoutError, asyncpg.PostgresConnectionError)):
         return describe(
-            Code.TRANSIENT,
+            codes.TRANSIENT,
             f"{type(exc).__name__}: {exc}",
             retriable=True,
             source=ErrorSource.EXECUTOR,
         )
     return describe(
-        Code.INTERNAL_ERROR,
+        codes.INTERNAL_ERROR,
         f"{type(exc).__name__}: {exc}",
         retriable=False,
         source=ErrorSource.EXECUTOR,

@@ -1,10 +1,11 @@
 """The job queue API: claim, complete, fail, heartbeat, promote, reap and cancel.
 
-Every function takes an asyncpg connection made by ``streams.db`` (JSONB codecs installed) and
-an optional ``now`` (``None``: the database clock) so tests can move time. Functions that change
-state run in their own transaction (a savepoint inside a caller's) and return what happened to
-the job instead of raising when a guard refused: :class:`Outcome` ``LOST`` means the attempt is
-no longer this worker's (reaped, cancelled); ``CANCEL_REQUESTED`` means acknowledge it.
+Every function takes an asyncpg connection made by ``streams.adapters.postgres`` (JSONB codecs
+installed) and an optional ``now`` (``None``: the database clock) so tests can move time.
+Functions that change state run in their own transaction (a savepoint inside a caller's) and
+return what happened to the job instead of raising when a guard refused: :class:`Outcome`
+``LOST`` means the attempt is no longer this worker's (reaped, cancelled);
+``CANCEL_REQUESTED`` means acknowledge it.
 
 Functions that can make jobs runnable take ``channel``: the LISTEN/NOTIFY channel of the
 deployment, ``Names(namespace=settings.namespace).jobs_channel`` (see :func:`jobs_channel`).
@@ -22,11 +23,13 @@ from typing import Any
 
 import asyncpg
 
+from schemas import error_codes as codes
 from stages.jobs.dag import DEFAULT_DAG
-from stages.jobs.errors import Code, ErrorSource, JobError, describe
+from stages.jobs.errors import AttemptFailure, ErrorSource, describe
 from stages.jobs.gating import capabilities_of
 from stages.jobs.job_state import JobState
 from stages.jobs.retry import decide
+from streams.adapters.postgres import Conn
 from streams.config import Settings
 from streams.jobs import sql
 from streams.jobs.attempts import end_attempt, refusal
@@ -37,7 +40,7 @@ from streams.jobs.executor import JobContext
 from streams.jobs.model import ClaimedJob, FailOutcome, JobResult, Outcome
 from streams.jobs.reaper import Reaped, reap
 from streams.jobs.settle import Closed, apply_gating, settle
-from streams.jobs.txn import Conn, atomically, rollback_quietly
+from streams.jobs.txn import atomically, rollback_quietly
 from streams.names import Names
 
 __all__ = [
@@ -222,7 +225,7 @@ async def complete_many(
 async def fail(
     conn: Conn,
     job: ClaimedJob,
-    error: JobError,
+    error: AttemptFailure,
     *,
     schedule: Sequence[float],
     u: float,
@@ -271,7 +274,7 @@ async def acknowledge_cancel(
 ) -> FailOutcome:
     """The worker stopped ``job`` at a checkpoint: ``cancel_requested`` -> ``cancelled``."""
     error = describe(
-        Code.CANCELLED,
+        codes.CANCELLED,
         "stopped at a checkpoint after cancellation was requested",
         retriable=False,
         source=ErrorSource.WORKER,

@@ -7,13 +7,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from stages.jobs.errors import Code, ErrorSource, describe
+from schemas import error_codes as codes
+from stages.jobs.errors import ErrorSource, describe
 from stages.jobs.job_state import JobState
 from stages.jobs.retry import decide
+from streams.adapters.postgres import Conn
 from streams.jobs import sql
 from streams.jobs.attempts import end_attempt
 from streams.jobs.model import Outcome
-from streams.jobs.txn import Conn, atomically
+from streams.jobs.txn import atomically
 
 Now = datetime | None
 
@@ -53,7 +55,7 @@ async def reap(
         for row in await c.fetch(sql.REAP_CANDIDATES, now, stale_after_s, limit):
             previous = JobState(row["state"])
             if previous is JobState.CANCEL_REQUESTED:
-                code, target, status = Code.CANCELLED, JobState.CANCELLED, "cancelled"
+                code, target, status = codes.CANCELLED, JobState.CANCELLED, "cancelled"
                 error = describe(
                     code,
                     "worker lost after cancellation was requested",
@@ -63,7 +65,7 @@ async def reap(
                 delay: float | None = None
             else:
                 hard = bool(row["hard_timed_out"])
-                code = Code.HARD_TIMEOUT if hard else Code.WORKER_LOST
+                code = codes.HARD_TIMEOUT if hard else codes.WORKER_LOST
                 status = "timed_out" if hard else "failed"
                 message = (
                     "hard timeout passed"

@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from streams.adapters.postgres import Conn
 from streams.errors import NotFoundError
 from streams.jobs.model import Row
-from streams.jobs.txn import Conn
 
 _LIST = """
 SELECT r.id, t.name AS tenant, r.session_id, r.status, r.priority, r.requested_by,

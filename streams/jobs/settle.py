@@ -22,8 +22,8 @@ from stages.jobs.dag import FEATURES
 from stages.jobs.gating import Candidate, evaluate
 from stages.jobs.job_state import JobState
 from stages.jobs.run_state import TERMINAL_RUN, JobOutcome, RunState, reduce_run
+from streams.adapters.postgres import Conn
 from streams.jobs import sql
-from streams.jobs.txn import Conn
 
 log = logging.getLogger(__name__)
 

@@ -12,26 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import Final, TypeVar
 
 import asyncpg
-import asyncpg.pool
 
-from streams.errors import PermanentError, TransientError
+from stages.transitions import IllegalTransition
+from streams.adapters.postgres import Conn
+from streams.errors import TransientError
 
 T = TypeVar("T")
 
-Conn: TypeAlias = "asyncpg.Connection[Any] | asyncpg.pool.PoolConnectionProxy[Any]"
-"""A connection made by ``streams.db`` or acquired from its pool."""
-
 _RETRYABLE = (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError)
 _TRIES = 6
-
-
-class IllegalTransitionError(PermanentError):
-    """Postgres refused a state change that the transition tables do not allow."""
-
-    code = "ILLEGAL_TRANSITION"
 
 
 # BEGIN and the transaction's settings travel in one message (the simple protocol carries
@@ -92,5 +84,7 @@ async def rollback_quietly(conn: Conn) -> None:
 
 def _translated(exc: asyncpg.exceptions.CheckViolationError) -> Exception:
     if (exc.constraint_name or "").startswith("tideway_"):
-        return IllegalTransitionError(str(exc))
+        # Postgres's triggers guard the same tables as stages' machines: the same error,
+        # with the code that says the database refused it (ILLEGAL_TRANSITION).
+        return IllegalTransition(str(exc))
     return exc

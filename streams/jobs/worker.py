@@ -43,15 +43,16 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from stages.jobs.errors import Code, ErrorSource, JobError, describe
+from schemas import error_codes as codes
+from stages.jobs.errors import AttemptFailure, ErrorSource, describe
 from stages.jobs.job_state import JobState
-from streams import db
+from streams.adapters import postgres
+from streams.adapters.postgres import Conn
 from streams.config import Settings
 from streams.jobs import queue
 from streams.jobs.executor import Cancelled, Executor, JobContext
 from streams.jobs.failure import error_from_exception
 from streams.jobs.model import ClaimedJob, JobResult, Outcome
-from streams.jobs.txn import Conn
 from streams.names import Names
 
 log = logging.getLogger(__name__)
@@ -134,8 +135,8 @@ class _Worker:
 
     async def run(self) -> None:
         dsn = self.settings.postgres()
-        self.db = await db.create_pool(dsn, min_size=1, max_size=4)
-        listener = await db.connect(dsn)
+        self.db = await postgres.create_pool(dsn, postgres.WORKER_POOL)
+        listener = await postgres.connect(dsn)
         await listener.add_listener(self.channel, self._on_notify)
         helpers = [
             asyncio.create_task(self._flush_loop(), name="flush"),
@@ -231,7 +232,7 @@ class _Worker:
                 task.uncancel()
             entry.finishing = True
             error = describe(
-                Code.SOFT_TIMEOUT,
+                codes.SOFT_TIMEOUT,
                 f"soft timeout of {job.soft_timeout_s:g}s",
                 retriable=True,
                 source=ErrorSource.WORKER,
@@ -261,7 +262,9 @@ class _Worker:
         self.running.pop(entry.job.id, None)
         self.wake.set()
 
-    async def _fail(self, job: ClaimedJob, error: JobError, *, timed_out: bool = False) -> None:
+    async def _fail(
+        self, job: ClaimedJob, error: AttemptFailure, *, timed_out: bool = False
+    ) -> None:
         async with self.db.acquire() as conn:
             result = await queue.fail(
                 conn,

@@ -178,9 +178,11 @@ class SessionExecutors(Mapping[str, Executor]):
         """A small asyncpg pool for the I/O executors (created on first use)."""
         async with self._db_lock:
             if self._db is None:
-                from streams import db
+                from streams.adapters import postgres
 
-                self._db = await db.create_pool(self.settings.postgres(), max_size=2)
+                self._db = await postgres.create_pool(
+                    self.settings.postgres(), postgres.EXECUTOR_POOL
+                )
         return self._db
 
     async def aclose(self) -> None:

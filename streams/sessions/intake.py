@@ -15,10 +15,23 @@ notice and, in ONE Postgres transaction, records:
 Only then is the notice acked; a crash before the commit redelivers it and the second attempt
 finds (or creates) exactly the same rows. Files named in ``objects`` are first copied from the
 JetStream object-store bucket into the object store at their content address (the bucket
-itself checks the object's SHA-256 digest while reading). A notice that can never be accepted
-(malformed body, bad subject, missing object) is published to the SESSIONS_DLQ stream with its
-reason code and terminated; a failing dependency (Postgres, storage) or a bug naks it with
-full-jitter backoff, and its last delivery goes to the DLQ too - a notice is never dropped.
+itself checks the object's SHA-256 digest while reading).
+
+What intake tells JetStream is decided by the one acknowledgement table that ``tideway
+ingest`` uses too (:mod:`stages.ack_policy`), with the same backoff:
+
+* accepted (run recorded, new or found) → ``RECORDED``: ack;
+* a notice that can never succeed (a malformed body or subject, a missing artifact or bucket
+  object, refused by validation) → ``NEVER_SUCCEEDS``: dead letter, then term;
+* Postgres, the object store or NATS down, or a connection lost under the transaction →
+  ``UNAVAILABLE``: nak with the shared backoff (``retry.redelivery_backoff()``) for as long
+  as the outage lasts — the consumer has no JetStream delivery limit;
+* anything else (a bug, a statement Postgres refuses for this notice) → ``RETRY``: nak with the
+  same backoff until ``consumer.max_deliver`` deliveries, then dead-lettered like a notice
+  that can never succeed, so a poison notice cannot cycle forever.
+
+A notice is terminated only once its dead letter is stored: if that publish fails, the notice
+is nak'ed and tried again - a notice is never dropped.
 """
 
 from __future__ import annotations
@@ -28,10 +41,11 @@ import logging
 import random
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import nats
 import orjson
 from nats.aio.msg import Msg
@@ -46,15 +60,16 @@ from nats.js.api import (
 )
 from pydantic import ValidationError
 
-from stages.jobs.retry import full_jitter
-from streams import db
+from stages.ack_policy import AckDecision, Action, Disposition, budget_spent, decide
+from streams.adapters import postgres
+from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
 from streams.config import Settings
 from streams.errors import PermanentError, TidewayError, TransientError, UsageError
 from streams.names import Names
 from streams.objects import ObjectStore, artifact_key
 from streams.sessions.notice import NoticeArtifact, SessionNotice
 from streams.sessions.runs import IntakeResult, RunRequest, create_run
-from streams.sessions.upload import connect_nats, receipt_for, store_file
+from streams.sessions.upload import receipt_for, store_file
 
 __all__ = ["IntakeResult", "accept_notice", "provision_sessions", "run_intake"]
 
@@ -63,14 +78,13 @@ log = logging.getLogger(__name__)
 STREAM_MAX_AGE_S = 7 * 24 * 3600.0
 BUCKET_TTL_S = 7 * 24 * 3600.0
 ACK_WAIT_S = 120.0
-MAX_DELIVER = 20
 _FETCH = 16
 
 
 async def provision_sessions(settings: Settings) -> None:
     """Create (or update) the SESSIONS stream, its DLQ, the intake consumer and the bucket."""
     names = Names(namespace=settings.namespace)
-    nc = await connect_nats(settings)
+    nc = await connect_nats(settings.nats(), name="tideway-provision", attempts=ONE_SHOT_ATTEMPTS)
     try:
         js = nc.jetstream()
         replicas = settings.stream.replicas
@@ -101,7 +115,11 @@ async def provision_sessions(settings: Settings) -> None:
             durable_name=names.intake_durable,
             ack_policy=AckPolicy.EXPLICIT,
             ack_wait=ACK_WAIT_S,
-            max_deliver=MAX_DELIVER,
+            # No delivery limit, as for ingest: an outage only defers notices, and the end of
+            # one that keeps failing is decided by ``stages.ack_policy`` (a dead letter), not
+            # by JetStream silently giving up on it. Re-provisioning a consumer created with a
+            # limit lifts it (``max_deliver`` is editable in place).
+            max_deliver=-1,
             filter_subject=names.sessions_subjects,
         )
         try:
@@ -135,13 +153,15 @@ class _Intake:
     pool: Any
     store: ObjectStore
     js: JetStreamContext
+    rand: random.Random = field(default_factory=random.Random)
+    """The draws of the nak delays' jitter (pass a seeded one to pin them)."""
 
 
 async def run_intake(settings: Settings, *, stop: asyncio.Event) -> None:
     """Consume session notices until ``stop`` is set."""
     names = Names(namespace=settings.namespace)
-    pool = await db.create_pool(settings.postgres(), max_size=4)
-    nc = await connect_nats(settings, persistent=True)
+    pool = await postgres.create_pool(settings.postgres(), postgres.INTAKE_POOL)
+    nc = await connect_nats(settings.nats(), name="tideway-intake")
     try:
         js = nc.jetstream()
         sub = await js.pull_subscribe_bind(names.intake_durable, stream=names.sessions_stream)
@@ -165,6 +185,50 @@ async def run_intake(settings: Settings, *, stop: asyncio.Event) -> None:
 
 
 async def _handle(ctx: _Intake, msg: Msg) -> None:
+    """Handle one notice, then settle it as :mod:`stages.ack_policy` decides."""
+    delivered = msg.metadata.num_delivered or 1
+    outcome = await _attempt(ctx, msg)
+    disposition, code, message = outcome.disposition, outcome.code, outcome.message
+    max_deliver = ctx.settings.consumer.max_deliver
+    if disposition is Disposition.RETRY and budget_spent(
+        delivered=delivered, max_deliver=max_deliver
+    ):
+        disposition = Disposition.NEVER_SUCCEEDS
+        message = f"gave up after {delivered} deliveries: {message}"
+    backoff = ctx.settings.retry.redelivery_backoff()
+    decision = decide(disposition, delivered=delivered, backoff=backoff, rand=ctx.rand.random)
+    if decision.action is Action.DEAD_LETTER and not await _dead_letter(ctx, msg, code, message):
+        # Terminating now would drop the notice: keep it until its dead letter is stored.
+        decision = decide(
+            Disposition.UNAVAILABLE, delivered=delivered, backoff=backoff, rand=ctx.rand.random
+        )
+    elif decision.action is Action.NAK:
+        log.warning("intake deferred (%s, delivery %d): %s", code, delivered, message)
+    await _settle(msg, decision)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Outcome:
+    """Where a notice stands after one attempt to accept it (a row of the ack table)."""
+
+    disposition: Disposition
+    code: str = ""
+    message: str = ""
+
+
+# asyncpg's ways of saying "not now" rather than "not this notice": the server cannot be
+# reached, or the connection died under the transaction (a server shutting down mid-statement
+# raises either of the last two), or a refusal in a SQLSTATE class that passes by itself
+# (connection, rollback, resources, operator intervention, system; as the ingest recorder
+# reads them). A closed pool is none of these: that is a bug (``RETRY``).
+_PG_GONE = (
+    *postgres.UNREACHABLE, asyncpg.ConnectionDoesNotExistError, asyncpg.InternalClientError,
+)
+_PG_NOT_NOW_CLASSES = ("08", "40", "53", "57", "58")
+
+
+async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
+    """Accept the notice; what failed, if anything, as a disposition with its reason code."""
     try:
         tenant, device = _parse_subject(ctx.names, msg.subject)
         notice = SessionNotice.model_validate_json(msg.data)
@@ -177,40 +241,44 @@ async def _handle(ctx: _Intake, msg: Msg) -> None:
             notice=notice,
             js=ctx.js,
         )
-        await msg.ack()
-        log.info(
-            "intake %s run %s (%s)",
-            result.session_id,
-            result.run_id,
-            "new" if result.created else "duplicate",
-        )
     except TransientError as exc:
-        await _retry_or_give_up(ctx, msg, exc.code, str(exc))
+        return _Outcome(disposition=Disposition.UNAVAILABLE, code=exc.code, message=str(exc))
     except (ValidationError, UsageError, PermanentError) as exc:
         code = exc.code if isinstance(exc, TidewayError) else "BAD_NOTICE"
-        await _dead_letter(ctx, msg, code, str(exc))
-        await msg.term()
+        return _Outcome(disposition=Disposition.NEVER_SUCCEEDS, code=code, message=str(exc))
+    except _PG_GONE as exc:
+        return _Outcome(
+            disposition=Disposition.UNAVAILABLE, code="PG_UNAVAILABLE",
+            message=str(postgres.unavailable(exc)),
+        )
+    except asyncpg.PostgresError as exc:
+        if (exc.sqlstate or "")[:2] in _PG_NOT_NOW_CLASSES:
+            return _Outcome(disposition=Disposition.UNAVAILABLE, code="PG_UNAVAILABLE",
+                            message=f"Postgres: {exc}")
+        return _Outcome(disposition=Disposition.RETRY, code="PG_ERROR", message=f"Postgres: {exc}")
     except Exception as exc:  # a bug: keep the notice (redelivered) rather than lose it
         log.exception("intake failed on a notice on %s", msg.subject)
-        await _retry_or_give_up(ctx, msg, "INTAKE_CRASHED", f"{type(exc).__name__}: {exc}")
-
-
-async def _retry_or_give_up(ctx: _Intake, msg: Msg, code: str, message: str) -> None:
-    """Nak with full-jitter backoff; on the last delivery, dead-letter instead of dropping."""
-    delivered = msg.metadata.num_delivered or 1
-    if delivered >= MAX_DELIVER:
-        await _dead_letter(ctx, msg, code, f"gave up after {delivered} deliveries: {message}")
-        await msg.term()
-        return
-    retry = ctx.settings.retry
-    delay = full_jitter(
-        base_s=retry.redelivery_delay_s,
-        cap_s=retry.redelivery_cap_s,
-        attempt=delivered,
-        u=random.random(),
+        return _Outcome(
+            disposition=Disposition.RETRY, code="INTAKE_CRASHED",
+            message=f"{type(exc).__name__}: {exc}",
+        )
+    log.info(
+        "intake %s run %s (%s)",
+        result.session_id,
+        result.run_id,
+        "new" if result.created else "duplicate",
     )
-    log.warning("intake deferred (%s, delivery %d): %s", code, delivered, message)
-    await msg.nak(delay=max(delay, 0.05))
+    return _Outcome(disposition=Disposition.RECORDED)
+
+
+async def _settle(msg: Msg, decision: AckDecision) -> None:
+    """Send JetStream the decision (a dead letter is already stored when this terminates)."""
+    if decision.action is Action.ACK:
+        await msg.ack()
+    elif decision.action is Action.DEAD_LETTER:
+        await msg.term()
+    else:
+        await msg.nak(delay=decision.delay_s)
 
 
 def _parse_subject(names: Names, subject: str) -> tuple[str, str]:
@@ -222,7 +290,8 @@ def _parse_subject(names: Names, subject: str) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
-async def _dead_letter(ctx: _Intake, msg: Msg, code: str, message: str) -> None:
+async def _dead_letter(ctx: _Intake, msg: Msg, code: str, message: str) -> bool:
+    """Publish the notice to SESSIONS_DLQ with its reason; whether the stream stored it."""
     log.error("intake rejected a notice on %s (%s): %s", msg.subject, code, message)
     parts = msg.subject.split(".")
     tenant, device = (parts[-2], parts[-1]) if len(parts) >= 2 else ("unknown", "unknown")
@@ -236,8 +305,10 @@ async def _dead_letter(ctx: _Intake, msg: Msg, code: str, message: str) -> None:
     )
     try:
         await ctx.js.publish(ctx.names.sessions_dead_letter_subject(tenant, device), body)
-    except (nats.errors.Error, OSError) as exc:  # still logged above; never lose the ack path
-        log.error("could not dead-letter the notice: %s", exc)
+    except (nats.errors.Error, OSError, TimeoutError) as exc:  # the caller naks the notice
+        log.error("could not dead-letter the notice, keeping it for redelivery: %s", exc)
+        return False
+    return True
 
 
 async def accept_notice(

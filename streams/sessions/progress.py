@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams import db
+from streams.adapters import postgres
 from streams.config import Settings
 from streams.errors import NotFoundError, TransientError
 from streams.sessions.queries import combined_features
@@ -70,7 +70,7 @@ async def wait_for_run(
 ) -> RunProgress:
     """Wait until the run ends; returns its final progress (raises on ``timeout_s``)."""
     started = time.monotonic()
-    conn = await db.connect(settings.postgres())
+    conn = await postgres.connect(settings.postgres())
     try:
         if run_id is None:
             if tenant is None or artifact_set_hash is None:

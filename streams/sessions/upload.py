@@ -38,10 +38,10 @@ from types import TracebackType
 from typing import Any
 
 import nats
-from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
-from streams import db
+from streams.adapters import postgres
+from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
 from streams.config import Settings
 from streams.errors import TransientError, UsageError
 from streams.names import Names
@@ -179,7 +179,7 @@ class StagedUpload:
 
 @contextlib.asynccontextmanager
 async def _postgres(settings: Settings) -> AsyncIterator[Any]:
-    conn = await db.connect(settings.postgres())
+    conn = await postgres.connect(settings.postgres())
     try:
         yield conn
     finally:
@@ -297,7 +297,7 @@ async def upload_files(
             config=dict(config or {}),
             requested_by=requested_by,
         )
-        nc = await connect_nats(settings)
+        nc = await connect_nats(settings.nats(), name="tideway-upload", attempts=ONE_SHOT_ATTEMPTS)
         try:
             await staged.commit()
             await publish_notice(
@@ -324,7 +324,7 @@ async def device_upload(
 ) -> None:
     """What a device does: put ``data`` into the session bucket as ``name``, publish a notice."""
     names = Names(namespace=settings.namespace)
-    nc = await connect_nats(settings)
+    nc = await connect_nats(settings.nats(), name="tideway-device-upload")
     try:
         js = nc.jetstream()
         bucket = await js.object_store(names.session_bucket)
@@ -336,13 +336,3 @@ async def device_upload(
         await publish_notice(js, subject, notice, msg_id=f"{tenant}:{device}:object:{name}")
     finally:
         await nc.close()
-
-
-async def connect_nats(settings: Settings, *, persistent: bool = False) -> NatsClient:
-    """A NATS connection; ``persistent`` ones (intake, API) reconnect for ever."""
-    try:
-        return await nats.connect(
-            settings.nats(), connect_timeout=5, max_reconnect_attempts=-1 if persistent else 2
-        )
-    except (nats.errors.Error, OSError) as exc:
-        raise TransientError(f"cannot connect to NATS: {exc}", code="NATS_UNAVAILABLE") from exc

@@ -12,7 +12,8 @@ import gzip
 import zlib
 from typing import Final
 
-from stages.session.contract import ErrorCode, SessionStageError
+from schemas import error_codes as codes
+from stages.session.contract import SessionStageError
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
 _CHUNK: Final = 1 << 20
@@ -40,19 +41,19 @@ def decompress(data: bytes, *, max_bytes: int) -> bytes:
                 size += len(chunk)
                 if size > max_bytes:
                     raise SessionStageError(
-                        f"decompressed artifact exceeds {max_bytes} bytes", code=ErrorCode.TOO_LARGE
+                        f"decompressed artifact exceeds {max_bytes} bytes", code=codes.TOO_LARGE
                     )
                 out.append(chunk)
                 if inflater.eof or not inflater.unconsumed_tail:
                     break
                 chunk = inflater.decompress(inflater.unconsumed_tail, _CHUNK)
             if not inflater.eof:
-                raise SessionStageError("gzip stream is truncated", code=ErrorCode.CORRUPT_ARTIFACT)
+                raise SessionStageError("gzip stream is truncated", code=codes.CORRUPT_ARTIFACT)
             # Anything after a member is either another member or trailing zero padding.
             rest = inflater.unused_data.lstrip(b"\x00")
     except zlib.error as exc:
         raise SessionStageError(
-            f"gzip stream is corrupt: {exc}", code=ErrorCode.CORRUPT_ARTIFACT
+            f"gzip stream is corrupt: {exc}", code=codes.CORRUPT_ARTIFACT
         ) from exc
     return b"".join(out)
 
@@ -62,7 +63,7 @@ def unwrap(data: bytes, *, max_bytes: int) -> tuple[bytes, bool]:
     if is_gzip(data):
         return decompress(data, max_bytes=max_bytes), True
     if len(data) > max_bytes:
-        raise SessionStageError(f"artifact exceeds {max_bytes} bytes", code=ErrorCode.TOO_LARGE)
+        raise SessionStageError(f"artifact exceeds {max_bytes} bytes", code=codes.TOO_LARGE)
     return data, False
 
 

@@ -31,8 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from schemas import error_codes as codes
 from stages.session import canonical
-from stages.session.contract import ErrorCode, SessionStageError
+from stages.session.contract import SessionStageError
 from stages.session.formats.csv_layout import (
     AUX_PREFIX,
     CANONICAL,
@@ -50,7 +51,7 @@ __all__ = ["read", "write"]
 
 def _load(data: bytes, names: list[str], layout: Layout) -> pa.Table:
     if len(set(names)) != len(names):
-        raise SessionStageError("CSV header repeats a column", code=ErrorCode.CORRUPT_ARTIFACT)
+        raise SessionStageError("CSV header repeats a column", code=codes.CORRUPT_ARTIFACT)
     wanted = [
         n
         for n in names
@@ -70,7 +71,7 @@ def _load(data: bytes, names: list[str], layout: Layout) -> pa.Table:
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise SessionStageError(
-            f"CSV cannot be parsed: {exc}", code=ErrorCode.CORRUPT_ARTIFACT
+            f"CSV cannot be parsed: {exc}", code=codes.CORRUPT_ARTIFACT
         ) from exc
 
 
@@ -88,7 +89,7 @@ def read(data: bytes) -> ParsedSession:
     layout = detect_layout(names)
     if layout is None:
         raise SessionStageError(
-            "CSV header matches no known layout", code=ErrorCode.UNSUPPORTED_FORMAT
+            "CSV header matches no known layout", code=codes.UNSUPPORTED_FORMAT
         )
     raw = _load(data, names, layout)
     ts = _timestamps(raw, layout)

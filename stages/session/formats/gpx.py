@@ -20,8 +20,9 @@ from typing import Final
 
 import pyarrow as pa
 
+from schemas import error_codes as codes
 from stages.session import canonical
-from stages.session.contract import ErrorCode, SessionStageError
+from stages.session.contract import SessionStageError
 from stages.session.formats.parsed import ParsedSession
 from stages.session.formats.timeparse import iso_to_us, us_to_iso
 
@@ -45,15 +46,15 @@ def _local(tag: str) -> str:
 def read(data: bytes) -> ParsedSession:
     """Parse a GPX document into GNSS + AUX streams."""
     if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
-        raise SessionStageError("GPX with DTD/entities refused", code=ErrorCode.UNSUPPORTED_FORMAT)
+        raise SessionStageError("GPX with DTD/entities refused", code=codes.UNSUPPORTED_FORMAT)
     try:
         root = ET.fromstring(data)
     except ET.ParseError as exc:
         raise SessionStageError(
-            f"GPX is not well-formed XML: {exc}", code=ErrorCode.CORRUPT_ARTIFACT
+            f"GPX is not well-formed XML: {exc}", code=codes.CORRUPT_ARTIFACT
         ) from exc
     if _local(root.tag) != "gpx":
-        raise SessionStageError("XML root is not <gpx>", code=ErrorCode.UNSUPPORTED_FORMAT)
+        raise SessionStageError("XML root is not <gpx>", code=codes.UNSUPPORTED_FORMAT)
     ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
     counts: Counter[str] = Counter()
     cols: dict[str, list[float | int | None]] = {

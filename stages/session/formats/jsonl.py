@@ -29,8 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
+from schemas import error_codes as codes
 from stages.session import canonical
-from stages.session.contract import ErrorCode, SessionStageError
+from stages.session.contract import SessionStageError
 from stages.session.formats.jsonl_writer import write
 from stages.session.formats.parsed import ParsedSession
 from stages.session.formats.timeparse import any_to_us
@@ -77,7 +78,7 @@ def _rows_slow(data: bytes) -> list[tuple[int, str, Mapping[str, Any]]]:
             rows.append((any_to_us(env["ts"]), str(env["topic"]), env.get("values") or {}))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise SessionStageError(
-                f"line {number} is not a Tideway envelope: {exc}", code=ErrorCode.CORRUPT_ARTIFACT
+                f"line {number} is not a Tideway envelope: {exc}", code=codes.CORRUPT_ARTIFACT
             ) from exc
     return rows
 

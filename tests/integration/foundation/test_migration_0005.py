@@ -7,7 +7,8 @@ import asyncio
 import uuid
 from datetime import UTC, datetime
 
-from streams import db, migrate
+from streams import migrate
+from streams.adapters import postgres
 
 VALUES = {"temp_c": 21.5, "battery_v": 3.7, "firmware": "1.2.3", "flags": [1, 2], "ok": True}
 REVISION = "0005_telemetry_values_json"  # not "head": a later migration must not break this test
@@ -15,7 +16,7 @@ NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
 async def _types(dsn: str) -> dict[str, str]:
-    conn = await db.connect(dsn)
+    conn = await postgres.connect(dsn)
     try:
         rows = await conn.fetch(
             "SELECT column_name, data_type FROM information_schema.columns"
@@ -28,7 +29,7 @@ async def _types(dsn: str) -> dict[str, str]:
 
 
 async def _values(dsn: str) -> object:
-    conn = await db.connect(dsn)  # Tideway's codecs, as every reader uses
+    conn = await postgres.connect(dsn)  # Tideway's codecs, as every reader uses
     try:
         return await conn.fetchval(
             "SELECT parameter_values FROM device_telemetry_logs WHERE ingestion_message_id = 1"
@@ -43,7 +44,7 @@ async def test_parameter_values_json_down_and_up(empty_pg_dsn: str) -> None:
     assert migrate.current(dsn) == "0005_telemetry_values_json"
     assert await _types(dsn) == {"parameter_values": "json", "validation_issues": "jsonb"}
 
-    conn = await db.connect(dsn)
+    conn = await postgres.connect(dsn)
     try:
         await conn.execute(
             """INSERT INTO device_telemetry_logs (ingestion_message_id, tenant_id, device_id,

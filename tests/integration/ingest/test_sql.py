@@ -9,8 +9,8 @@ import asyncpg
 
 from stages.ingest.evaluate import StageLog
 from stages.ingest.plan import pass_line
+from streams.adapters import postgres
 from streams.ingest import sql
-from streams.ingest.resources import pg_pool as ingest_pool
 
 
 async def test_reserve_ids_uses_the_identity_sequence(pg_pool: asyncpg.Pool) -> None:
@@ -67,7 +67,8 @@ async def test_the_dedupe_read_stays_fast_when_the_tables_grow_after_a_deploymen
     then joined every key of a batch against a sequential scan, and took 13 s once 50,000
     envelopes were recorded. The consumer's connections plan each execution for its own
     parameters, so the read stays an index lookup."""
-    pool = await ingest_pool(pg_dsn, size=1)  # one connection: every execution shares its cache
+    # One connection: every execution shares its cache.
+    pool = await postgres.create_pool(pg_dsn, postgres.streaming_pool(1))
     try:
         async with pool.acquire() as conn:
             for batch in range(8):  # past the five custom plans

@@ -13,7 +13,7 @@ import pytest
 
 from stages.jobs.dag import JobSpec
 from stages.jobs.planner import RunPlan, plan_run
-from streams import db
+from streams.adapters import postgres
 from streams.jobs.enqueue import enqueue_run
 from streams.jobs.model import RunVersions
 from streams.names import Names
@@ -92,7 +92,7 @@ async def job_states(conn: asyncpg.Connection, run_id: uuid.UUID) -> dict[str, s
 
 @pytest.fixture
 async def conn(pg_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await db.connect(pg_dsn)
+    connection = await postgres.connect(pg_dsn)
     try:
         yield connection
     finally:

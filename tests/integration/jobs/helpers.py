@@ -86,7 +86,7 @@ async def wait_for(conn: asyncpg.Connection, query: str, *args: Any, within_s: f
             await asyncio.sleep(0.02)
 
 
-Behaviour = Any  # a JobResult, a JobError, or a callable(job) -> either
+Behaviour = Any  # a JobResult, an AttemptFailure, or a callable(job) -> either
 
 
 async def drive(
@@ -99,10 +99,10 @@ async def drive(
 ) -> list[str]:
     """Claim and settle jobs by hand until nothing is claimable; returns job names in order.
 
-    A job named in ``behaviours`` gets that result (``JobError``: failed with it); the others
+    A job named in ``behaviours`` gets that result (``AttemptFailure``: failed with it); the others
     succeed with an empty result.
     """
-    from stages.jobs.errors import JobError
+    from stages.jobs.errors import AttemptFailure
     from streams.jobs import queue
     from streams.jobs.model import JobResult
     from tests.integration.jobs.conftest import CH
@@ -119,7 +119,7 @@ async def drive(
             outcome = (behaviours or {}).get(job.name, JobResult())
             if callable(outcome):
                 outcome = outcome(job)
-            if isinstance(outcome, JobError):
+            if isinstance(outcome, AttemptFailure):
                 await queue.fail(conn, job, outcome, schedule=(30.0,), u=0.0, now=now, channel=CH)
             else:
                 await queue.complete(conn, job, outcome, now=now, channel=CH)

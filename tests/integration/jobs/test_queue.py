@@ -11,7 +11,7 @@ import pytest
 
 from stages.jobs.dag import Dep, JobSpec
 from stages.jobs.errors import ErrorSource, describe
-from streams import db
+from streams.adapters import postgres
 from streams.jobs import queue
 from streams.jobs.model import DatasetRecord, JobResult, Outcome
 from tests.integration.jobs.conftest import CH, Owner, job_states, make_owner, start_run
@@ -84,7 +84,7 @@ async def test_concurrent_claims_never_exceed_the_tenant_limit(
 ) -> None:
     for _ in range(30):
         await start_run(conn, owner, dag=NOOP)
-    conns = [await db.connect(pg_dsn) for _ in range(8)]
+    conns = [await postgres.connect(pg_dsn) for _ in range(8)]
     try:
         batches = await asyncio.gather(
             *(claim(c, f"w{i}", limit=3, tenant=5) for i, c in enumerate(conns))

@@ -10,7 +10,8 @@ import pytest
 from stages.jobs.job_state import JobState, can_transition
 from stages.jobs.run_state import RunState
 from stages.jobs.run_state import can_transition as run_can_transition
-from streams.jobs.txn import IllegalTransitionError, atomically
+from stages.transitions import IllegalTransition
+from streams.jobs.txn import atomically
 from tests.integration.jobs.conftest import Owner, start_run
 
 
@@ -78,7 +79,7 @@ async def test_refusals_become_illegal_transition_errors(
     async def rewind(c: asyncpg.Connection) -> None:
         await c.execute("UPDATE jobs SET state = 'running' WHERE id = $1", job_id)
 
-    with pytest.raises(IllegalTransitionError) as info:
+    with pytest.raises(IllegalTransition) as info:
         await atomically(conn, rewind)
     assert info.value.code == "ILLEGAL_TRANSITION"
     assert await conn.fetchval("SELECT state FROM jobs WHERE id = $1", job_id) == "succeeded"

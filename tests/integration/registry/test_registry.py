@@ -10,7 +10,8 @@ import pytest
 
 from schemas.device_schema import SchemaFile, parse_schema_text
 from stages.ingest.program import SchemaCompileError
-from streams import db, registry
+from streams import registry
+from streams.adapters import postgres
 from streams.errors import NotFoundError, UsageError
 
 SCHEMA = """\
@@ -46,7 +47,7 @@ def parsed(text: str) -> SchemaFile:
 
 @pytest.fixture
 async def conn(pg_dsn: str) -> AsyncIterator[Any]:
-    connection = await db.connect(pg_dsn)
+    connection = await postgres.connect(pg_dsn)
     try:
         yield connection
     finally:
@@ -100,7 +101,7 @@ async def test_new_content_makes_a_new_version_and_old_content_finds_its_version
 
 
 async def test_concurrent_applies_agree_on_one_version(pg_dsn: str) -> None:
-    connections = [await db.connect(pg_dsn) for _ in range(4)]
+    connections = [await postgres.connect(pg_dsn) for _ in range(4)]
     try:
         results = await asyncio.gather(*(apply(c, SCHEMA) for c in connections))
     finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streams import db
+from streams.adapters import postgres
 from streams.config import Settings
 from streams.jobs.worker import run_worker
 from streams.sessions.executors import SessionExecutors
@@ -21,7 +21,7 @@ NMEA_LOG = "ublox-zed-f9p-nmea.log"
 
 @pytest.fixture
 async def pool(settings: Settings) -> AsyncIterator[object]:
-    p = await db.create_pool(settings.postgres(), max_size=4)
+    p = await postgres.create_pool(settings.postgres(), postgres.PoolShape(max_size=4))
     try:
         yield p
     finally:

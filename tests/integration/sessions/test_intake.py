@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import nats
 import orjson
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig
 
 from streams.config import Settings
 from streams.names import Names
@@ -16,6 +20,7 @@ from streams.objects import ObjectStore, artifact_key, sha256_hex
 from streams.sessions.intake import accept_notice
 from streams.sessions.notice import NoticeArtifact, SessionNotice
 from streams.sessions.upload import device_upload, store_file, upload_files
+from tests.integration.ingest.test_dependency_down import Proxy
 from tests.integration.sessions.conftest import running_intake, wait_until
 
 
@@ -178,17 +183,20 @@ async def test_a_bad_notice_is_dead_lettered_not_lost(settings: Settings, pool: 
 
 
 async def test_a_notice_that_keeps_failing_ends_in_the_dlq(
-    settings: Settings, pool: Any, nmea_file: Path, monkeypatch: Any
+    settings: Settings, pool: Any, nmea_file: Path
 ) -> None:
-    """A crash (here: intake's Postgres pool is gone) is retried, then dead-lettered, not lost."""
-    from streams import db
+    """A crash (here: intake's Postgres pool is gone) is retried, then dead-lettered, not lost.
+
+    A closed pool is a bug, not an outage (that is the next test): it has the delivery budget
+    ``consumer.max_deliver`` of ``stages.ack_policy``'s ``RETRY``."""
+    from streams.adapters import postgres
     from streams.sessions import intake
 
     names = Names(namespace=settings.namespace)
     await intake.provision_sessions(settings)
     receipt = await upload_files(settings, tenant="acme", device="d9", paths=[nmea_file])
-    monkeypatch.setattr(intake, "MAX_DELIVER", 2)
-    broken = await db.create_pool(settings.postgres(), max_size=1)
+    settings = _quick(settings, max_deliver=2)  # the delivery budget of a RETRY
+    broken = await postgres.create_pool(settings.postgres(), postgres.PoolShape(max_size=1))
     await broken.close()
     nc = await nats.connect(settings.nats())
     try:
@@ -233,3 +241,141 @@ async def test_job_max_attempts_setting_reaches_the_planned_jobs(
     attempts = {j["name"]: j["max_attempts"] for j in jobs}
     assert attempts.pop("fuse_gnss_imu") == 1  # the DAG's own limit wins
     assert set(attempts.values()) == {6}
+
+
+def _quick(settings: Settings, *, max_deliver: int = 10) -> Settings:
+    """``settings`` with short nak delays (0.05 s, doubling up to 0.2 s: the shared backoff's
+    knobs) and a ``consumer.max_deliver`` budget, so redeliveries come within the test."""
+    retry = settings.retry.model_copy(
+        update={"redelivery_delay_s": 0.05, "redelivery_cap_s": 0.2}
+    )
+    consumer = settings.consumer.model_copy(update={"max_deliver": max_deliver})
+    return settings.model_copy(update={"retry": retry, "consumer": consumer})
+
+
+async def _dead_letters(settings: Settings) -> int:
+    names = Names(namespace=settings.namespace)
+    nc = await nats.connect(settings.nats())
+    try:
+        info = await nc.jetstream().stream_info(names.sessions_dead_letter_stream)
+    finally:
+        await nc.close()
+    return int(info.state.messages)
+
+
+@pytest.fixture
+async def pg_proxy(settings: Settings) -> AsyncIterator[Proxy]:
+    """A TCP proxy in front of this test's Postgres that the test can shut down and restore."""
+    parts = urlsplit(settings.postgres())
+    proxy = Proxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.close()
+
+
+async def test_a_postgres_outage_defers_notices_past_any_delivery_budget(
+    settings: Settings, pool: Any, nmea_file: Path, pg_proxy: Proxy
+) -> None:
+    """Intake's Postgres goes away: its notice is nak'ed with backoff for as long as that lasts
+    (here well past ``consumer.max_deliver``), never dead-lettered, and becomes its run once
+    Postgres is back."""
+    names = Names(namespace=settings.namespace)
+    dsn = urlsplit(settings.postgres())
+    via_proxy = urlunsplit(dsn._replace(netloc=f"{dsn.username}@127.0.0.1:{pg_proxy.port}"))
+    quick = _quick(settings, max_deliver=2).with_services(postgres_dsn=via_proxy)
+    nc = await nats.connect(settings.nats())
+    try:
+        js = nc.jetstream()
+
+        async def deliveries() -> int:
+            info = await js.consumer_info(names.sessions_stream, names.intake_durable)
+            return int(info.delivered.consumer_seq)
+
+        async def connected() -> bool:
+            return bool(pg_proxy.upstream_ports)
+
+        async with running_intake(quick):
+            await wait_until(connected)  # intake has its pool
+            await pg_proxy.shut_down(pool)  # Postgres is now unreachable for intake
+            await upload_files(settings, tenant="acme", device="d5", paths=[nmea_file])
+            await wait_until(lambda: _at_least(deliveries, 5), within=20)
+            assert await _runs(pool) == []
+            assert await _dead_letters(settings) == 0  # an outage is not the notice's fault
+            pg_proxy.up = True  # back again
+            runs = await wait_until(lambda: _runs(pool), within=20)
+            await _drain(settings)
+    finally:
+        await nc.close()
+    assert len(runs) == 1  # type: ignore[arg-type]
+    assert await _dead_letters(settings) == 0
+
+
+async def _at_least(count: Callable[[], Awaitable[int]], n: int) -> bool:
+    return await count() >= n
+
+
+async def test_a_notice_whose_dead_letter_is_not_stored_is_kept(
+    settings: Settings, pool: Any
+) -> None:
+    """Terminating a notice whose dead letter was lost would drop it: it is nak'ed instead and
+    dead-lettered (then terminated) on a later delivery, once SESSIONS_DLQ takes it."""
+    from streams.sessions import intake
+
+    quick = _quick(settings)
+    names = Names(namespace=settings.namespace)
+    await intake.provision_sessions(quick)
+    nc = await nats.connect(settings.nats())
+    try:
+        js = nc.jetstream()
+        await js.delete_stream(names.sessions_dead_letter_stream)  # nowhere to dead-letter
+        await js.publish(names.sessions_subject("acme", "d1"), b"{not json")
+        ctx = intake._Intake(
+            settings=quick, names=names, pool=pool, store=ObjectStore(quick.objects()), js=js
+        )
+        sub = await js.pull_subscribe_bind(names.intake_durable, stream=names.sessions_stream)
+        first = (await sub.fetch(1, timeout=5))[0]
+        await intake._handle(ctx, first)  # the dead letter fails: nak'ed, not terminated
+        second = (await sub.fetch(1, timeout=10))[0]
+        assert second.metadata.num_delivered == 2
+        assert second.data == b"{not json"
+        await intake.provision_sessions(quick)  # SESSIONS_DLQ is back
+        await intake._handle(ctx, second)
+        dlq = await js.pull_subscribe(
+            names.sessions_dead_letter_subjects, stream=names.sessions_dead_letter_stream
+        )
+        dead = [orjson.loads(m.data) for m in await dlq.fetch(1, timeout=5)]
+    finally:
+        await nc.close()
+    assert [d["code"] for d in dead] == ["BAD_NOTICE"]
+    assert dead[0]["notice"] == "{not json"
+    await _drain(settings)  # terminated: nothing left on the work queue
+
+
+async def test_provisioning_lifts_a_delivery_limit_left_by_an_older_version(
+    settings: Settings,
+) -> None:
+    """A consumer made with ``max_deliver=20`` (as intake once made it) would stop delivering a
+    notice after 20 deliveries of an outage, leaving it stuck on the work queue; provisioning
+    updates it in place to no limit, and doing so again changes nothing."""
+    from streams.sessions import intake
+
+    names = Names(namespace=settings.namespace)
+    await intake.provision_sessions(settings)
+    nc = await nats.connect(settings.nats())
+    try:
+        js = nc.jetstream()
+        old = ConsumerConfig(
+            durable_name=names.intake_durable, ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=intake.ACK_WAIT_S, max_deliver=20, filter_subject=names.sessions_subjects,
+        )
+        await js.add_consumer(names.sessions_stream, old)
+        info = await js.consumer_info(names.sessions_stream, names.intake_durable)
+        assert info.config.max_deliver == 20
+        await intake.provision_sessions(settings)
+        await intake.provision_sessions(settings)
+        info = await js.consumer_info(names.sessions_stream, names.intake_durable)
+    finally:
+        await nc.close()
+    assert info.config.max_deliver == -1

@@ -1,13 +1,23 @@
-"""Retry backoff and acknowledgement policy (pure)."""
+"""Retry backoff and the acknowledgement table of both JetStream consumers (pure)."""
 
 from __future__ import annotations
 
 import itertools
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from stages.ingest.ack_policy import Action, Disposition, decide, publish_failure_is_final
-from stages.ingest.retry_policy import Backoff
+from stages.ack_policy import (
+    ACK,
+    DEAD_LETTER,
+    AckDecision,
+    Action,
+    Disposition,
+    budget_spent,
+    decide,
+)
+from stages.backoff import Backoff
 
 B = Backoff(base_s=0.5, cap_s=30.0)
 
@@ -63,7 +73,46 @@ def test_nak_delay_grows_with_deliveries() -> None:
 
 
 def test_publish_budget_is_counted_in_deliveries() -> None:
-    assert not publish_failure_is_final(delivered=1, max_deliver=3)
-    assert not publish_failure_is_final(delivered=2, max_deliver=3)
-    assert publish_failure_is_final(delivered=3, max_deliver=3)
-    assert publish_failure_is_final(delivered=1, max_deliver=1)
+    assert not budget_spent(delivered=1, max_deliver=3)
+    assert not budget_spent(delivered=2, max_deliver=3)
+    assert budget_spent(delivered=3, max_deliver=3)
+    assert budget_spent(delivered=1, max_deliver=1)
+
+
+@given(attempt=st.integers(0, 30), u=st.floats(0, 1, exclude_max=True))
+def test_full_jitter_bounds(attempt: int, u: float) -> None:
+    delay = Backoff(base_s=0.5, cap_s=30.0).delay(attempt, lambda: u)
+    assert 0.0 <= delay < min(30.0, 0.5 * 2**attempt) or delay == 0.0
+
+
+# The whole table, walked: every disposition on a first and on a late delivery, the draw
+# pinned. A disposition added without a row here fails the completeness check below.
+TABLE: dict[Disposition, tuple[AckDecision, AckDecision]] = {
+    Disposition.RECORDED: (ACK, ACK),
+    Disposition.NEVER_SUCCEEDS: (DEAD_LETTER, DEAD_LETTER),
+    Disposition.RETRY: (AckDecision(action=Action.NAK, delay_s=0.5),  # floor: 0.5 * 0.5 < base
+                        AckDecision(action=Action.NAK, delay_s=15.0)),  # cap 30 * 0.5
+    Disposition.CONTENDED: (AckDecision(action=Action.NAK, delay_s=0.5),
+                            AckDecision(action=Action.NAK, delay_s=0.5)),
+    Disposition.UNAVAILABLE: (AckDecision(action=Action.NAK, delay_s=0.5),
+                              AckDecision(action=Action.NAK, delay_s=15.0)),
+}
+
+
+@pytest.mark.parametrize("disposition", list(Disposition))
+def test_the_table_walks_every_disposition(disposition: Disposition) -> None:
+    first, late = TABLE[disposition]
+    assert decide(disposition, delivered=1, backoff=B, rand=lambda: 0.5) == first
+    assert decide(disposition, delivered=50, backoff=B, rand=lambda: 0.5) == late
+
+
+def test_only_a_message_that_can_never_succeed_is_dead_lettered() -> None:
+    # However many deliveries an outage lasts, it is nak'ed, never ended: there is no
+    # delivery limit in the table itself, only the budget a consumer asks about for RETRY.
+    for delivered in (1, 10, 1_000, 10**9):
+        for disposition in Disposition:
+            decision = decide(disposition, delivered=delivered, backoff=B, rand=lambda: 0.9)
+            dead = decision.action is Action.DEAD_LETTER
+            assert dead is (disposition is Disposition.NEVER_SUCCEEDS)
+            if disposition is Disposition.UNAVAILABLE:
+                assert B.base_s <= decision.delay_s <= B.cap_s

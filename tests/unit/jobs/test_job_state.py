@@ -12,11 +12,11 @@ from stages.jobs import job_state
 from stages.jobs.job_state import (
     ACTIVE,
     TERMINAL,
-    IllegalJobTransition,
     JobState,
     can_transition,
     check_transition,
 )
+from stages.transitions import IllegalTransition
 
 S = JobState
 LEGAL = {
@@ -37,7 +37,7 @@ def test_every_pair_matches_the_spec(pair: tuple[JobState, JobState]) -> None:
     if legal:
         assert check_transition(current, target) is target
     else:
-        with pytest.raises(IllegalJobTransition) as info:
+        with pytest.raises(IllegalTransition) as info:
             check_transition(current, target)
         assert info.value.code == "ILLEGAL_JOB_TRANSITION"
 

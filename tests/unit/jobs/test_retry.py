@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stages.jobs.retry import RetryPolicy, decide, full_jitter, schedule_delay
+from stages.jobs.retry import RetryPolicy, decide, schedule_delay
 
 SCHEDULE = (30.0, 120.0, 600.0)
 
@@ -81,8 +81,3 @@ def test_schedule_delay_stays_within_the_spread(attempt: int, u: float) -> None:
     base = SCHEDULE[min(attempt, 3) - 1]
     assert base * 0.8 <= schedule_delay(SCHEDULE, attempt, u) <= base
 
-
-@given(attempt=st.integers(0, 30), u=st.floats(0, 1, exclude_max=True))
-def test_full_jitter_bounds(attempt: int, u: float) -> None:
-    delay = full_jitter(base_s=0.5, cap_s=30.0, attempt=attempt, u=u)
-    assert 0.0 <= delay < min(30.0, 0.5 * 2**attempt) or delay == 0.0

@@ -9,13 +9,13 @@ import pytest
 from stages.jobs.dag import FEATURES
 from stages.jobs.job_state import JobState
 from stages.jobs.run_state import (
-    IllegalRunTransition,
     JobOutcome,
     RunState,
     can_transition,
     check_transition,
     reduce_run,
 )
+from stages.transitions import IllegalTransition
 
 R = RunState
 S = JobState
@@ -31,7 +31,7 @@ def test_every_pair_matches_the_spec(pair: tuple[RunState, RunState]) -> None:
     legal = pair in LEGAL
     assert can_transition(*pair) is legal
     if not legal:
-        with pytest.raises(IllegalRunTransition):
+        with pytest.raises(IllegalTransition):
             check_transition(*pair)
 
 

@@ -3,6 +3,9 @@
 ``delay(attempt) = uniform(0, min(cap, base * 2**attempt))`` — the "full jitter" schedule:
 retries from many consumers spread out instead of arriving together after an outage. The
 random source is an argument (``rand() -> [0, 1)``), so tests pin it and the stage stays pure.
+
+The one backoff of both JetStream consumers (their nak delays, see :mod:`stages.ack_policy`)
+and of the publish retries within one delivery.
 """
 
 from __future__ import annotations
