@@ -1,0 +1,109 @@
+"""The observer seam: what the pipeline and the engine report, and to whom.
+
+These are plain Protocols and frozen value objects with no third-party imports, so the ingest
+pipeline and the job engine depend on this module only, never on the metrics library. An
+observer is called synchronously on the event loop and must be cheap: it updates in-memory
+counters and returns (:mod:`streams.observability.observers` is the Prometheus implementation).
+
+The hot path reports once per *batch* (:class:`IngestBatchStats` carries every per-envelope
+figure of the batch at once, latencies included), never once per envelope.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+NO_ERROR = ""
+"""The ``error_code`` of an outcome that is not a failure."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IngestBatchStats:
+    """Everything one ingest batch did, handed to :meth:`BatchObserver.on_batch` once."""
+
+    size: int
+    """Envelopes delivered in this batch (redeliveries included)."""
+    duration_s: float
+    """From the fetch returning to the acks being sent."""
+    outcomes: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """Recorded envelopes by ``(status, error_code)``; ``error_code`` is :data:`NO_ERROR` when
+    the status is not a failure."""
+    latencies_s: Sequence[float] = ()
+    """Per envelope: seconds from JetStream storing it to its ack (observed in one go)."""
+    redelivered: int = 0
+    """Envelopes delivered more than once (JetStream's delivery count above 1)."""
+    naks: Mapping[str, int] = field(default_factory=dict)
+    """Envelopes negatively acknowledged for a later redelivery, by reason (an error code)."""
+    dead_letters: Mapping[str, int] = field(default_factory=dict)
+    """Dead letters created, by reason code."""
+    publish_attempts: Mapping[str, int] = field(default_factory=dict)
+    """Tries of each publish side effect, by sink (``hot_state``, ``analytics``)."""
+    publish_failures: Mapping[str, int] = field(default_factory=dict)
+    """Failed tries, by sink."""
+    dedupe_hits: int = 0
+    """Envelopes the dedupe lookup found already recorded."""
+    registry_hits: int = 0
+    """Device lookups answered by the registry cache."""
+    registry_misses: int = 0
+    """Device lookups that went to Postgres."""
+
+
+class BatchObserver(Protocol):
+    """Told about every ingest batch (the pipeline's ``on_batch`` hook)."""
+
+    def on_batch(self, stats: IngestBatchStats) -> None:
+        """Record one batch; called once per batch after its acks."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobEvent:
+    """Which job attempt an event is about (ids go to logs and traces, never to metric labels)."""
+
+    job_id: uuid.UUID
+    run_id: uuid.UUID
+    job_type: str
+    attempt: int
+    worker_id: str
+
+
+class JobObserver(Protocol):
+    """Told about each step of a job's life by the job engine."""
+
+    def on_claim(self, job: JobEvent) -> None:
+        """A worker claimed the job and is about to run attempt ``job.attempt``."""
+
+    def on_complete(self, job: JobEvent, *, duration_s: float) -> None:
+        """The attempt succeeded."""
+
+    def on_fail(self, job: JobEvent, *, duration_s: float, error_code: str) -> None:
+        """The attempt failed and the job will not be retried."""
+
+    def on_retry_scheduled(
+        self, job: JobEvent, *, duration_s: float, error_code: str, delay_s: float
+    ) -> None:
+        """The attempt failed and the job waits ``delay_s`` for another one."""
+
+    def on_cancelled(self, job: JobEvent, *, duration_s: float) -> None:
+        """The attempt stopped because its run was cancelled."""
+
+    def on_reap(self, *, job_type: str, count: int) -> None:
+        """The reaper released ``count`` stale locks of ``job_type`` jobs."""
+
+    def on_heartbeat(self, *, worker_id: str, running: int) -> None:
+        """A worker's heartbeat round succeeded for its ``running`` jobs."""
+
+    def on_heartbeat_lost(self, job: JobEvent) -> None:
+        """A heartbeat found the job no longer locked by this worker (it was reaped)."""
+
+    def on_run_finished(self, *, status: str, upload_to_publish_s: float | None) -> None:
+        """A run reached a final status; ``upload_to_publish_s`` is set when it published."""
+
+
+class IntakeObserver(Protocol):
+    """Told about each session notice the intake consumer handles."""
+
+    def on_notice(self, *, outcome: str) -> None:
+        """One notice handled: ``planned``, ``duplicate``, ``rejected``, ``retried``…"""
