@@ -33,7 +33,8 @@ import simpleeval
 from schemas.device_schema import parse_schema_text
 from stages.ingest.derive import derive
 from stages.ingest.mutate import mutate
-from stages.ingest.program import TopicProgram, compile_schema
+from stages.ingest.program import compile_schema
+from stages.ingest.topic_program import TopicProgram
 from stages.ingest.validate import validate
 
 TARGET = 1_000_000

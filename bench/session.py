@@ -52,17 +52,17 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.csv as pacsv  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from stages.batch import formats  # noqa: E402
+from stages.batch.synth import synthesize  # noqa: E402
 from stages.jobs.dag import DEFAULT_DAG  # noqa: E402
-from stages.session import formats  # noqa: E402
-from stages.session.synth import synthesize  # noqa: E402
 from streams import migrate  # noqa: E402
 from streams.adapters import postgres  # noqa: E402
 from streams.config import Settings  # noqa: E402
 from streams.jobs.worker import run_worker  # noqa: E402
 from streams.names import Names  # noqa: E402
-from streams.sessions.executors import SessionExecutors  # noqa: E402
 from streams.sessions.intake import provision_sessions, run_intake  # noqa: E402
 from streams.sessions.progress import wait_for_run  # noqa: E402
+from streams.sessions.stage_executors import SessionExecutors  # noqa: E402
 from streams.sessions.upload import upload_files  # noqa: E402
 
 ADMIN_DSN = os.environ.get(

@@ -25,6 +25,7 @@ import pyarrow as pa
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError, ProgrammingError
 
+from streams.embedded import require_wheel
 from streams.errors import TransientError
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -37,7 +38,7 @@ class _RaisedInstead(logging.Filter):
     """Drops the HTTP driver's own warnings (urllib3's "Retrying…", clickhouse-connect's
     "Unexpected Http Driver Exception") about a request :class:`ClickHouse` made: that failure
     is raised, translated here and reported by the caller once per outage
-    (``streams.ingest.outage``); logged per request too, a ClickHouse server that was down
+    (``streams.adapters.outage``); logged per request too, a ClickHouse server that was down
     wrote two warnings for every insert attempt. Their other logging is left alone."""
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -53,6 +54,10 @@ def _client_for(dsn: str) -> Client:
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(dsn)
         if client is None:
+            if _chdb_path(dsn) is not None:  # clickhouse-connect's own hint names its extra
+                require_wheel(
+                    "chdb", wheel="chdb", service="ClickHouse", setting="TIDEWAY_CLICKHOUSE_DSN"
+                )
             client = clickhouse_connect.get_client(dsn=dsn)
             _CLIENTS[dsn] = client
         return client

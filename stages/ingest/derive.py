@@ -7,7 +7,7 @@ the stage and is reported as ``error``, with the values computed up to that poin
 never raises.
 
 ``evaluate``'s fast path runs the topic's specialised form instead for a clean envelope
-(:class:`~stages.ingest.program.FastPath`): the same derivations in the same order, added to
+(:class:`~stages.ingest.topic_program.FastPath`): the same derivations in the same order, added to
 the mutated dict in place, without the copy or the result object. This function is the
 reference it must agree with.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stages.expr.errors import translate_eval_error
-from stages.ingest.program import TopicProgram
+from stages.ingest.topic_program import TopicProgram
 from stages.ingest.validate import Issue
 
 

@@ -54,8 +54,8 @@ from stages.ingest.ingress import (
 )
 from stages.ingest.mutate import mutate
 from stages.ingest.processing_state import ProcessingState
-from stages.ingest.program import TopicProgram
 from stages.ingest.status import Status
+from stages.ingest.topic_program import TopicProgram
 from stages.ingest.validate import Issue, validate
 
 UNKNOWN_DEVICE = codes.UNKNOWN_DEVICE
@@ -196,7 +196,7 @@ def evaluate(
     :func:`evaluate_fully`, which evaluates it again from the start and records each stage.
     The stages are pure, so both give the same result (a test checks they agree).
 
-    On that path the topic's :class:`~stages.ingest.program.FastPath` runs validate, mutate
+    On that path the topic's :class:`~stages.ingest.topic_program.FastPath` runs validate, mutate
     and derive when the envelope is clean (no issue at all), building one dict and updating
     it in place instead of three result objects and two copies; an envelope it declines (say
     one with a non-critical issue) goes through the general stages (:func:`_general_stages`)

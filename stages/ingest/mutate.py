@@ -7,7 +7,7 @@ a missing value yields a missing value unless it supplies one (``coalesce(value,
 first failing evaluation stops the stage and is reported as ``error``; the stage never raises.
 
 ``evaluate``'s fast path runs the topic's specialised form instead when validate found nothing
-(:class:`~stages.ingest.program.FastPath`): the same mutations over the same values, written
+(:class:`~stages.ingest.topic_program.FastPath`): the same mutations over the same values, written
 into the extracted dict in place, without the copy or the result object. This function is the
 reference it must agree with.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stages.expr.errors import translate_eval_error
-from stages.ingest.program import TopicProgram
+from stages.ingest.topic_program import TopicProgram
 from stages.ingest.validate import Issue
 
 

@@ -4,25 +4,27 @@
 version: it resolves each measured parameter's source path and type coercion, compiles every
 ``mutate`` and ``derived`` expression (names, types, safety), orders derived parameters so each
 runs after the ones it reads, and refuses the whole schema if anything is wrong, listing every
-problem with the file, topic and parameter it belongs to. The resulting :class:`TopicProgram`
-is immutable and holds only plain tuples and compiled functions, so the per-envelope stages
+problem with the file, topic and parameter it belongs to. The resulting
+:class:`~stages.ingest.topic_program.TopicProgram` (its shape lives in
+:mod:`stages.ingest.topic_program`, which the stages read without importing this compiler) is
+immutable and holds only plain tuples and compiled functions, so the per-envelope stages
 (:mod:`validate`, :mod:`mutate`, :mod:`derive`) are tight loops over precomputed data, and a
 program can be cached and shared freely (by schema version id).
 
-Each program also carries a :class:`FastPath`: the three stages specialised for the topic, as
-generated functions for the clean envelope that almost every device sends (see
-:func:`stages.ingest.validate.specialise`). Validate's builds the extracted values or declines;
-mutate's and derive's then update that same dict in place, calling the compiled expressions
-directly with the names and order fixed here, instead of looping over tuples and copying the
-dict at every stage. ``evaluate`` uses it when it can and the general stages otherwise; the
-general stages stay the reference, and a test checks the two agree.
+Each program also carries a :class:`~stages.ingest.topic_program.FastPath`: the three stages
+specialised for the topic, as generated functions for the clean envelope that almost every
+device sends (see :func:`stages.ingest.validate.specialise`). Validate's builds the extracted
+values or declines; mutate's and derive's then update that same dict in place, calling the
+compiled expressions directly with the names and order fixed here, instead of looping over
+tuples and copying the dict at every stage. ``evaluate`` uses it when it can and the general
+stages otherwise; the general stages stay the reference, and a test checks the two agree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from schemas import error_codes as codes
 from schemas.device_schema import ParameterDef, SchemaFile, TopicDef
@@ -36,97 +38,13 @@ from stages.expr import (
     dependencies,
 )
 from stages.expr import errors as expr_errors
-from stages.ingest.validate import COERCERS, FastValidate, specialise
+from stages.ingest.topic_program import Extractor, FastPath, ParameterSpec, Step, TopicProgram
+from stages.ingest.validate import COERCERS, specialise
 
 RESERVED_NAMES = frozenset({"value", *CONSTANTS})
 """Names a parameter cannot take: ``value`` (a mutation's own input) and the literal names."""
 
 RESERVED = codes.SCHEMA_RESERVED_NAME
-
-Extractor = tuple[str, str, tuple[str, ...] | None, Callable[[Any], Any], float | None,
-                  float | None, bool, bool]
-"""``(name, key, path, coerce, min, max, required, critical)`` — one measured parameter."""
-
-Step = tuple[str, Callable[[Mapping[str, Any]], Any]]
-"""``(parameter name, compiled function)`` — one mutation or derivation."""
-
-
-class FastPath(NamedTuple):
-    """One topic's stages specialised for a clean envelope (see the module docstring).
-
-    ``validate(values)`` returns a new dict of the extracted values, and does so only when
-    :func:`validate` would find no issue at all (it may still decline such an envelope, say an
-    integral float for an integer parameter); otherwise ``None``. ``mutate(extracted)`` then
-    applies the mutations to that dict in place (each reading the values as extracted, as
-    :func:`mutate` does), and ``derive(mutated)`` adds the derived parameters to it in place,
-    in dependency order, leaving the final values. ``mutate`` and ``derive`` raise when an
-    expression fails; the caller then evaluates the envelope with the general stages, which
-    report the failure.
-    """
-
-    validate: FastValidate
-    mutate: Callable[[dict[str, Any]], None]
-    derive: Callable[[dict[str, Any]], None]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ParameterSpec:
-    """The compiled view of one parameter (for callers that describe or display it)."""
-
-    name: str
-    type: ExprType
-    unit: str | None
-    source: str | None
-    required: bool
-    critical: bool
-    min: float | None
-    max: float | None
-    mutate: CompiledExpression | None
-    derived: CompiledExpression | None
-
-    @property
-    def depends_on(self) -> frozenset[str]:
-        """Parameters a derived parameter reads (empty for measured ones)."""
-        return self.derived.reads if self.derived is not None else frozenset()
-
-
-@dataclass(frozen=True, kw_only=True)
-class TopicProgram:
-    """Everything needed to validate, mutate and derive one topic's envelopes."""
-
-    schema: str
-    tenant: str
-    topic: str
-    filename: str
-    content_hash: str
-    parameters: tuple[ParameterSpec, ...]
-    """All parameters in file order."""
-    extractors: tuple[Extractor, ...]
-    """Measured parameters in file order (see :data:`Extractor`)."""
-    mutations: tuple[Step, ...]
-    """Measured parameters with a ``mutate`` expression, in file order."""
-    derivations: tuple[Step, ...]
-    """Derived parameters, each after every parameter it reads."""
-    fast: FastPath | None = field(default=None, compare=False, repr=False)
-    """The specialised stages (``None``: this program always runs the general ones)."""
-
-    @property
-    def measured_names(self) -> tuple[str, ...]:
-        """Names of the measured parameters (the keys of ``extracted``)."""
-        return tuple(e[0] for e in self.extractors)
-
-    @property
-    def derived_names(self) -> tuple[str, ...]:
-        """Names of the derived parameters, in evaluation order."""
-        return tuple(step[0] for step in self.derivations)
-
-    def parameter(self, name: str) -> ParameterSpec:
-        """The parameter called ``name`` (``KeyError`` if there is none)."""
-        for spec in self.parameters:
-            if spec.name == name:
-                return spec
-        raise KeyError(name)
-
 
 @dataclass(frozen=True, kw_only=True)
 class SchemaProblem:

@@ -39,14 +39,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from schemas import error_codes as codes
 from schemas.envelope import HugeNumber
 from stages.expr.limits import INT_MAX, INT_MIN, MAX_STRING_LENGTH
-
-if TYPE_CHECKING:
-    from stages.ingest.program import Extractor, TopicProgram
+from stages.ingest.topic_program import Extractor, FastValidate, TopicProgram
 
 MISSING_REQUIRED = codes.MISSING_REQUIRED
 WRONG_TYPE = codes.WRONG_TYPE
@@ -225,9 +223,6 @@ def _outside(low: float | None, high: float | None) -> str:
         return f"below the minimum {low:g}"
     return f"outside [{low:g}, {high:g}]"
 
-
-FastValidate = Callable[[Mapping[str, Any]], dict[str, Any] | None]
-"""A specialised validate: the extracted values of a clean envelope, or ``None``."""
 
 _FAST_NAMESPACE: dict[str, Any] = {
     "__builtins__": {}, "type": type, "int": int, "float": float, "str": str, "dict": dict,

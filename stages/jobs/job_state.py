@@ -11,7 +11,8 @@ the worker acknowledges at its next checkpoint.
 Two additions to the spec's list, both needed by its own §10: a job waiting in ``retry_wait``
 can be cancelled, and a ``created`` job is cancelled directly ("if job is queued or created,
 mark as cancelled"). Migration ``0003_jobs`` installs the same pairs as a trigger, so Postgres
-refuses an illegal UPDATE too; ``tests/unit/jobs`` and ``tests/integration/jobs`` walk every pair.
+refuses an illegal UPDATE too; ``tests/unit/stages/jobs`` and ``tests/integration/jobs`` walk
+every pair.
 The checks are the generic ones of :class:`stages.transitions.Transitions`.
 """
 

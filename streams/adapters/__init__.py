@@ -6,6 +6,8 @@ that library's exceptions become Tideway's (:mod:`streams.errors`).
 * :mod:`streams.adapters.nats` — the one NATS connect function (reconnect policy, outage
   logging); :mod:`streams.ingest.fetch` is the only module that touches nats-py internals;
 * :mod:`streams.adapters.redis` — the Redis client and redis-py's errors;
+* :mod:`streams.adapters.outage` — one log line when a dependency goes down and one when it is
+  back, shared by the adapters and the ingest consumer;
 * :mod:`streams.clickhouse` — ClickHouse (a server or in-process chDB);
 * :mod:`streams.objects` — the object store (``pyarrow.fs``).
 

@@ -8,7 +8,7 @@ seconds; a server that is down when the connection is first made is waited for t
 
 nats-py's default error callback logs every failed reconnect attempt at ERROR with a
 traceback; here the losses, failed attempts and recoveries go to an
-:class:`~streams.ingest.outage.Outage` instead (one WARNING when the connection is lost, one
+:class:`~streams.adapters.outage.Outage` instead (one WARNING when the connection is lost, one
 INFO when it is back). A connection that cannot be made at all is a ``TransientError``
 ``NATS_UNAVAILABLE``. Only :mod:`streams.ingest.fetch` reaches into nats-py's internals; this
 module uses its public API.
@@ -23,8 +23,8 @@ from typing import Final
 from nats import errors as nats_errors
 from nats.aio.client import Client as Nats
 
+from streams.adapters.outage import Outage, describe
 from streams.errors import TransientError
-from streams.ingest.outage import Outage, describe
 
 __all__ = [
     "CONNECTION_ERRORS", "CONNECT_TIMEOUT", "ONE_SHOT_ATTEMPTS", "RECONNECT_WAIT", "Nats",

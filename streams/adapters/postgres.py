@@ -109,7 +109,7 @@ def streaming_pool(size: int) -> PoolShape:
     No floor of idle connections: asyncpg restores a floor in the background after
     connections are lost, logging a traceback for every failed attempt, so an outage would fill
     the log with them. The batches reconnect on demand and report the outage
-    (``streams.ingest.outage``) themselves.
+    (``streams.adapters.outage``) themselves.
     """
     return PoolShape(min_size=0, max_size=size, command_timeout=60,
                      server_settings=_STREAMING_SETTINGS)

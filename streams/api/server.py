@@ -20,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from streams.adapters import postgres
 from streams.adapters.nats import connect_nats
@@ -31,9 +32,12 @@ from streams.api.context import CONTEXT, ApiContext, error_response, http_code, 
 from streams.api.inputs import check_query
 from streams.api.keys import authenticate
 from streams.api.protocol import ApiRunner
+from streams.api.request_id import request_ids
 from streams.config import Settings
 from streams.errors import NotFoundError, TidewayError, TransientError, UsageError
 from streams.objects import ObjectStore, ObjectTooLargeError
+from streams.observability.events import ProcessHooks
+from streams.observability.readiness import nats_connected_check, postgres_check
 
 __all__ = ["build_app", "run_api"]
 
@@ -108,16 +112,25 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     return await handler(request)
 
 
-def build_app(ctx: ApiContext) -> web.Application:
-    """The application with its routes and middlewares, bound to ``ctx``."""
-    app = web.Application(middlewares=[_errors, _edge, _auth])
+def build_app(ctx: ApiContext, *, observe: Sequence[Middleware] = ()) -> web.Application:
+    """The application with its routes and middlewares, bound to ``ctx``.
+
+    ``observe``: middlewares put first (the process's request metrics), before the request
+    id, the access log and the error translation."""
+    chain: list[Middleware] = [*observe, request_ids, _errors, _edge, _auth]
+    app = web.Application(middlewares=chain)
     app[CONTEXT] = ctx
     routes.add_routes(app)
     return app
 
 
-async def run_api(settings: Settings, *, stop: asyncio.Event) -> None:
-    """Serve the API on ``settings.api.host:port`` until ``stop`` is set."""
+async def run_api(
+    settings: Settings, *, stop: asyncio.Event, hooks: ProcessHooks | None = None
+) -> None:
+    """Serve the API on ``settings.api.host:port`` until ``stop`` is set.
+
+    ``hooks``: the process's observability (readiness checks of Postgres and NATS, and the
+    request metrics middleware)."""
     pool = await postgres.create_pool(settings.postgres(), postgres.API_POOL)
     nc = await connect_nats(settings.nats(), name="tideway-api")
     runner: web.AppRunner | None = None
@@ -125,7 +138,12 @@ async def run_api(settings: Settings, *, stop: asyncio.Event) -> None:
         ctx = ApiContext(
             settings=settings, pool=pool, store=ObjectStore(settings.objects()), nats=nc
         )
-        runner = ApiRunner(build_app(ctx), access_log=None)
+        observe: list[Middleware] = []
+        if hooks is not None:
+            hooks.ready("api", postgres_check(pool), nats_connected_check(nc))
+            observe.append(hooks.http_middleware())
+        # aiohttp's own access log stays off: ``request_ids`` writes one with the request id.
+        runner = ApiRunner(build_app(ctx, observe=observe), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, settings.api.host, settings.api.port)
         await site.start()

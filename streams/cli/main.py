@@ -1,7 +1,7 @@
 """The ``tideway`` command: one typer app; each area registers its own commands.
 
-Areas live in their own modules (``schema``, ``devices``, ``pipeline``, ``sessions``, ``runs``,
-``services``...) and expose ``register(app)``; this module only assembles them and turns
+Areas live in their own modules (``processes``, ``schema``, ``devices``, ``telemetry``,
+``sessions``, ``runs``...) and expose ``register(app)``; this module only assembles them and turns
 Tideway's own errors into a one-line message and exit code 1 (``streams.cli.exit_codes``).
 """
 
@@ -23,11 +23,11 @@ app = typer.Typer(
 
 # Each module exposes ``register(app: typer.Typer) -> None``. The order is the order of --help.
 _AREAS = (
-    "streams.cli.services",
+    "streams.cli.processes",
     "streams.cli.config_cmd",
     "streams.cli.schema",
     "streams.cli.devices",
-    "streams.cli.pipeline",
+    "streams.cli.telemetry",
     "streams.cli.sessions",
     "streams.cli.runs",
 )

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from streams.cli.exit_codes import ExitCode
@@ -66,5 +67,6 @@ def print_record(
 
 def fail(message: str, *, code: int = ExitCode.ERROR) -> None:
     """Print an error for a person and exit with ``code`` (no traceback)."""
-    err_console.print(f"[bold red]error:[/] {message}")
+    # The message is text, not markup: rich would eat "[embedded]" in "tideway[embedded]".
+    err_console.print(f"[bold red]error:[/] {escape(message)}")
     raise SystemExit(code)

@@ -1,4 +1,4 @@
-"""``tideway worker`` and ``tideway runs list|show|cancel|retry``.
+"""``tideway runs list|show|cancel|retry`` (``tideway worker`` is in :mod:`streams.cli.processes`).
 
 ``runs show`` draws the run's DAG as a tree: one node per job in dependency order with its
 state, what it waits for (soft dependencies in parentheses), attempts and timings, and one child
@@ -9,7 +9,6 @@ More run commands (reprocess, rollback) attach to :data:`runs_app`.
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from datetime import datetime
 
@@ -23,8 +22,7 @@ from streams.cli.output import console, print_json, print_record, print_rows
 from streams.config import load_settings
 from streams.errors import NotFoundError, UsageError
 from streams.jobs import queue
-from streams.jobs.runs import JobView, RunView, list_runs, show_run
-from streams.jobs.worker import run_worker
+from streams.jobs.run_views import JobView, RunView, list_runs, show_run
 
 runs_app = typer.Typer(help="Processing runs: list, show, cancel, retry.", no_args_is_help=True)
 
@@ -44,62 +42,8 @@ _STYLE = {
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``worker`` and the ``runs`` group to ``app``."""
-    app.command("worker")(worker)
+    """Add the ``runs`` group to ``app``."""
     app.add_typer(runs_app, name="runs")
-
-
-def worker(
-    pool: str | None = typer.Option(
-        None, "--pool", help="Only jobs of this pool (io, cpu, heavy)."
-    ),
-    concurrency: int | None = typer.Option(
-        None, "--concurrency", min=1, max=256, help="Jobs at a time (default: worker.concurrency)."
-    ),
-    executors_kind: str = typer.Option(
-        "sessions",
-        "--executors",
-        help="sessions: the real session stages; placeholder: pass-through jobs that exercise"
-        " the engine on its own.",
-    ),
-) -> None:
-    """Run batch jobs until interrupted (SIGINT/SIGTERM finish running jobs, then exit)."""
-    if executors_kind not in {"sessions", "placeholder"}:
-        raise UsageError("--executors must be sessions or placeholder")
-    settings = load_settings()
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(message)s")
-
-    async def main() -> None:
-        from streams.runtime import stop_on_signals
-
-        stop = stop_on_signals()
-        if executors_kind == "placeholder":
-            from streams.jobs.executor import placeholder_executors
-
-            await run_worker(
-                settings,
-                executors=placeholder_executors(),
-                pool=pool,
-                concurrency=concurrency or settings.worker.concurrency,
-                stop=stop,
-            )
-            return
-        from streams.sessions.executors import default_executors
-
-        executors = default_executors(settings)
-        try:
-            await executors.warm_up()
-            await run_worker(
-                settings,
-                executors=executors,
-                pool=pool,
-                concurrency=concurrency or settings.worker.concurrency,
-                stop=stop,
-            )
-        finally:
-            await executors.aclose()
-
-    asyncio.run(main())
 
 
 @runs_app.command("list")

@@ -21,7 +21,8 @@ from stages.errors import StageError
 from stages.ingest.derive import derive
 from stages.ingest.ingress import EnvelopeError, load_json
 from stages.ingest.mutate import mutate
-from stages.ingest.program import TopicProgram, compile_schema
+from stages.ingest.program import compile_schema
+from stages.ingest.topic_program import TopicProgram
 from stages.ingest.validate import Issue, validate
 from streams import registry
 from streams.adapters import postgres

@@ -269,8 +269,8 @@ def register(app: typer.Typer) -> None:
         flat: bool = typer.Option(False, "--flat", help="No jumps."),
     ) -> None:
         """Write a synthetic session and its ground truth (OUT.truth.json)."""
-        from stages.session import formats
-        from stages.session.synth import synthesize
+        from stages.batch import formats
+        from stages.batch.synth import synthesize
 
         if fmt not in FORMATS:
             raise UsageError(f"--format must be one of {', '.join(FORMATS)}")

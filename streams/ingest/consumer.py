@@ -16,7 +16,7 @@ Failure behaviour:
 * a service that is down at start-up is waited for, with the same backoff.
 
 An outage is logged once when it starts (WARNING) and once when it ends (INFO), through the
-process's :class:`streams.ingest.outage.Outages`; the batches it defers are logged at DEBUG.
+process's :class:`streams.adapters.outage.Outages`; the batches it defers are logged at DEBUG.
 """
 
 from __future__ import annotations
@@ -26,15 +26,28 @@ import contextlib
 import gc
 import logging
 import random
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
+from schemas.error_codes import INTERNAL_ERROR
 from stages.ack_policy import Disposition, decide
+from stages.ingest.ingress import Receipt
+from streams.adapters.outage import Outages, describe
 from streams.config import Settings
 from streams.errors import TransientError
 from streams.ingest.fetch import Fetcher, acknowledge, receipt_of
-from streams.ingest.outage import Outages, describe
 from streams.ingest.pipeline import BatchStats, Pipeline
 from streams.ingest.resources import Resources
+from streams.observability.events import BatchObserver, IngestBatchStats, ProcessHooks
+from streams.observability.liveness import Heartbeat
+from streams.observability.logs import log_context
+from streams.observability.readiness import (
+    clickhouse_check,
+    nats_check,
+    postgres_check,
+    redis_check,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +58,14 @@ async def run_consumer(
     stop: asyncio.Event,
     concurrency: int | None = None,
     on_batch: Callable[[BatchStats], None] | None = None,
+    hooks: ProcessHooks | None = None,
 ) -> None:
-    """Consume the TELEMETRY stream until ``stop`` is set, then drain and return."""
+    """Consume the TELEMETRY stream until ``stop`` is set, then drain and return.
+
+    ``on_batch`` sees each batch's :class:`BatchStats` (progress displays, tests);
+    ``hooks`` is the process's observability (readiness checks, heartbeats, the batch
+    observer that feeds the metrics).
+    """
     workers = concurrency or settings.consumer.concurrency
     warning = in_flight_warning(settings, workers)
     if warning:
@@ -58,12 +77,27 @@ async def run_consumer(
     try:
         pipeline = Pipeline(resources)
         names = resources.names
+        stream, durable = names.telemetry_stream, names.ingest_durable
         for _ in range(workers):
-            fetcher = Fetcher(resources.nc, stream=names.telemetry_stream,
-                              durable=names.ingest_durable)
+            fetcher = Fetcher(resources.nc, stream=stream, durable=durable)
             fetchers.append(await fetcher.start())
+        observer: BatchObserver | None = None
+        beats: list[Heartbeat | None] = [None] * workers
+        if hooks is not None:
+            hooks.ready(
+                "ingest",
+                nats_check(resources.nc, stream=stream, durable=durable),
+                postgres_check(resources.pool),
+                redis_check(resources.redis),
+                clickhouse_check(resources.clickhouse),
+            )
+            hooks.sample_consumer(resources.nc, stream=stream, durable=durable)
+            observer = hooks.batches
+            beats = [hooks.heartbeat(f"ingest-fetch-{i}") for i in range(workers)]
+        report = _Report(on_batch=on_batch, observer=observer)
         with tuned_collector():
-            await asyncio.gather(*(_work(pipeline, f, stop, on_batch) for f in fetchers))
+            await asyncio.gather(*(_work(pipeline, f, stop, report, beat)
+                                   for f, beat in zip(fetchers, beats, strict=True)))
     finally:
         for fetcher in fetchers:
             await fetcher.stop()
@@ -140,8 +174,62 @@ async def _pause(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), seconds)
 
 
-async def _work(pipeline: Pipeline, fetcher: Fetcher, stop: asyncio.Event,
-                on_batch: Callable[[BatchStats], None] | None) -> None:
+@dataclass(kw_only=True)
+class _Report:
+    """Where each batch is reported: the caller's ``on_batch`` and the process's observer."""
+
+    on_batch: Callable[[BatchStats], None] | None
+    observer: BatchObserver | None
+    batches: int = 0
+    """Batches started by this process (the ``batch`` log field)."""
+
+    def next_batch(self) -> int:
+        self.batches += 1
+        return self.batches
+
+    def done(self, stats: BatchStats, fetched: float) -> None:
+        """Called once per batch, after its acks."""
+        if self.on_batch is not None:
+            try:
+                self.on_batch(stats)
+            except Exception:  # a progress callback must not stop ingestion
+                log.exception("on_batch callback failed")
+        if self.observer is not None:
+            acked_ns = time.time_ns()
+            self._observe(IngestBatchStats(
+                size=stats.size,
+                duration_s=time.perf_counter() - fetched,
+                outcomes=stats.outcomes,
+                latencies_s=[(acked_ns - s) / 1e9 for s in stats.stored_at_ns],
+                redelivered=stats.redelivered,
+                naks=stats.naks,
+                dead_letters=stats.dead_letter_reasons,
+                publish_attempts=stats.publish_attempts,
+                publish_failures=stats.publish_failures,
+                dedupe_hits=stats.dedupe_hits,
+                registry_hits=stats.registry_hits,
+                registry_misses=stats.registry_misses,
+            ))
+
+    def deferred(self, receipts: Sequence[Receipt], reason: str, fetched: float) -> None:
+        """A whole batch was nak'ed (a dependency is down, or a bug)."""
+        if self.observer is not None:
+            self._observe(IngestBatchStats(
+                size=len(receipts), duration_s=time.perf_counter() - fetched,
+                redelivered=sum(1 for r in receipts if r.delivered > 1),
+                naks={reason: len(receipts)},
+            ))
+
+    def _observe(self, stats: IngestBatchStats) -> None:
+        assert self.observer is not None
+        try:
+            self.observer.on_batch(stats)
+        except Exception:  # metrics must not stop ingestion either
+            log.exception("batch observer failed")
+
+
+async def _work(pipeline: Pipeline, fetcher: Fetcher, stop: asyncio.Event, report: _Report,
+                beat: Heartbeat | None) -> None:
     settings = pipeline.settings
     consumer = settings.consumer
     nc = pipeline.resources.nc
@@ -150,6 +238,8 @@ async def _work(pipeline: Pipeline, fetcher: Fetcher, stop: asyncio.Event,
     pause = settings.retry.redelivery_backoff()
     failures = 0
     while not stop.is_set():
+        if beat is not None:
+            beat.tick()
         try:
             msgs = await fetcher.fetch(consumer.batch_size, consumer.max_wait_s)
         except Exception as exc:  # NATS reconnecting; try again shortly
@@ -159,32 +249,33 @@ async def _work(pipeline: Pipeline, fetcher: Fetcher, stop: asyncio.Event,
             continue
         if not msgs:
             continue
+        fetched = time.perf_counter()
         # Messages only arrive over a live connection. (An empty fetch proves nothing: while
         # nats-py reconnects, the pull request is buffered and the fetch just times out.)
         outages.nats.recovered()
         receipts = [receipt_of(m) for m in msgs]
-        try:
-            result = await pipeline.process(receipts)
-        except Exception as exc:  # the batch is redelivered later, not lost
-            failures += 1
-            if isinstance(exc, TransientError):  # Postgres: the only dependency it raises for
-                outages.postgres.failed(exc)
-                log.debug("batch of %d deferred: %s", len(msgs), describe(exc))
-            else:
-                log.exception("batch of %d failed unexpectedly; deferring it", len(msgs))
-            decisions = tuple(
-                decide(Disposition.UNAVAILABLE, delivered=r.delivered, backoff=pause,
-                       rand=rand.random)
-                for r in receipts
-            )
-            await acknowledge(nc, msgs, decisions)
-            await _pause(stop, pause.floored_delay(failures - 1, rand.random))
-            continue
-        failures = 0
-        outages.postgres.recovered()
-        await acknowledge(nc, msgs, result.decisions)
-        if on_batch is not None:
+        with log_context(batch=report.next_batch()):
             try:
-                on_batch(result.stats)
-            except Exception:  # a progress callback must not stop ingestion
-                log.exception("on_batch callback failed")
+                result = await pipeline.process(receipts)
+            except Exception as exc:  # the batch is redelivered later, not lost
+                failures += 1
+                if isinstance(exc, TransientError):  # Postgres: the only dependency it raises for
+                    outages.postgres.failed(exc)
+                    log.debug("batch of %d deferred: %s", len(msgs), describe(exc))
+                    reason = exc.code
+                else:
+                    log.exception("batch of %d failed unexpectedly; deferring it", len(msgs))
+                    reason = INTERNAL_ERROR
+                decisions = tuple(
+                    decide(Disposition.UNAVAILABLE, delivered=r.delivered, backoff=pause,
+                           rand=rand.random)
+                    for r in receipts
+                )
+                await acknowledge(nc, msgs, decisions)
+                report.deferred(receipts, reason, fetched)
+                await _pause(stop, pause.floored_delay(failures - 1, rand.random))
+                continue
+            failures = 0
+            outages.postgres.recovered()
+            await acknowledge(nc, msgs, result.decisions)
+            report.done(result.stats, fetched)

@@ -18,7 +18,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import orjson
@@ -42,12 +42,19 @@ from stages.ingest.plan import (
     delivery_failure_row,
     finalize,
 )
+from streams.adapters.outage import describe
 from streams.ingest import sql
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotItem, HotState
-from streams.ingest.outage import describe
 from streams.ingest.publish import Publisher, hot_item
-from streams.ingest.recorder import PG_FAILURES, Recorded, Recorder, lookup, translate
+from streams.ingest.recorder import (
+    PERSIST_REJECTED,
+    PG_FAILURES,
+    Recorded,
+    Recorder,
+    lookup,
+    translate,
+)
 from streams.ingest.registry_cache import RegistryCache
 from streams.ingest.resources import Resources
 
@@ -71,6 +78,25 @@ class BatchStats:
     """When JetStream stored each envelope (for end-to-end latency)."""
     finished_at_ns: int
     """Wall-clock time the batch's outcome was decided (just before the acks)."""
+    outcomes: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """``statuses`` split by error code: ``(status, error_code)`` → envelopes (the code is
+    empty when the status is not a failure)."""
+    redelivered: int = 0
+    """Envelopes JetStream had delivered before."""
+    naks: Mapping[str, int] = field(default_factory=dict)
+    """Envelopes negatively acknowledged, by reason (the publish failure's code, or
+    ``contended``)."""
+    dead_letter_reasons: Mapping[str, int] = field(default_factory=dict)
+    """Dead letters created, by reason code."""
+    publish_attempts: Mapping[str, int] = field(default_factory=dict)
+    """Tries of each publish side effect, by sink."""
+    publish_failures: Mapping[str, int] = field(default_factory=dict)
+    """Failed tries, by sink."""
+    dedupe_hits: int = 0
+    """Envelopes the dedupe read found already recorded (redeliveries and duplicates)."""
+    registry_hits: int = 0
+    registry_misses: int = 0
+    """Device lookups answered by the registry cache / sent to Postgres."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -180,15 +206,43 @@ class Pipeline:
         )
         already = sum(1 for i, f in enumerate(fates) if f.fate is Fate.RECORDED
                       and dispositions[i] is Disposition.RECORDED)
+        # One pass per batch for the observers (never one call per envelope).
+        outcome_counts: Counter[tuple[str, str]] = Counter()
+        for index, status in recorded.statuses.items():
+            final = finals.get(index)
+            code = (PERSIST_REJECTED if index in recorded.refused
+                    else final.error_code if final is not None and final.error_code else "")
+            outcome_counts[(status.value, code)] += 1
+        statuses: Counter[str] = Counter()
+        for (status_value, _), count in outcome_counts.items():
+            statuses[status_value] += count
+        naks: Counter[str] = Counter()
+        for index, disposition in enumerate(dispositions):
+            if disposition is Disposition.CONTENDED:
+                naks["contended"] += 1
+            elif disposition is not Disposition.RECORDED:
+                failed = outcomes.get(index)
+                naks[failed.failures[0].code if failed and failed.failures else "retry"] += 1
+        tries, failed_tries = self.publisher.take_tries()
+        hits, misses = self.cache.take_counts()
         stats = BatchStats(
             size=len(receipts),
-            statuses=Counter(s.value for s in recorded.statuses.values()),
+            statuses=statuses,
             already_recorded=already,
             retried=sum(1 for d in dispositions if d is not Disposition.RECORDED),
             dead_lettered=len(recorded.dead_letters),
             duration_s=time.perf_counter() - started,
             stored_at_ns=tuple(r.received_at_ns for r in receipts),
             finished_at_ns=time.time_ns(),
+            outcomes=outcome_counts,
+            redelivered=sum(1 for r in receipts if r.delivered > 1),
+            naks=naks,
+            dead_letter_reasons=Counter(code for _, _, code in recorded.dead_letters),
+            publish_attempts=tries,
+            publish_failures=failed_tries,
+            dedupe_hits=sum(1 for f in fates if f.fate is not Fate.NEW),
+            registry_hits=hits,
+            registry_misses=misses,
         )
         return BatchResult(decisions=decisions, stats=stats, message_ids=recorded.message_ids)
 

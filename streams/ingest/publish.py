@@ -7,7 +7,7 @@ retries only the keys that failed. What still fails is reported per envelope as
 (:func:`stages.ack_policy.budget_spent`), whether that ends the envelope
 or earns it a redelivery. Both sinks are idempotent, so publishing again is always safe.
 Every failed and every successful call is reported to the process's Redis and ClickHouse
-:class:`streams.ingest.outage.Outage`, which logs when a sink goes down and comes back.
+:class:`streams.adapters.outage.Outage`, which logs when a sink goes down and comes back.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -23,11 +24,15 @@ import orjson
 from stages.backoff import Backoff
 from stages.ingest.evaluate import Evaluation
 from stages.ingest.plan import PublishFailure, PublishOutcome, hot_state_order
+from streams.adapters.outage import Outages
 from streams.errors import TidewayError
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import FAILED, WRITTEN, HotItem, HotState
-from streams.ingest.outage import Outages
 from streams.names import Names
+
+HOT_STATE = "hot_state"
+ANALYTICS = "analytics"
+"""The sinks, as publish failures and the publish metrics name them."""
 
 
 class Publisher:
@@ -43,6 +48,15 @@ class Publisher:
         self.backoff = backoff
         self.rand = rand or random.Random()
         self.outages = outages or Outages()
+        self._tries: Counter[str] = Counter()
+        self._failed: Counter[str] = Counter()
+
+    def take_tries(self) -> tuple[Counter[str], Counter[str]]:
+        """Tries and failed tries of each sink since the last call (for the metrics: each
+        batch takes what accumulated, so concurrent batches still sum exactly)."""
+        tries, failed = self._tries, self._failed
+        self._tries, self._failed = Counter(), Counter()
+        return tries, failed
 
     def hot_items(self, evaluations: Sequence[Evaluation]) -> list[HotItem]:
         prefix = self.names.hot_state_key("", "")[:-1]  # "<prefix>state:" + tenant:device
@@ -95,9 +109,11 @@ class Publisher:
         for attempt in range(self.attempts):
             if attempt:
                 await asyncio.sleep(self.backoff.delay(attempt - 1, self.rand.random))
+            self._tries[HOT_STATE] += 1
             try:
                 answer = await self.hot_state.offer([items[i] for i in pending])
             except Exception as exc:  # every failure is reported, none is fatal
+                self._failed[HOT_STATE] += 1
                 error = _as_tideway(exc)
                 self.outages.redis.failed(error)
                 continue
@@ -108,11 +124,12 @@ class Publisher:
             pending = [i for i in pending if results[i] == FAILED]
             if not pending:
                 break
+            self._failed[HOT_STATE] += 1
             error = TidewayError("Redis refused the hot-state write for this key",
                                  code="REDIS_KEY_ERROR")
         failures = {}
         if pending and error is not None:
-            failure = PublishFailure(sink="hot_state", code=error.code, message=error.message,
+            failure = PublishFailure(sink=HOT_STATE, code=error.code, message=error.message,
                                      attempts=self.attempts)
             failures = dict.fromkeys(pending, failure)
         return results, failures
@@ -123,16 +140,18 @@ class Publisher:
         for attempt in range(self.attempts):
             if attempt:
                 await asyncio.sleep(self.backoff.delay(attempt - 1, self.rand.random))
+            self._tries[ANALYTICS] += 1
             try:
                 await self.analytics.insert(rows)
             except Exception as exc:  # every failure is reported, none is fatal
+                self._failed[ANALYTICS] += 1
                 error = _as_tideway(exc)
                 self.outages.clickhouse.failed(error)
             else:
                 self.outages.clickhouse.recovered()
                 return None
         assert error is not None
-        return PublishFailure(sink="analytics", code=error.code, message=error.message,
+        return PublishFailure(sink=ANALYTICS, code=error.code, message=error.message,
                               attempts=self.attempts)
 
 

@@ -36,18 +36,30 @@ class RegistryCache:
         self._devices: dict[tuple[str, str], tuple[float, DeviceRecord | None]] = {}
         self._topics: dict[tuple[UUID, str], TopicBinding] = {}
         self._versions: set[UUID] = set()
+        self._hits = 0
+        self._misses = 0
+
+    def take_counts(self) -> tuple[int, int]:
+        """Device lookups answered from the cache and sent to Postgres since the last call
+        (each batch takes its share for the metrics; concurrent batches still sum exactly)."""
+        counts = (self._hits, self._misses)
+        self._hits = self._misses = 0
+        return counts
 
     async def view(self, conn: Conn, pairs: Iterable[tuple[str, str]]) -> Registry:
         """The lookups for a batch naming ``(tenant, device)`` ``pairs``."""
         now = self.clock()
         devices: dict[tuple[str, str], DeviceRecord] = {}
         missing: list[tuple[str, str]] = []
-        for pair in set(pairs):
+        unique = set(pairs)
+        for pair in unique:
             cached = self._devices.get(pair)
             if cached is None or now - cached[0] > self.ttl_s:
                 missing.append(pair)
             elif cached[1] is not None:
                 devices[pair] = cached[1]
+        self._hits += len(unique) - len(missing)  # a device known not to exist is a hit too
+        self._misses += len(missing)
         if missing:
             found = await self._fetch_devices(conn, missing)
             for pair in missing:

@@ -4,7 +4,7 @@ Each is made by its adapter (``streams.adapters``): Postgres as
 :func:`~streams.adapters.postgres.streaming_pool` (the hot path writes messages, telemetry and
 stage passes with text ``COPY``, which needs no codecs), NATS with its reconnect policy, Redis
 with short timeouts. Each process keeps one
-:class:`streams.ingest.outage.Outages`, so that a dependency going down and coming back is
+:class:`streams.adapters.outage.Outages`, so that a dependency going down and coming back is
 logged once each way, whoever notices it.
 """
 
@@ -16,11 +16,11 @@ import asyncpg
 
 from streams.adapters import postgres
 from streams.adapters.nats import Nats, connect_nats
+from streams.adapters.outage import Outages
 from streams.adapters.redis import Redis, redis_client
 from streams.clickhouse import ClickHouse
 from streams.config import Settings
 from streams.errors import TransientError
-from streams.ingest.outage import Outages
 from streams.names import Names
 
 
@@ -35,7 +35,7 @@ class Resources:
     redis: Redis
     clickhouse: ClickHouse
     outages: Outages = field(default_factory=Outages)
-    """This process's view of which of them are down (see :mod:`streams.ingest.outage`)."""
+    """This process's view of which of them are down (see :mod:`streams.adapters.outage`)."""
 
     @classmethod
     async def open(cls, settings: Settings, *, name: str = "tideway-ingest",

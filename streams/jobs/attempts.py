@@ -17,7 +17,7 @@ from stages.jobs.errors import AttemptFailure, recorded_severity
 from stages.jobs.job_state import JobState
 from streams.adapters.postgres import Conn
 from streams.jobs import sql
-from streams.jobs.model import ClaimedJob, FailOutcome, Outcome
+from streams.jobs.model import ClaimedJob, FailOutcome, FinishedRun, Outcome
 from streams.jobs.settle import Closed, settle
 
 Now = datetime | None
@@ -58,6 +58,7 @@ async def end_attempt(
     )
     if row is None:
         return FailOutcome(outcome=await holder_outcome(conn, job_id, worker, attempt))
+    finished_runs: tuple[FinishedRun, ...] = ()
     if final:
         reason = "CANCELLED" if target is JobState.CANCELLED else failed_reason(row["job_type"])
         closed = Closed(
@@ -69,8 +70,10 @@ async def end_attempt(
             reason=reason,
         )
         finished = [row["run_id"]] if row["jobs_open"] == 0 else []
-        await settle(conn, closed=[closed], finished_runs=finished, now=now, channel=channel)
-    return FailOutcome(outcome=Outcome.APPLIED, state=target)
+        finished_runs = await settle(
+            conn, closed=[closed], finished_runs=finished, now=now, channel=channel
+        )
+    return FailOutcome(outcome=Outcome.APPLIED, state=target, finished_runs=finished_runs)
 
 
 async def refusal(conn: Conn, job: ClaimedJob) -> Outcome:

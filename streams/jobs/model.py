@@ -136,6 +136,18 @@ class Outcome(StrEnum):
     LOST = "lost"  # refused: the job is no longer this worker's attempt (reaped, cancelled...)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FinishedRun:
+    """A run that reached its final status in the transaction that returned it."""
+
+    run_id: uuid.UUID
+    status: str
+    upload_to_publish_s: float | None = None
+    """Seconds from its files' upload to the run publishing; set only for a run that
+    published (succeeded or partial) and was created for an upload (not a reprocess or a
+    retry)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class FailOutcome:
     """Result of ``fail``: the outcome and, when applied, the job's new state."""
@@ -143,6 +155,16 @@ class FailOutcome:
     outcome: Outcome
     state: JobState | None = None
     next_run_at: datetime | None = None
+    finished_runs: tuple[FinishedRun, ...] = ()
+    """Runs this attempt's end finalised (its last open job)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completed:
+    """Result of ``complete_batch``: each job's outcome and the runs the batch finalised."""
+
+    outcomes: Mapping[uuid.UUID, Outcome]
+    finished_runs: tuple[FinishedRun, ...] = ()
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -34,10 +34,17 @@ from streams.config import Settings
 from streams.jobs import sql
 from streams.jobs.attempts import end_attempt, refusal
 from streams.jobs.cancel import CancelSummary, cancel_job, cancel_requested, cancel_run
-from streams.jobs.context import context_from_row
 from streams.jobs.enqueue import EnqueuedRun, enqueue_run, retry_run
 from streams.jobs.executor import JobContext
-from streams.jobs.model import ClaimedJob, FailOutcome, JobResult, Outcome
+from streams.jobs.job_context import context_from_row
+from streams.jobs.model import (
+    ClaimedJob,
+    Completed,
+    FailOutcome,
+    FinishedRun,
+    JobResult,
+    Outcome,
+)
 from streams.jobs.reaper import Reaped, reap
 from streams.jobs.settle import Closed, apply_gating, settle
 from streams.jobs.txn import atomically, rollback_quietly
@@ -54,6 +61,7 @@ __all__ = [
     "claim",
     "claim_contexts",
     "complete",
+    "complete_batch",
     "complete_many",
     "enqueue_run",
     "fail",
@@ -180,8 +188,19 @@ async def complete_many(
     dependencies are now all finished moved to ``queued`` (or ``skipped``), capability gating
     from its summary, and the run finalised if this was its last open job.
     """
+    return dict((await complete_batch(conn, items, now=now, channel=channel)).outcomes)
+
+
+async def complete_batch(
+    conn: Conn,
+    items: Sequence[tuple[ClaimedJob, JobResult]],
+    *,
+    now: Now = None,
+    channel: str,
+) -> Completed:
+    """:func:`complete_many`, also returning the runs the transaction finalised."""
     if not items:
-        return {}
+        return Completed(outcomes={})
     worker = items[0][0].locked_by
     if any(job.locked_by != worker for job, _ in items):
         raise ValueError("complete_many: all jobs must be held by the same worker")
@@ -197,7 +216,11 @@ async def complete_many(
     ]
     datasets = [d.as_json(job.id) for job, result in items for d in result.datasets]
 
+    finalised: tuple[FinishedRun, ...] = ()
+
     async def work(c: Conn) -> set[uuid.UUID]:
+        nonlocal finalised
+        finalised = ()  # a retried transaction starts over
         row = await c.fetchrow(sql.COMPLETE, now, worker, jobs, datasets, channel)
         assert row is not None
         done = set(row["done"])
@@ -213,13 +236,16 @@ async def complete_many(
                 if ended:
                     finished.add(job.run_id)
         if closed or finished:
-            await settle(c, closed=closed, finished_runs=finished, now=now, channel=channel)
+            finalised = await settle(
+                c, closed=closed, finished_runs=finished, now=now, channel=channel
+            )
         return done
 
     done = await atomically(conn, work)
-    return {
+    outcomes = {
         job.id: Outcome.APPLIED if job.id in done else await refusal(conn, job) for job, _ in items
     }
+    return Completed(outcomes=outcomes, finished_runs=finalised)
 
 
 async def fail(

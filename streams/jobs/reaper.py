@@ -14,7 +14,7 @@ from stages.jobs.retry import decide
 from streams.adapters.postgres import Conn
 from streams.jobs import sql
 from streams.jobs.attempts import end_attempt
-from streams.jobs.model import Outcome
+from streams.jobs.model import FinishedRun, Outcome
 from streams.jobs.txn import atomically
 
 Now = datetime | None
@@ -25,11 +25,15 @@ class Reaped:
     """One job the reaper took back from a silent or overdue worker."""
 
     job_id: uuid.UUID
+    run_id: uuid.UUID
     name: str
+    job_type: str
     worker: str
     previous: JobState
     state: JobState
     code: str
+    finished_runs: tuple[FinishedRun, ...] = ()
+    """Runs that taking this job back finalised."""
 
 
 async def reap(
@@ -102,11 +106,14 @@ async def reap(
                 reaped.append(
                     Reaped(
                         job_id=row["id"],
+                        run_id=row["run_id"],
                         name=row["name"],
+                        job_type=row["job_type"],
                         worker=row["locked_by"],
                         previous=previous,
                         state=target,
                         code=code,
+                        finished_runs=result.finished_runs,
                     )
                 )
         return reaped

@@ -24,6 +24,7 @@ from stages.jobs.job_state import JobState
 from stages.jobs.run_state import TERMINAL_RUN, JobOutcome, RunState, reduce_run
 from streams.adapters.postgres import Conn
 from streams.jobs import sql
+from streams.jobs.model import FinishedRun
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +59,10 @@ async def settle(
     finished_runs: Iterable[uuid.UUID] = (),
     now: Any,
     channel: str,
-) -> None:
-    """Stop runs, cascade to dependents and finalise runs, until nothing is left to do."""
+) -> tuple[FinishedRun, ...]:
+    """Stop runs, cascade to dependents and finalise runs, until nothing is left to do.
+
+    Returns the runs finalised (for the job observer, once the transaction commits)."""
     finished = set(finished_runs)
     pending = list(closed)
     while pending:
@@ -84,7 +87,7 @@ async def settle(
         assert row is not None
         finished.update(row["finished_runs"])
         pending = [Closed.from_json(item, JobState.SKIPPED) for item in row["skipped"]]
-    await finalise_many(conn, finished, now=now)
+    return tuple((await finalise_many(conn, finished, now=now)).values())
 
 
 async def stop_run(
@@ -105,12 +108,13 @@ async def stop_run(
 
 async def finalise(conn: Conn, run_id: uuid.UUID, *, now: Any) -> RunState | None:
     """Derive the run's final state and flags once every job has ended; move the session."""
-    return (await finalise_many(conn, [run_id], now=now)).get(run_id)
+    finished = (await finalise_many(conn, [run_id], now=now)).get(run_id)
+    return RunState(finished.status) if finished is not None else None
 
 
 async def finalise_many(
     conn: Conn, run_ids: Iterable[uuid.UUID], *, now: Any
-) -> dict[uuid.UUID, RunState]:
+) -> dict[uuid.UUID, FinishedRun]:
     """Finalise every run of ``run_ids`` whose jobs have all ended (two statements in all)."""
     ids = sorted(set(run_ids))
     if not ids:
@@ -153,7 +157,11 @@ async def finalise_many(
     if not verdicts:
         return {}
     rows = await conn.fetch(sql.FINALISE_RUNS, now, verdicts)
-    return {row["id"]: RunState(row["status"]) for row in rows}
+    return {
+        row["id"]: FinishedRun(run_id=row["id"], status=row["status"],
+                               upload_to_publish_s=row["upload_to_publish_s"])
+        for row in rows
+    }
 
 
 async def apply_gating(

@@ -456,7 +456,7 @@ run AS (
         completed_at = p.now, updated_at = p.now
     FROM verdict v, p
     WHERE r.id = v.id AND r.jobs_open = 0
-    RETURNING r.id, r.session_id, r.status, r.created_at
+    RETURNING r.id, r.session_id, r.status, r.created_at, r.completed_at, r.idempotency_key
 ),
 -- If one transaction ends several runs of a session, the newest of those is the candidate.
 newest AS (
@@ -480,7 +480,16 @@ unready AS (
       AND s.id NOT IN (SELECT session_id FROM newest)
       AND s.active_run_id IS NULL AND s.status = 'pending'
 )
-SELECT id, status FROM run
+-- Upload-to-publish (spec 000 §14's SLA) for a run that published and was created for an
+-- upload (intake sets the idempotency key; reprocess and retry runs have none): from its
+-- newest file's upload to now.
+SELECT run.id, run.status,
+       CASE WHEN run.idempotency_key IS NOT NULL AND run.status IN ('succeeded', 'partial')
+            THEN extract(epoch FROM run.completed_at - (
+                SELECT max(a.created_at) FROM run_artifacts ra
+                JOIN artifacts a ON a.id = ra.artifact_id WHERE ra.run_id = run.id))::float8
+       END AS upload_to_publish_s
+FROM run
 """
 
 # $1 tenant, $2 session, $3 artifact set hash, $4 idempotency key, $5 requested by,

@@ -26,6 +26,15 @@ One worker process runs up to ``concurrency`` jobs at a time on one event loop:
 
 On ``stop`` the worker claims nothing more, lets running jobs finish, flushes and returns.
 A crashed worker needs nothing: its jobs stop heartbeating and the reaper takes them back.
+
+Observability
+-------------
+Each step above is reported to the process's :class:`~streams.observability.events.JobObserver`
+(claim; then exactly one of complete, retry scheduled, fail, cancelled or heartbeat lost per
+attempt; reap; each heartbeat round; each run the worker's transactions finalised), and each
+attempt logs its start and its end with ``run_id``, ``job_id``, ``job_type``, ``attempt`` and
+``worker_id`` bound (spec 000 §14). An attempt's task runs with those fields bound, so anything
+its executor logs carries them too.
 """
 
 from __future__ import annotations
@@ -38,8 +47,9 @@ import random
 import secrets
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import asyncpg
 
@@ -52,8 +62,13 @@ from streams.config import Settings
 from streams.jobs import queue
 from streams.jobs.executor import Cancelled, Executor, JobContext
 from streams.jobs.failure import error_from_exception
-from streams.jobs.model import ClaimedJob, JobResult, Outcome
+from streams.jobs.model import ClaimedJob, FinishedRun, JobResult, Outcome
 from streams.names import Names
+from streams.objects import ObjectStore
+from streams.observability.events import JobEvent, JobObserver, ProcessHooks
+from streams.observability.liveness import Heartbeat
+from streams.observability.logs import log_context
+from streams.observability.readiness import object_store_check, postgres_check
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +92,20 @@ class _Running:
     timed_out: bool = False  # stopped by the watchdog at the soft timeout
     abandoned: bool = False  # no longer held in the database (reaped): drop it silently
     result: JobResult | None = None
+    started: float = 0.0  # loop time of the claim
+    ran_s: float = 0.0  # the attempt's duration, once its executor has returned
+    reported: bool = False  # its end has been reported to the observer
+
+    def event(self) -> JobEvent:
+        job = self.job
+        return JobEvent(job_id=job.id, run_id=job.run_id, job_type=job.job_type,
+                        attempt=job.attempt, worker_id=job.locked_by)
+
+
+def _attempt_fields(job: ClaimedJob) -> dict[str, object]:
+    """The log context of one job attempt (spec 000 §14)."""
+    return {"run_id": str(job.run_id), "job_id": str(job.id), "job_type": job.job_type,
+            "attempt": job.attempt, "worker_id": job.locked_by}
 
 
 async def run_worker(
@@ -88,8 +117,12 @@ async def run_worker(
     stop: asyncio.Event,
     worker_id: str | None = None,
     rand: Callable[[], float] = random.random,
+    hooks: ProcessHooks | None = None,
 ) -> None:
-    """Run jobs of ``pool`` (``None``: every pool) whose type has an executor, until ``stop``."""
+    """Run jobs of ``pool`` (``None``: every pool) whose type has an executor, until ``stop``.
+
+    ``hooks``: the process's observability (readiness checks, the claim loop's heartbeat, the
+    job observer, the queue-depth sampler)."""
     worker = _Worker(
         settings,
         executors=executors,
@@ -98,6 +131,7 @@ async def run_worker(
         stop=stop,
         worker_id=worker_id or default_worker_id(),
         rand=rand,
+        hooks=hooks,
     )
     await worker.run()
 
@@ -113,6 +147,7 @@ class _Worker:
         stop: asyncio.Event,
         worker_id: str,
         rand: Callable[[], float],
+        hooks: ProcessHooks | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -132,12 +167,22 @@ class _Worker:
         self.min_batch = max(1, concurrency // 4)
         self.done: asyncio.Queue[_Running | None] = asyncio.Queue()
         self.db: asyncpg.Pool
+        self.hooks = hooks
+        self.observer: JobObserver | None = hooks.jobs if hooks is not None else None
+        self.beat: Heartbeat | None = None
 
     async def run(self) -> None:
         dsn = self.settings.postgres()
         self.db = await postgres.create_pool(dsn, postgres.WORKER_POOL)
         listener = await postgres.connect(dsn)
         await listener.add_listener(self.channel, self._on_notify)
+        if self.hooks is not None:
+            store = ObjectStore(self.settings.objects())
+            self.hooks.ready("worker", postgres_check(self.db), object_store_check(store))
+            # Every worker samples the queue depth (leader-free): two statements on partial
+            # indexes every sample_interval_s; dashboards take max() over workers.
+            self.hooks.sample_job_queue(self.db)
+            self.beat = self.hooks.heartbeat("worker-claim")
         helpers = [
             asyncio.create_task(self._flush_loop(), name="flush"),
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
@@ -165,6 +210,8 @@ class _Worker:
     # -- claiming ------------------------------------------------------------------------
     async def _claim_loop(self) -> None:
         while not self.stop.is_set():
+            if self.beat is not None:
+                self.beat.tick()
             self.wake.clear()
             # A slot frees when its executor returns, before its completion commits, so claims
             # overlap flushes; results waiting to be recorded are capped at one more round.
@@ -196,10 +243,17 @@ class _Worker:
             )
         now = asyncio.get_running_loop().time()
         for ctx in contexts:
-            entry = _Running(job=ctx.job, ctx=ctx, deadline=now + ctx.job.soft_timeout_s)
+            entry = _Running(job=ctx.job, ctx=ctx, deadline=now + ctx.job.soft_timeout_s,
+                             started=now)
             self.running[ctx.job.id] = entry
             self.executing += 1
-            entry.task = asyncio.create_task(self._execute(entry), name=f"job-{ctx.job.name}")
+            with log_context(**_attempt_fields(ctx.job)):
+                # The task copies this context: whatever the attempt logs carries the fields.
+                log.info("job attempt started", extra={"job_name": ctx.job.name})
+                if self.observer is not None:
+                    self.observer.on_claim(entry.event())
+                entry.task = asyncio.create_task(self._execute(entry),
+                                                 name=f"job-{ctx.job.name}")
         self.backlog = len(contexts) == limit
         if self.backlog:
             self.wake.set()  # the queue may hold more: look again as soon as slots free
@@ -217,10 +271,13 @@ class _Worker:
         job, ctx = entry.job, entry.ctx
         handed_over = False
         try:
-            result = await self.executors[job.job_type](ctx)
+            try:
+                result = await self.executors[job.job_type](ctx)
+            finally:
+                entry.ran_s = asyncio.get_running_loop().time() - entry.started
         except Cancelled:
             entry.finishing = True
-            await self._guarded(self._acknowledge(job))
+            await self._guarded(self._acknowledge(entry))
         except asyncio.CancelledError:
             if not entry.timed_out:
                 if entry.abandoned:
@@ -237,10 +294,10 @@ class _Worker:
                 retriable=True,
                 source=ErrorSource.WORKER,
             )
-            await self._guarded(self._fail(job, error, timed_out=True))
+            await self._guarded(self._fail(entry, error, timed_out=True))
         except Exception as exc:
             entry.finishing = True
-            await self._guarded(self._fail(job, error_from_exception(exc)))
+            await self._guarded(self._fail(entry, error_from_exception(exc)))
         else:
             entry.finishing = True
             entry.result = result
@@ -259,12 +316,52 @@ class _Worker:
 
     def _let_go(self, entry: _Running) -> None:
         self._release(entry)
-        self.running.pop(entry.job.id, None)
+        if self.running.pop(entry.job.id, None) is not None and not entry.reported:
+            # No outcome was recorded by this worker: the job was taken from it (reaped), or
+            # the database could not be reached to record one (the reaper will take it back).
+            self._ended(entry, "lost", error_code=codes.WORKER_LOST)
         self.wake.set()
 
+    def _ended(self, entry: _Running, outcome: str, *, error_code: str = "",
+               delay_s: float = 0.0) -> None:
+        """Report and log the end of ``entry``'s attempt (once)."""
+        if entry.reported:
+            return
+        entry.reported = True
+        duration = entry.ran_s or asyncio.get_running_loop().time() - entry.started
+        with log_context(**_attempt_fields(entry.job)):
+            log.log(logging.WARNING if outcome in ("failed", "lost") else logging.INFO,
+                    "job attempt finished: %s", outcome,
+                    extra={"outcome": outcome, "error_code": error_code,
+                           "duration_s": round(duration, 6)})
+        observer = self.observer
+        if observer is None:
+            return
+        event = entry.event()
+        if outcome == "succeeded":
+            observer.on_complete(event, duration_s=duration)
+        elif outcome == "retry_scheduled":
+            observer.on_retry_scheduled(event, duration_s=duration, error_code=error_code,
+                                        delay_s=delay_s)
+        elif outcome == "failed":
+            observer.on_fail(event, duration_s=duration, error_code=error_code)
+        elif outcome == "cancelled":
+            observer.on_cancelled(event, duration_s=duration)
+        else:
+            observer.on_heartbeat_lost(event)
+
+    def _runs_finished(self, runs: Sequence[FinishedRun]) -> None:
+        for run in runs:
+            log.info("run %s finished: %s", run.run_id, run.status,
+                     extra={"run_status": run.status})
+            if self.observer is not None:
+                self.observer.on_run_finished(status=run.status,
+                                              upload_to_publish_s=run.upload_to_publish_s)
+
     async def _fail(
-        self, job: ClaimedJob, error: AttemptFailure, *, timed_out: bool = False
+        self, entry: _Running, error: AttemptFailure, *, timed_out: bool = False
     ) -> None:
+        job = entry.job
         async with self.db.acquire() as conn:
             result = await queue.fail(
                 conn,
@@ -276,19 +373,26 @@ class _Worker:
                 channel=self.channel,
             )
             if result.outcome is Outcome.CANCEL_REQUESTED:
-                await queue.acknowledge_cancel(conn, job, channel=self.channel)
-        log.info(
-            "job %s (%s) attempt %d failed: %s -> %s",
-            job.name,
-            job.id,
-            job.attempt,
-            error.code,
-            result.state or result.outcome,
-        )
+                result = await queue.acknowledge_cancel(conn, job, channel=self.channel)
+        self._runs_finished(result.finished_runs)
+        if result.outcome is not Outcome.APPLIED:
+            return  # lost: reported when the worker lets go of it
+        if result.state is JobState.RETRY_WAIT:
+            delay = 0.0
+            if result.next_run_at is not None:
+                delay = max(0.0, (result.next_run_at - datetime.now(UTC)).total_seconds())
+            self._ended(entry, "retry_scheduled", error_code=error.code, delay_s=delay)
+        elif result.state is JobState.CANCELLED:
+            self._ended(entry, "cancelled")
+        else:
+            self._ended(entry, "failed", error_code=error.code)
 
-    async def _acknowledge(self, job: ClaimedJob) -> None:
+    async def _acknowledge(self, entry: _Running) -> None:
         async with self.db.acquire() as conn:
-            await queue.acknowledge_cancel(conn, job, channel=self.channel)
+            result = await queue.acknowledge_cancel(conn, entry.job, channel=self.channel)
+        self._runs_finished(result.finished_runs)
+        if result.outcome is Outcome.APPLIED:
+            self._ended(entry, "cancelled")
 
     async def _guarded(self, work: Awaitable[None]) -> None:
         """Record an outcome; if the database is unreachable the reaper will settle it."""
@@ -319,7 +423,7 @@ class _Worker:
     async def _flush(self, batch: list[_Running]) -> None:
         try:
             async with self.db.acquire() as conn:
-                outcomes = await queue.complete_many(
+                completed = await queue.complete_batch(
                     conn,
                     [(e.job, e.result or JobResult()) for e in batch],
                     channel=self.channel,
@@ -332,12 +436,16 @@ class _Worker:
             # Recording failed: a refused result (e.g. a dataset name clash) fails the job; if
             # the database is unreachable the failure cannot be recorded either, and the
             # reaper takes the job back once its heartbeats stop.
-            await self._guarded(self._fail(batch[0].job, error_from_exception(exc)))
+            await self._guarded(self._fail(batch[0], error_from_exception(exc)))
             self._let_go(batch[0])
             return
+        self._runs_finished(completed.finished_runs)
         for entry in batch:
-            if outcomes[entry.job.id] is Outcome.CANCEL_REQUESTED:
-                await self._guarded(self._acknowledge(entry.job))
+            outcome = completed.outcomes[entry.job.id]
+            if outcome is Outcome.APPLIED:
+                self._ended(entry, "succeeded")
+            elif outcome is Outcome.CANCEL_REQUESTED:
+                await self._guarded(self._acknowledge(entry))
             self._let_go(entry)
 
     async def _watchdog_loop(self) -> None:
@@ -368,6 +476,8 @@ class _Worker:
             except (OSError, asyncpg.PostgresError) as exc:
                 log.warning("worker %s: heartbeat failed: %s", self.id, exc)
                 continue
+            if self.observer is not None:
+                self.observer.on_heartbeat(worker_id=self.id, running=len(entries))
             for entry in entries:
                 state = held.get(entry.job.id)
                 if state is JobState.CANCEL_REQUESTED:
@@ -383,6 +493,19 @@ class _Worker:
                     entry.ctx.request_cancel()
                     entry.task.cancel()
 
+    def _reaped(self, reaped_jobs: Sequence[queue.Reaped]) -> None:
+        by_type: dict[str, int] = {}
+        for reaped in reaped_jobs:
+            with log_context(run_id=str(reaped.run_id), job_id=str(reaped.job_id),
+                             job_type=reaped.job_type):
+                log.warning("reaped job %s from %s: %s -> %s", reaped.name, reaped.worker,
+                            reaped.code, reaped.state)
+            by_type[reaped.job_type] = by_type.get(reaped.job_type, 0) + 1
+            self._runs_finished(reaped.finished_runs)
+        if self.observer is not None:
+            for job_type, count in by_type.items():
+                self.observer.on_reap(job_type=job_type, count=count)
+
     async def _maintain_loop(self) -> None:
         reap_every = max(0.1, min(self.cfg.stale_after_s / 2, 60.0))
         loop = asyncio.get_running_loop()
@@ -393,21 +516,14 @@ class _Worker:
                     await queue.promote(conn, channel=self.channel)
                     if loop.time() >= next_reap:
                         next_reap = loop.time() + reap_every
-                        for reaped in await queue.reap(
+                        reaped_jobs = await queue.reap(
                             conn,
                             stale_after_s=self.cfg.stale_after_s,
                             schedule=self.settings.retry.job_backoff_s,
                             rand=self._u,
                             channel=self.channel,
-                        ):
-                            log.warning(
-                                "reaped job %s (%s) from %s: %s -> %s",
-                                reaped.name,
-                                reaped.job_id,
-                                reaped.worker,
-                                reaped.code,
-                                reaped.state,
-                            )
+                        )
+                        self._reaped(reaped_jobs)
             except (OSError, asyncpg.PostgresError) as exc:
                 log.warning("worker %s: maintenance failed: %s", self.id, exc)
             await asyncio.sleep(min(self.cfg.poll_interval_s, reap_every))

@@ -14,7 +14,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # annotations only: importing them at run time would bring nats and asyncpg
+    from streams.observability.liveness import Heartbeat
+    from streams.observability.readiness import Check
 
 NO_ERROR = ""
 """The ``error_code`` of an outcome that is not a failure."""
@@ -106,4 +110,44 @@ class IntakeObserver(Protocol):
     """Told about each session notice the intake consumer handles."""
 
     def on_notice(self, *, outcome: str) -> None:
-        """One notice handled: ``planned``, ``duplicate``, ``rejected``, ``retried``…"""
+        """One notice handled: ``planned`` (a new run), ``duplicate`` (its run existed),
+        ``rejected`` (dead-lettered) or ``deferred`` (nak'ed for a later redelivery)."""
+
+
+class ProcessHooks(Protocol):
+    """What a long-running component (ingest, intake, worker, API) reports to its process.
+
+    A component receives one of these from the command that runs it (``None``: nothing is
+    watching, as in most tests) and, once its connections are open, registers its readiness
+    checks and its main loop's heartbeat; then it reports events to the observers. The
+    Prometheus side is :class:`streams.observability.process.ProcessObservability`; the
+    component never sees a metric.
+    """
+
+    @property
+    def batches(self) -> BatchObserver:
+        """Told about every ingest batch."""
+
+    @property
+    def jobs(self) -> JobObserver:
+        """Told about each step of every job attempt."""
+
+    @property
+    def intake(self) -> IntakeObserver:
+        """Told about each session notice."""
+
+    def ready(self, component: str, *checks: Check) -> None:
+        """``component`` is connected: from now on ``/readyz`` runs ``checks`` for it."""
+
+    def heartbeat(self, name: str) -> Heartbeat:
+        """A heartbeat that ``/livez`` watches; the component ticks it once per turn."""
+
+    def sample_consumer(self, nc: Any, *, stream: str, durable: str) -> None:
+        """Sample a JetStream consumer's pending counts every ``sample_interval_s`` (``nc``:
+        the component's NATS client)."""
+
+    def sample_job_queue(self, pool: Any) -> None:
+        """Sample the job queue depth and worker heartbeat ages every ``sample_interval_s``."""
+
+    def http_middleware(self) -> Any:
+        """The aiohttp middleware that counts and times API requests."""

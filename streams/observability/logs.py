@@ -56,6 +56,10 @@ def configure_logging(settings: Settings, *, stream: IO[str] | None = None) -> N
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    # A stdlib call's ``extra={...}`` becomes key-value pairs of the line, as structlog's own
+    # keyword arguments do (Tideway's modules log through the stdlib, so a library that never
+    # configured logging still gets ordinary records).
+    foreign: list[Processor] = [*shared, structlog.stdlib.ExtraAdder()]
     final: list[Processor]
     if settings.log_format == "json":
         final = [
@@ -67,7 +71,7 @@ def configure_logging(settings: Settings, *, stream: IO[str] | None = None) -> N
         # ConsoleRenderer formats exc_info itself (and warns if format_exc_info ran first).
         final = [structlog.dev.ConsoleRenderer(colors=False)]
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
+        foreign_pre_chain=foreign,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
     )
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import threading
@@ -72,6 +73,16 @@ class ProbeServer:
         self._thread: threading.Thread | None = None
         self._stop = asyncio.Event()
         self._refresher: asyncio.Task[None] | None = None
+
+    def add_checks(self, *checks: Check) -> None:
+        """Add readiness checks (a component that has just opened its connections)."""
+        self.checks = (*self.checks, *checks)
+
+    def add_heartbeat(self, heartbeat: Heartbeat) -> None:
+        """Watch one more main loop for ``/livez``."""
+        self.liveness = dataclasses.replace(
+            self.liveness, heartbeats=(*self.liveness.heartbeats, heartbeat)
+        )
 
     @property
     def address(self) -> str:

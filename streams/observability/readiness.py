@@ -85,6 +85,17 @@ def nats_check(nc: NATS, *, stream: str, durable: str, name: str = "nats") -> Ch
     return Check(name=name, probe=probe)
 
 
+def nats_connected_check(nc: NATS, *, name: str = "nats") -> Check:
+    """NATS connected, and the server answers a round trip (a process with no consumer)."""
+
+    async def probe() -> None:
+        if not nc.is_connected:
+            raise ConnectionError("not connected to NATS")
+        await nc.flush(timeout=2)
+
+    return Check(name=name, probe=probe)
+
+
 class _Queries(Protocol):
     def query_rows(self, sql: str) -> Awaitable[Any]: ...
 

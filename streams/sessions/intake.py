@@ -9,7 +9,7 @@ notice and, in ONE Postgres transaction, records:
 1. the tenant and device (created on first use, see ``tenancy``);
 2. one ``artifacts`` row per file, idempotent on ``(tenant, sha256)``;
 3. the ``sessions`` row and the processing run with its artifact-set hash, pinned versions,
-   config and the planned jobs (``streams.sessions.runs.create_run``). The run's
+   config and the planned jobs (``streams.sessions.run_creation.create_run``). The run's
    idempotency key is the artifact-set hash, so the same upload twice is one run.
 
 Only then is the notice acked; a crash before the commit redelivers it and the second attempt
@@ -67,8 +67,10 @@ from streams.config import Settings
 from streams.errors import PermanentError, TidewayError, TransientError, UsageError
 from streams.names import Names
 from streams.objects import ObjectStore, artifact_key
+from streams.observability.events import IntakeObserver, ProcessHooks
+from streams.observability.readiness import nats_check, object_store_check, postgres_check
 from streams.sessions.notice import NoticeArtifact, SessionNotice
-from streams.sessions.runs import IntakeResult, RunRequest, create_run
+from streams.sessions.run_creation import IntakeResult, RunRequest, create_run
 from streams.sessions.upload import receipt_for, store_file
 
 __all__ = ["IntakeResult", "accept_notice", "provision_sessions", "run_intake"]
@@ -155,20 +157,39 @@ class _Intake:
     js: JetStreamContext
     rand: random.Random = field(default_factory=random.Random)
     """The draws of the nak delays' jitter (pass a seeded one to pin them)."""
+    observer: IntakeObserver | None = None
 
 
-async def run_intake(settings: Settings, *, stop: asyncio.Event) -> None:
-    """Consume session notices until ``stop`` is set."""
+async def run_intake(
+    settings: Settings, *, stop: asyncio.Event, hooks: ProcessHooks | None = None
+) -> None:
+    """Consume session notices until ``stop`` is set.
+
+    ``hooks``: the process's observability (readiness checks, the fetch loop's heartbeat,
+    notices counted by outcome)."""
     names = Names(namespace=settings.namespace)
     pool = await postgres.create_pool(settings.postgres(), postgres.INTAKE_POOL)
     nc = await connect_nats(settings.nats(), name="tideway-intake")
     try:
         js = nc.jetstream()
         sub = await js.pull_subscribe_bind(names.intake_durable, stream=names.sessions_stream)
+        store = ObjectStore(settings.objects())
+        beat = None
+        if hooks is not None:
+            hooks.ready(
+                "intake",
+                nats_check(nc, stream=names.sessions_stream, durable=names.intake_durable),
+                postgres_check(pool),
+                object_store_check(store),
+            )
+            beat = hooks.heartbeat("intake-fetch")
         ctx = _Intake(
-            settings=settings, names=names, pool=pool, store=ObjectStore(settings.objects()), js=js
+            settings=settings, names=names, pool=pool, store=store, js=js,
+            observer=hooks.intake if hooks is not None else None,
         )
         while not stop.is_set():
+            if beat is not None:
+                beat.tick()
             try:
                 msgs = await sub.fetch(_FETCH, timeout=0.5)
             except (nats.errors.TimeoutError, TimeoutError):
@@ -205,6 +226,17 @@ async def _handle(ctx: _Intake, msg: Msg) -> None:
     elif decision.action is Action.NAK:
         log.warning("intake deferred (%s, delivery %d): %s", code, delivered, message)
     await _settle(msg, decision)
+    if ctx.observer is not None:
+        ctx.observer.on_notice(outcome=_outcome_label(decision, outcome))
+
+
+def _outcome_label(decision: AckDecision, outcome: _Outcome) -> str:
+    """The ``outcome`` label of a handled notice (a small fixed set)."""
+    if decision.action is Action.ACK:
+        return "planned" if outcome.created else "duplicate"
+    if decision.action is Action.DEAD_LETTER:
+        return "rejected"
+    return "deferred"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -214,6 +246,8 @@ class _Outcome:
     disposition: Disposition
     code: str = ""
     message: str = ""
+    created: bool = False
+    """Accepted: whether the notice made a new run (not one that existed already)."""
 
 
 # asyncpg's ways of saying "not now" rather than "not this notice": the server cannot be
@@ -268,7 +302,7 @@ async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
         result.run_id,
         "new" if result.created else "duplicate",
     )
-    return _Outcome(disposition=Disposition.RECORDED)
+    return _Outcome(disposition=Disposition.RECORDED, created=result.created)
 
 
 async def _settle(msg: Msg, decision: AckDecision) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -42,9 +42,7 @@ from streams.jobs.executor import Executor, JobContext
 from streams.jobs.model import JobResult
 from streams.objects import ObjectStore
 from streams.sessions.datasets import DatasetFile, idempotency_key, read_table
-
-if TYPE_CHECKING:
-    from streams.sessions.executors import SessionExecutors
+from streams.sessions.executor_resources import ExecutorResources
 
 __all__ = [
     "RECORD_TABLE",
@@ -291,7 +289,7 @@ async def _record(
     )
 
 
-def materialise_executor(executors: SessionExecutors) -> Executor:
+def materialise_executor(executors: ExecutorResources) -> Executor:
     """The ``materialise_clickhouse`` executor: every upstream dataset of the run, loaded."""
     settings = executors.settings
 

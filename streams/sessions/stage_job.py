@@ -33,8 +33,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from stages.batch.contract import ArtifactBlob, StageInput, StageOutput
 from stages.errors import StageError
-from stages.session.contract import ArtifactBlob, StageInput, StageOutput
 from streams.errors import TidewayError, TransientError
 from streams.objects import ObjectStore
 from streams.sessions.datasets import JobOutputs, load_outputs, read_table, write_outputs

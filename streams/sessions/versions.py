@@ -22,16 +22,16 @@ __all__ = ["current_versions"]
 
 _ROOT = Path(__file__).resolve().parents[2]
 _PARSER = (
-    "stages/session/formats",
-    "stages/session/artifact_validate.py",
-    "stages/session/artifact_classify.py",
-    "stages/session/parse_raw.py",
-    "stages/session/normalise_units.py",
-    "stages/session/time_align.py",
-    "stages/session/canonical.py",
+    "stages/batch/formats",
+    "stages/batch/artifact_validate.py",
+    "stages/batch/artifact_classify.py",
+    "stages/batch/parse_raw.py",
+    "stages/batch/normalise_units.py",
+    "stages/batch/time_align.py",
+    "stages/batch/canonical.py",
 )
-_PIPELINE = ("stages/session", "stages/jobs")
-_FUSION = ("stages/session/fuse_gnss_imu.py", "stages/session/fuse_quality_summary.py")
+_PIPELINE = ("stages/batch", "stages/jobs")
+_FUSION = ("stages/batch/fuse_gnss_imu.py", "stages/batch/fuse_quality_summary.py")
 
 
 def _package_version() -> str:

@@ -2,7 +2,8 @@
 
 The README says a second terminal finds the running system through ``.tideway/services.json``;
 that includes the embedded nats-server's MQTT listener (on a port chosen at random) and the
-HTTP API, not only the four service URLs. The file goes away when ``up`` stops.
+HTTP API and the probes listener (``metrics``), not only the four service URLs. The file goes
+away when ``up`` stops.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -27,13 +30,13 @@ mqtt = pytest.importorskip("paho.mqtt.client")
 TIDEWAY = [sys.executable, "-m", "streams.cli.main"]
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[str], within: float = 180) -> dict[str, str]:
+def _wait_for(path: Path, proc: subprocess.Popen[str], within: float = 180) -> dict[str, Any]:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         if path.exists():
             try:
-                found: dict[str, str] = json.loads(path.read_text())
+                found: dict[str, Any] = json.loads(path.read_text())
                 return found
             except ValueError:
                 pass  # caught mid-write
@@ -51,6 +54,20 @@ def _healthz(api_url: str, within: float = 120) -> int:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def _ready(address: str, within: float = 60) -> int:
+    """``/readyz`` until it answers 200 (every component connected), or its last status."""
+    deadline = time.monotonic() + within
+    status = 0
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{address}/readyz", timeout=10) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as error:
+            status = error.code
+        time.sleep(0.5)
+    return status
 
 
 def _mqtt_connack(url: str) -> bool:
@@ -83,6 +100,14 @@ def test_up_lists_every_address_it_starts_or_serves(tmp_path: Path) -> None:
         # The addresses are real: the MQTT listener accepts a device, the API answers.
         assert _mqtt_connack(found["mqtt_url"])
         assert _healthz(found["api_url"]) == 200
+        # One probes listener serves every component of the one process.
+        metrics: dict[str, str] = found["metrics"]
+        assert set(metrics) == {"ingest", "intake", "worker", "api"}
+        assert len(set(metrics.values())) == 1
+        with urllib.request.urlopen(f"{metrics['ingest']}/metrics", timeout=10) as answer:
+            assert answer.status == 200
+            assert b"tideway_ingest_batches_total" in answer.read()
+        assert _ready(metrics["worker"]) == 200
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=90)

@@ -12,8 +12,8 @@ import pytest
 from streams.adapters import postgres
 from streams.config import Settings
 from streams.jobs.worker import run_worker
-from streams.sessions.executors import SessionExecutors
 from streams.sessions.intake import provision_sessions, run_intake
+from streams.sessions.stage_executors import SessionExecutors
 from tests.shared_data import data_file
 
 NMEA_LOG = "ublox-zed-f9p-nmea.log"

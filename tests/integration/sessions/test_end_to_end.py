@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from stages.session import formats
-from stages.session.synth import synthesize
+from stages.batch import formats
+from stages.batch.synth import synthesize
 from streams.clickhouse import ClickHouse
 from streams.config import Settings
 from streams.objects import ObjectStore
 from streams.sessions.datasets import read_table
-from streams.sessions.executors import SessionExecutors
 from streams.sessions.progress import RunProgress, wait_for_run
+from streams.sessions.stage_executors import SessionExecutors
 from streams.sessions.upload import upload_files
 from tests.integration.sessions.conftest import running_system
 

@@ -1,0 +1,51 @@
+"""Job ``artifact_classify``: which format, variant and streams each artifact holds.
+
+Content decides (see :mod:`stages.batch.formats.sniff`); gzip is looked through. The
+summary describes the first (primary) artifact at the top level and every artifact under
+``artifacts``:
+
+``format`` (``nmea`` | ``gpx`` | ``csv`` | ``jsonl``), ``compressed`` (bool), ``variant``
+(NMEA ``0183``; GPX version; CSV layout ``canonical`` | ``racelog``), ``streams_expected``
+(which of ``gnss``/``imu``/``aux`` the content announces), ``imu_frame`` (``FLU``/``FRD`` or
+None) and ``hints`` (format specific: NMEA talkers and sentence types, GPX TrackPointExtension,
+CSV aux columns, JSONL topics). Unrecognised content raises ``UNSUPPORTED_FORMAT``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas import error_codes as codes
+from stages.batch.artifact_validate import Limits, plain_bytes
+from stages.batch.contract import SessionStageError, StageInput, StageOutput
+from stages.batch.formats.sniff import sniff
+
+
+def classify(name: str, plain: bytes, compressed: bool) -> dict[str, Any]:
+    """Classify one artifact's decompressed bytes."""
+    found = sniff(plain)
+    if found is None:
+        raise SessionStageError(
+            f"{name}: unsupported or unrecognised content", code=codes.UNSUPPORTED_FORMAT
+        )
+    return {
+        "name": name,
+        "format": found.format,
+        "compressed": compressed,
+        "variant": found.variant,
+        "streams_expected": list(found.streams),
+        "imu_frame": found.imu_frame,
+        "hints": found.hints,
+    }
+
+
+def run(inp: StageInput) -> StageOutput:
+    """Classify every artifact of the run."""
+    if not inp.artifacts:
+        raise SessionStageError("the run has no artifact", code=codes.NO_ARTIFACT)
+    limits = Limits.from_config(inp.config)
+    entries = []
+    for blob in inp.artifacts:
+        plain, compressed = plain_bytes(blob, limits)
+        entries.append(classify(blob.name, plain, compressed))
+    return StageOutput(summary={**entries[0], "artifacts": entries})

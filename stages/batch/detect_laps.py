@@ -1,0 +1,350 @@
+"""Job ``detect_laps``: start/finish crossings, lap boundaries and pit laps.
+
+Theory of operation
+-------------------
+Positions come from ``fused`` when fusion ran, else from ``gnss`` fixes, projected into a local
+east/north plane.
+
+1. **The line.** ``config["start_finish"] = {"lat1", "lon1", "lat2", "lon2"}`` is a segment
+   across the track (make it span the pit lane too, as a timing line does). Without one, the
+   line is found where the track *closes on itself*: walking forward from the first moving
+   sample in 25 m steps, the first anchor the vehicle later passes again (within
+   ``close_radius_m``, heading within 45°, after at least ``min_loop_m``) closes a first loop;
+   the line goes through that loop's fastest point that recurs too (a crossing at speed is
+   timed best), perpendicular to the heading, ``auto_half_width_m`` each side. No such
+   anchor: the track never closes, and the stage reports no laps with reason
+   ``TRACK_NOT_CLOSED`` - it never invents laps.
+2. **Crossings.** A crossing is a sign change of the signed distance to the line between two
+   samples, inside the segment, in the dominant direction. Its time is the root of a quadratic
+   least-squares fit of signed distance against time over ``fit_window_s`` either side (sub-
+   sample precise and averaging GNSS noise; plain linear interpolation as a fallback).
+   Crossings closer than ``min_lap_s`` to the previously accepted one are debounced.
+3. **Laps** run between consecutive accepted crossings.
+4. **Pit laps.** Each lap's path is compared with up to five other laps (those closest to the
+   median lap time); a stretch of at least ``pit_min_s`` whose (lower) median distance to them
+   exceeds ``pit_deviation_m`` is off the racing line (``pit``). Such a stretch in the lap's
+   last quarter, or a line crossing more than ``pit_deviation_m`` along the line from the
+   usual one (a pit lane crossing the timing line), makes it ``pit_in``; in its first quarter,
+   or starting at such a crossing, ``pit_out``. Time spent below
+   ``stop_speed_mps`` for at least ``stop_min_s`` is ``stopped_s``. A lap is ``valid`` when it
+   has neither; only valid laps compete for best lap.
+
+Produces dataset ``laps`` (see :func:`laps_table`) and a summary with ``lap_count``, ``reason``
+(``None`` or ``NO_POSITION_DATA`` / ``TRACK_NOT_CLOSED`` / ``NO_LINE_CROSSINGS``), ``line``,
+``source``, ``crossings``, ``debounced``, ``pit_laps``, ``laps_available``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+from scipy.ndimage import median_filter
+from scipy.spatial import cKDTree
+
+from schemas import error_codes as codes
+from stages.batch.contract import SessionStageError, StageInput, StageOutput
+from stages.batch.geo import FloatArray, LocalFrame, Motion, micros_to_ts, path_distance
+
+LAPS = "laps"
+NO_POSITION_DATA = "NO_POSITION_DATA"
+TRACK_NOT_CLOSED = "TRACK_NOT_CLOSED"
+NO_LINE_CROSSINGS = "NO_LINE_CROSSINGS"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LapParams:
+    """Tuning, read from ``config["laps"]``."""
+
+    min_lap_s: float = 10.0
+    fit_window_s: float = 0.5
+    auto_half_width_m: float = 20.0
+    close_radius_m: float = 12.0
+    min_loop_m: float = 300.0
+    pit_deviation_m: float = 6.0
+    pit_min_s: float = 2.0
+    stop_speed_mps: float = 1.0
+    stop_min_s: float = 3.0
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> LapParams:
+        """Read ``config["laps"]`` (unknown keys are ignored)."""
+        sub = config.get("laps") or {}
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: float(v) for k, v in dict(sub).items() if k in names})
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Line:
+    e1: float
+    n1: float
+    e2: float
+    n2: float
+    source: str
+
+    def signed_distance(self, e: FloatArray, n: FloatArray) -> FloatArray:
+        de, dn = self.e2 - self.e1, self.n2 - self.n1
+        return np.asarray((de * (n - self.n1) - dn * (e - self.e1)) / np.hypot(de, dn))
+
+    def along(self, e: FloatArray, n: FloatArray) -> FloatArray:
+        de, dn = self.e2 - self.e1, self.n2 - self.n1
+        return np.asarray(((e - self.e1) * de + (n - self.n1) * dn) / (de * de + dn * dn))
+
+
+def run(inp: StageInput) -> StageOutput:
+    """Detect laps (see the module docstring)."""
+    params = LapParams.from_config(inp.config)
+    motion = Motion.from_datasets(inp.datasets)
+    if motion is None:
+        return _no_laps(NO_POSITION_DATA, None, None)
+    frame = LocalFrame.around(motion.lat, motion.lon)
+    e, n = frame.to_en(motion.lat, motion.lon)
+    line = _configured_line(inp.config.get("start_finish"), frame)
+    if line is None:
+        line = _auto_line(motion, e, n, params)
+        if line is None:
+            return _no_laps(TRACK_NOT_CLOSED, None, motion.source)
+    line_json = _line_json(line, frame)
+    times, offsets, debounced = _crossings(motion.t, e, n, line, params)
+    if times.size < 2:
+        return _no_laps(NO_LINE_CROSSINGS, line_json, motion.source, crossings=int(times.size))
+    laps = _laps(motion, e, n, times, offsets, params)
+    table = laps_table(motion.ts_us[0], laps)
+    pit = [int(x["lap"]) for x in laps if x["pit_in"] or x["pit_out"]]
+    return StageOutput(datasets={LAPS: table}, summary={
+        "lap_count": len(laps), "reason": None, "laps_available": True, "line": line_json,
+        "source": motion.source, "crossings": int(times.size), "debounced": debounced,
+        "pit_laps": pit,
+    })
+
+
+def _no_laps(reason: str, line: dict[str, Any] | None, source: str | None,
+             **extra: Any) -> StageOutput:
+    return StageOutput(datasets={LAPS: laps_table(0, [])}, summary={
+        "lap_count": 0, "reason": reason, "laps_available": False, "line": line,
+        "source": source, "pit_laps": [], **extra})
+
+
+def _configured_line(cfg: Any, frame: LocalFrame) -> _Line | None:
+    if cfg is None:
+        return None
+    try:
+        vals = [float(cfg[k]) for k in ("lat1", "lon1", "lat2", "lon2")]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SessionStageError(f"start_finish needs lat1/lon1/lat2/lon2: {exc}",
+                                code=codes.INVALID_START_FINISH) from exc
+    if not all(np.isfinite(vals)) or abs(vals[0]) > 90 or abs(vals[2]) > 90:
+        raise SessionStageError("start_finish coordinates out of range",
+                                code=codes.INVALID_START_FINISH)
+    e, n = frame.to_en(np.array([vals[0], vals[2]]), np.array([vals[1], vals[3]]))
+    if np.hypot(e[1] - e[0], n[1] - n[0]) < 1.0:
+        raise SessionStageError("start_finish segment shorter than 1 m",
+                                code=codes.INVALID_START_FINISH)
+    return _Line(e1=float(e[0]), n1=float(n[0]), e2=float(e[1]), n2=float(n[1]), source="config")
+
+
+def _line_json(line: _Line, frame: LocalFrame) -> dict[str, Any]:
+    lat, lon = frame.to_latlon(np.array([line.e1, line.e2]), np.array([line.n1, line.n2]))
+    return {"lat1": float(lat[0]), "lon1": float(lon[0]), "lat2": float(lat[1]),
+            "lon2": float(lon[1]), "source": line.source}
+
+
+def _auto_line(m: Motion, e: FloatArray, n: FloatArray, p: LapParams) -> _Line | None:
+    """A line where the path first comes back on itself (None when it never does)."""
+    d = path_distance(e, n)
+    moving = np.flatnonzero(np.nan_to_num(m.speed) >= 5.0)
+    if moving.size == 0 or d[-1] < p.min_loop_m:
+        return None
+    heading = _heading_at(m.t, e, n)
+    step = np.searchsorted(d, np.arange(0.0, d[-1], 1.0))  # ~1 m spacing for the search
+    d0 = d[moving[0]]
+    for anchor_d in np.arange(d0, min(d0 + 2000.0, d[-1] - p.min_loop_m), 25.0):
+        a = int(np.searchsorted(d, anchor_d))
+        back = _returns(a, step, d, e, n, heading, p)
+        if back is not None:
+            return _line_at(_fastest(a, back, m.speed, d, e, n, heading, step, p), e, n,
+                            heading, p)
+    return None
+
+
+def _returns(a: int, cand: npt.NDArray[np.intp], d: FloatArray, e: FloatArray, n: FloatArray,
+             heading: FloatArray, p: LapParams) -> int | None:
+    """Index of the first later pass near sample ``a`` in the same direction, if any."""
+    far = cand[d[cand] >= d[a] + p.min_loop_m]
+    near = np.hypot(e[far] - e[a], n[far] - n[a]) <= p.close_radius_m
+    same = np.abs(np.angle(np.exp(1j * (heading[far] - heading[a])))) < np.pi / 4
+    hit = far[near & same]
+    return int(hit[0]) if hit.size else None
+
+
+def _fastest(a: int, back: int, speed: FloatArray, d: FloatArray, e: FloatArray,
+             n: FloatArray, heading: FloatArray, cand: npt.NDArray[np.intp],
+             p: LapParams) -> int:
+    """The fastest sample of the first loop that recurs too: crossings at speed time best."""
+    loop = cand[(cand >= a) & (cand < back)]
+    for i in loop[np.argsort(-np.nan_to_num(speed[loop]), kind="stable")][:50].tolist():
+        if _returns(i, cand, d, e, n, heading, p) is not None:
+            return int(i)
+    return a
+
+
+def _line_at(a: int, e: FloatArray, n: FloatArray, heading: FloatArray, p: LapParams) -> _Line:
+    ne, nn = -np.sin(heading[a]), np.cos(heading[a])
+    w = p.auto_half_width_m
+    return _Line(e1=float(e[a] + w * ne), n1=float(n[a] + w * nn),
+                 e2=float(e[a] - w * ne), n2=float(n[a] - w * nn), source="auto")
+
+
+def _heading_at(t: FloatArray, e: FloatArray, n: FloatArray, span_s: float = 0.5) -> FloatArray:
+    """Direction of travel between the positions ``span_s`` before and after each sample (a
+    time baseline: tens of metres at speed, so GNSS noise barely tilts it)."""
+    lo = np.clip(np.searchsorted(t, t - span_s), 0, t.size - 1)
+    hi = np.clip(np.searchsorted(t, t + span_s), 0, t.size - 1)
+    return np.arctan2(n[hi] - n[lo], e[hi] - e[lo])
+
+
+def _crossings(t: FloatArray, e: FloatArray, n: FloatArray, line: _Line,
+               p: LapParams) -> tuple[FloatArray, FloatArray, int]:
+    """Refined crossing times (s) in the dominant direction, debounced; where along the line
+    each crossed (m from its first end); and how many crossings were debounced."""
+    s = line.signed_distance(e, n)
+    idx = np.flatnonzero((s[:-1] < 0) != (s[1:] < 0))
+    frac = s[idx] / (s[idx] - s[idx + 1])
+    u = line.along(e[idx] + frac * (e[idx + 1] - e[idx]), n[idx] + frac * (n[idx + 1] - n[idx]))
+    ok = (u >= 0) & (u <= 1)
+    idx, frac, u = idx[ok], frac[ok], u[ok]
+    if idx.size == 0:
+        return np.zeros(0), np.zeros(0), 0
+    up = s[idx + 1] > s[idx]
+    direction = bool(up.sum() > (~up).sum()) if up.sum() != (~up).sum() else bool(up[0])
+    idx, frac, u = idx[up == direction], frac[up == direction], u[up == direction]
+    raw = t[idx] + frac * (t[idx + 1] - t[idx])
+    length = float(np.hypot(line.e2 - line.e1, line.n2 - line.n1))
+    along = line.along(e, n) * length
+    fits = [_refine(t, s, along, tc, uc * length, p.fit_window_s)
+            for tc, uc in zip(raw.tolist(), u.tolist(), strict=True)]
+    kept: list[tuple[float, float]] = []
+    for tc, ac in fits:
+        if not kept or tc - kept[-1][0] >= p.min_lap_s:
+            kept.append((tc, ac))
+    arr = np.asarray(kept).reshape(-1, 2)
+    return arr[:, 0], arr[:, 1], len(fits) - len(kept)
+
+
+def _refine(t: FloatArray, s: FloatArray, a: FloatArray, tc: float, ac: float,
+            window: float) -> tuple[float, float]:
+    """Crossing time and position along the line from least-squares fits around ``tc``: the
+    root of a quadratic in signed distance, and a straight line in along-line position (both
+    average GNSS noise; the raw interpolation ``(tc, ac)`` is the fallback)."""
+    lo, hi = np.searchsorted(t, [tc - window, tc + window])
+    if hi - lo < 5:
+        return tc, ac
+    tau = t[lo:hi] - tc
+    c2, c1, c0 = np.polyfit(tau, s[lo:hi], 2)
+    roots = np.roots([c2, c1, c0]) if abs(c2) > 1e-12 else np.array([-c0 / c1])
+    real = roots[np.isreal(roots)].real
+    real = real[np.abs(real) <= window]
+    if not real.size:
+        return tc, ac
+    root = float(real[np.argmin(np.abs(real))])
+    b1, b0 = np.polyfit(tau, a[lo:hi], 1)
+    return tc + root, float(b0 + b1 * root)
+
+
+def _laps(m: Motion, e: FloatArray, n: FloatArray, cross: FloatArray, offsets: FloatArray,
+          p: LapParams) -> list[dict[str, Any]]:
+    d = path_distance(e, n)
+    spans = [np.searchsorted(m.t, [a, b]) for a, b in pairwise(cross)]
+    times = np.diff(cross)
+    offline = _offline_runs(m.t, e, n, d, spans, times, p)
+    # A crossing far along the line from the usual one is the pit lane crossing the line.
+    pit_cross = np.abs(offsets - np.median(offsets)) > p.pit_deviation_m
+    out = []
+    for k, (lo, hi) in enumerate(spans):
+        a, b = float(cross[k]), float(cross[k + 1])
+        runs, quarter = offline[k], 0.25 * (b - a)
+        pit_in = bool(pit_cross[k + 1]) or any(r1 >= b - quarter for _, r1 in runs)
+        pit_out = bool(pit_cross[k]) or any(r0 <= a + quarter for r0, _ in runs)
+        pit = pit_in or pit_out or bool(runs)
+        stopped = _stopped_s(m.t[lo:hi], m.speed[lo:hi], p)
+        out.append({
+            "lap": k + 1, "start_s": a, "end_s": b, "lap_time_s": b - a,
+            "distance_m": float(d[max(hi - 1, lo)] - d[lo]) if hi > lo else 0.0,
+            "pit_in": pit_in, "pit_out": pit_out, "pit": pit,
+            "stopped_s": stopped, "valid": not pit and stopped == 0.0,
+        })
+    return out
+
+
+def _offline_runs(t: FloatArray, e: FloatArray, n: FloatArray, d: FloatArray,
+                  spans: list[npt.NDArray[np.intp]], times: FloatArray,
+                  p: LapParams) -> list[list[tuple[float, float]]]:
+    """Per lap, the (start, end) times of stretches away from the other laps' paths."""
+    if len(spans) < 2:
+        return [[] for _ in spans]
+    trees = []
+    for lo, hi in spans:  # references decimated to ~1 m so slow and fast laps weigh alike
+        sel = lo + np.flatnonzero(np.diff(np.floor(d[lo:hi]), prepend=-1.0) > 0)
+        trees.append(cKDTree(np.column_stack([e[sel], n[sel]])))
+    rate = 1.0 / max(float(np.median(np.diff(t))), 1e-3)
+    every = max(1, round(rate / 10.0))  # query at ~10 Hz
+    order = np.argsort(np.abs(times - np.median(times)), kind="stable")
+    out = []
+    for k, (lo, hi) in enumerate(spans):
+        sel = np.arange(lo, hi, every)
+        refs = [j for j in order.tolist() if j != k][:5]
+        q = np.column_stack([e[sel], n[sel]])
+        # Lower median over the references: off the line only when most other laps are far
+        # (with two references, both), so one other pit lap cannot make a clean lap look off.
+        dist = np.sort(np.stack([trees[j].query(q)[0] for j in refs]), axis=0)
+        dist = median_filter(dist[(len(refs) - 1) // 2], size=9, mode="nearest")
+        out.append(_runs(t[sel], dist > p.pit_deviation_m, p.pit_min_s))
+    return out
+
+
+def _runs(t: FloatArray, flag: npt.NDArray[np.bool_], min_s: float,
+          bridge_s: float = 1.0) -> list[tuple[float, float]]:
+    """(start, end) times of flagged stretches at least ``min_s`` long; flagged stretches
+    less than ``bridge_s`` apart are one (noise must not split a pit lane visit)."""
+    if not flag.any():
+        return []
+    edges = np.diff(np.concatenate(([0], flag.astype(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    merged: list[list[float]] = []
+    for a, b in zip(t[starts].tolist(), t[ends].tolist(), strict=True):
+        if merged and a - merged[-1][1] < bridge_s:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged if b - a >= min_s]
+
+
+def _stopped_s(t: FloatArray, speed: FloatArray, p: LapParams) -> float:
+    runs = _runs(t, np.nan_to_num(speed, nan=np.inf) < p.stop_speed_mps, p.stop_min_s, 0.0)
+    return float(sum(b - a for a, b in runs))
+
+
+def laps_table(t0_us: int, laps: list[dict[str, Any]]) -> pa.Table:
+    """The ``laps`` dataset: one row per complete lap (times as canonical timestamps)."""
+    def col(key: str) -> list[Any]:
+        return [x[key] for x in laps]
+
+    start = np.array([t0_us + round(x["start_s"] * 1e6) for x in laps], dtype=np.int64)
+    end = np.array([t0_us + round(x["end_s"] * 1e6) for x in laps], dtype=np.int64)
+    return pa.table({
+        "lap": pa.array(col("lap"), type=pa.int32()),
+        "start_ts": micros_to_ts(start),
+        "end_ts": micros_to_ts(end),
+        "lap_time_s": pa.array(col("lap_time_s"), type=pa.float64()),
+        "distance_m": pa.array(col("distance_m"), type=pa.float64()),
+        "pit_in": pa.array(col("pit_in"), type=pa.bool_()),
+        "pit_out": pa.array(col("pit_out"), type=pa.bool_()),
+        "pit": pa.array(col("pit"), type=pa.bool_()),
+        "stopped_s": pa.array(col("stopped_s"), type=pa.float64()),
+        "valid": pa.array(col("valid"), type=pa.bool_()),
+    })

@@ -1,0 +1,262 @@
+"""The process commands: ``up``, ``demo``, ``ingest``, ``intake``, ``worker`` and ``api``.
+
+Each of them runs one long-lived part of the system (``up`` and ``demo`` run all of them in one
+loop, :func:`streams.system.system`). They start and stop the same way, through
+:func:`run_process`: the settings are read once, logging is set up once
+(:func:`streams.observability.logs.configure_logging`), the probes listener (``/metrics``,
+``/livez``, ``/readyz`` on ``--metrics-port``) is started before the components and stopped
+after them, and SIGINT/SIGTERM only set a ``stop`` event — the process then drains its
+in-flight work and returns. The commands differ only in the coroutine they hand it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import IO, Any, Literal, TypeVar
+
+import typer
+
+from streams.cli.output import console
+from streams.config import Settings, load_settings
+from streams.errors import UsageError
+from streams.observability.logs import configure_logging
+from streams.observability.process import ProcessObservability
+
+T = TypeVar("T")
+
+DEMO_LOG = "demo.log"
+"""Where ``tideway demo`` writes its log lines (under ``data_dir``): not over its live view."""
+
+ProcessMain = Callable[[Settings, asyncio.Event, ProcessObservability | None], Awaitable[T]]
+"""What a process runs: the settings, the event that asks it to drain and stop, and the
+process's observability (``None`` when the command starts no probes listener)."""
+
+METRICS_PORT_HELP = ("Port of the probes listener (/metrics, /livez, /readyz); default: "
+                     "TIDEWAY_OBSERVABILITY__METRICS_PORT; 0: any free port.")
+
+
+def metrics_port_option() -> Any:
+    """The ``--metrics-port`` option every process command takes."""
+    return typer.Option(None, "--metrics-port", min=0, max=65535, help=METRICS_PORT_HELP)
+
+
+def run_process(
+    main: ProcessMain[T],
+    *,
+    settings: Settings | None = None,
+    log: Literal["stderr", "file"] = "stderr",
+    signals: bool = True,
+    components: Sequence[str] = (),
+    metrics_port: int | None = None,
+) -> T:
+    """Run ``main(settings, stop, observability)`` to the end in a new event loop.
+
+    ``settings`` defaults to :func:`streams.config.load_settings` (which finds a running
+    ``tideway up``); ``up`` and ``demo`` pass their own because they start that system rather
+    than join it. ``log="file"`` writes the log to ``data_dir/demo.log`` instead of standard
+    error (``demo`` draws a live view that log lines would tear). ``signals=False`` leaves
+    ``stop`` to ``main``: :func:`streams.system.system` installs the handlers itself and
+    removes them when it ends. ``components`` names what the process runs: when given, one
+    probes listener serves them all (on ``metrics_port``, default from the settings) and
+    ``/readyz`` fails until each of them has connected.
+    """
+    # Imported here: streams.system brings alembic, which every other command can do without.
+    from streams.system import stop_on_signals
+
+    resolved = settings if settings is not None else load_settings()
+
+    async def run() -> T:
+        stop = stop_on_signals() if signals else asyncio.Event()
+        if not components:
+            return await main(resolved, stop, None)
+        async with ProcessObservability(
+            resolved.observability, components=components, port=metrics_port
+        ) as observability:
+            return await main(resolved, stop, observability)
+
+    with _logging(resolved, log):
+        return asyncio.run(run())
+
+
+@contextlib.contextmanager
+def _logging(settings: Settings, target: Literal["stderr", "file"]) -> Iterator[None]:
+    if target == "stderr":
+        configure_logging(settings)
+        yield
+        return
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    stream: IO[str]
+    with (settings.data_dir / DEMO_LOG).open("a", encoding="utf-8") as stream:
+        configure_logging(settings, stream=stream)
+        try:
+            yield
+        finally:
+            configure_logging(settings.model_copy(update={"log_level": "CRITICAL"}))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the process commands to ``app``."""
+    app.command("up")(up)
+    app.command("demo")(demo)
+    app.command("ingest")(ingest)
+    app.command("intake")(intake)
+    app.command("worker")(worker)
+    app.command("api")(api)
+
+
+def up(metrics_port: int | None = metrics_port_option()) -> None:
+    """Run the whole system (starting any unconfigured service) until Ctrl-C."""
+    from streams.cli.services import services_table
+    from streams.system import COMPONENTS, system
+
+    async def main(
+        settings: Settings, _: asyncio.Event, observability: ProcessObservability | None
+    ) -> None:
+        metrics = observability.address if observability is not None else None
+        async with system(settings, hooks=observability, metrics=metrics) as (
+            resolved, started, stop,
+        ):
+            console.print(services_table(started.services, resolved, metrics=metrics))
+            console.print("[bold green]tideway is up[/] — Ctrl-C to stop")
+            await stop.wait()
+        console.print("stopped")
+
+    run_process(main, settings=Settings(), signals=False, components=COMPONENTS,
+                metrics_port=metrics_port)
+
+
+def demo(
+    duration: float = typer.Option(20.0, help="Seconds of simulated fleet traffic."),
+    devices: int = typer.Option(25, help="Simulated devices."),
+    rate: float = typer.Option(500.0, help="Envelopes per second, whole fleet."),
+    laps: int = typer.Option(3, help="Laps in the demo session file."),
+    metrics_port: int | None = metrics_port_option(),
+) -> None:
+    """Run the system for a while, feed it a fleet and a session file, print a summary."""
+    from streams.cli.demo import run_demo
+    from streams.system import COMPONENTS
+
+    async def main(
+        settings: Settings, _: asyncio.Event, observability: ProcessObservability | None
+    ) -> int:
+        return await run_demo(
+            settings, duration=duration, devices=devices, rate=rate, laps=laps,
+            observability=observability,
+            metrics=observability.address if observability is not None else None,
+        )
+
+    raise typer.Exit(run_process(main, settings=Settings(), log="file", signals=False,
+                                 components=COMPONENTS, metrics_port=metrics_port))
+
+
+def ingest(
+    concurrency: int = typer.Option(
+        None, "--concurrency", min=1, max=64, help="Batches in flight (default: settings)."
+    ),
+    metrics_port: int | None = metrics_port_option(),
+) -> None:
+    """Consume telemetry envelopes until SIGTERM/Ctrl-C (drains in-flight batches)."""
+    run_process(lambda settings, stop, obs: _ingest(settings, stop, concurrency, obs),
+                components=("ingest",), metrics_port=metrics_port)
+
+
+def intake(metrics_port: int | None = metrics_port_option()) -> None:
+    """Run the session intake consumer (SESSIONS stream → runs and jobs) until Ctrl-C."""
+    from streams.sessions.intake import provision_sessions, run_intake
+
+    async def main(
+        settings: Settings, stop: asyncio.Event, observability: ProcessObservability | None
+    ) -> None:
+        await provision_sessions(settings)
+        await run_intake(settings, stop=stop, hooks=observability)
+
+    run_process(main, components=("intake",), metrics_port=metrics_port)
+
+
+def worker(
+    pool: str | None = typer.Option(
+        None, "--pool", help="Only jobs of this pool (io, cpu, heavy)."
+    ),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", min=1, max=256, help="Jobs at a time (default: worker.concurrency)."
+    ),
+    executors_kind: str = typer.Option(
+        "sessions",
+        "--executors",
+        help="sessions: the real session stages; placeholder: pass-through jobs that exercise"
+        " the engine on its own.",
+    ),
+    metrics_port: int | None = metrics_port_option(),
+) -> None:
+    """Run batch jobs until interrupted (SIGINT/SIGTERM finish running jobs, then exit)."""
+    if executors_kind not in {"sessions", "placeholder"}:
+        raise UsageError("--executors must be sessions or placeholder")
+    from streams.jobs.worker import run_worker
+
+    async def main(
+        settings: Settings, stop: asyncio.Event, observability: ProcessObservability | None
+    ) -> None:
+        jobs_at_once = concurrency or settings.worker.concurrency
+        if executors_kind == "placeholder":
+            from streams.jobs.executor import placeholder_executors
+
+            await run_worker(settings, executors=placeholder_executors(), pool=pool,
+                             concurrency=jobs_at_once, stop=stop,
+                             hooks=observability)  # fmt: skip
+            return
+        from streams.sessions.stage_executors import default_executors
+
+        executors = default_executors(settings)
+        try:
+            await executors.warm_up()
+            await run_worker(settings, executors=executors, pool=pool,
+                             concurrency=jobs_at_once, stop=stop,
+                             hooks=observability)  # fmt: skip
+        finally:
+            await executors.aclose()
+
+    run_process(main, components=("worker",), metrics_port=metrics_port)
+
+
+def api(metrics_port: int | None = metrics_port_option()) -> None:
+    """Serve the HTTP API (TIDEWAY_API__HOST / TIDEWAY_API__PORT) until Ctrl-C."""
+    from streams.api.server import run_api
+
+    async def main(
+        settings: Settings, stop: asyncio.Event, observability: ProcessObservability | None
+    ) -> None:
+        console.print(f"serving http://{settings.api.host}:{settings.api.port}")
+        await run_api(settings, stop=stop, hooks=observability)
+
+    run_process(main, components=("api",), metrics_port=metrics_port)
+
+
+async def _ingest(
+    settings: Settings, stop: asyncio.Event, concurrency: int | None,
+    observability: ProcessObservability | None,
+) -> None:
+    from streams.ingest.consumer import run_consumer
+
+    log = logging.getLogger("tideway.ingest")
+    totals: Counter[str] = Counter()
+    window = {"start": time.monotonic(), "count": 0}
+
+    def on_batch(stats: Any) -> None:
+        totals.update(stats.statuses)
+        window["count"] += stats.size
+        elapsed = time.monotonic() - window["start"]
+        if elapsed >= 5.0:
+            rate = window["count"] / elapsed
+            summary = ", ".join(f"{k} {v}" for k, v in sorted(totals.items()))
+            log.info("%.0f envelopes/s; recorded: %s", rate, summary)
+            window.update(start=time.monotonic(), count=0)
+
+    log.info("consuming (Ctrl-C or SIGTERM drains and stops)")
+    await run_consumer(settings, stop=stop, concurrency=concurrency, on_batch=on_batch,
+                       hooks=observability)
+    log.info("drained; recorded: %s", dict(totals))

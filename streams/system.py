@@ -1,0 +1,185 @@
+"""Run every Tideway process in one event loop until asked to stop.
+
+``tideway up`` and ``tideway demo`` use this: resolve services (starting embedded ones),
+migrate, provision streams, then run the ingest consumer, the session intake, the batch
+workers and the HTTP API side by side. In a production deployment each of those runs as its
+own command (``tideway ingest``, ``tideway worker``...) and scales as separate pods; here they
+share one process, which is also what chDB needs (one engine per process).
+
+The process has one probes listener (``/metrics``, ``/livez``, ``/readyz``) for all of them:
+its readiness is the union of every component's checks, and ``services.json`` maps each
+component's name to that one address under ``metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from streams import migrate
+from streams.config import RUNTIME_FILE, Settings
+from streams.embedded import Started, embedded_services, quiet_platformdirs
+from streams.observability.events import ProcessHooks
+
+log = logging.getLogger(__name__)
+
+
+def stop_on_signals(stop: asyncio.Event | None = None) -> asyncio.Event:
+    """An event that SIGINT and SIGTERM set (call inside the running loop).
+
+    Every long-running command stops the same way: the signal only sets the event, and the
+    component drains its in-flight work before returning.
+    """
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+@dataclass(frozen=True, kw_only=True)
+class Component:
+    """One long-running part of the system."""
+
+    name: str
+    run: Callable[[Settings, asyncio.Event, ProcessHooks | None], Coroutine[Any, Any, None]]
+
+
+async def prepare(settings: Settings) -> None:
+    """Migrate Postgres and provision streams, buckets and ClickHouse (all idempotent)."""
+    await asyncio.to_thread(migrate.upgrade, settings.postgres())
+    from streams.ingest.provision import provision
+    from streams.sessions.intake import provision_sessions
+
+    for warning in await provision(settings):
+        log.warning("%s", warning)
+    await provision_sessions(settings)
+
+
+def components(settings: Settings) -> list[Component]:
+    """Every process that exists, wired to ``settings``."""
+    from streams.api.server import run_api
+    from streams.ingest.consumer import run_consumer
+    from streams.jobs.worker import run_worker
+    from streams.sessions.intake import run_intake
+    from streams.sessions.stage_executors import default_executors
+
+    async def worker(s: Settings, stop: asyncio.Event, hooks: ProcessHooks | None) -> None:
+        executors = default_executors(s)
+        try:
+            await executors.warm_up()  # start compute processes before the first job arrives
+            await run_worker(
+                s, executors=executors, pool=None, concurrency=s.worker.concurrency, stop=stop,
+                hooks=hooks,
+            )
+        finally:
+            await executors.aclose()
+
+    return [
+        Component(name="ingest", run=lambda s, stop, h: run_consumer(s, stop=stop, hooks=h)),
+        Component(name="intake", run=lambda s, stop, h: run_intake(s, stop=stop, hooks=h)),
+        Component(name="worker", run=worker),
+        Component(name="api", run=lambda s, stop, h: run_api(s, stop=stop, hooks=h)),
+    ]
+
+
+COMPONENTS = ("ingest", "intake", "worker", "api")
+"""The names of :func:`components`, in order (what ``up``'s probes listener waits for)."""
+
+
+def addresses(
+    settings: Settings, started: Started, *, metrics: str | None = None
+) -> dict[str, Any]:
+    """Every address this system starts or serves, as ``services.json`` lists them.
+
+    The four service URLs appear only for services started here: a configured URL may hold a
+    password, and another terminal has that configuration already. The keys of the service
+    URLs are settings names, so :func:`streams.config.load_settings` can fill them in.
+    ``metrics`` is the probes listener's address: ``services.json`` maps every component to
+    it (one process serves them all).
+    """
+    found: dict[str, Any] = dict(started.urls)
+    if "mqtt" in started.services:
+        found["mqtt_url"] = started.services["mqtt"]
+    found["api_url"] = f"http://{settings.api.host}:{settings.api.port}"
+    if metrics is not None:
+        found["metrics"] = dict.fromkeys(COMPONENTS, metrics)
+    return found
+
+
+@contextlib.asynccontextmanager
+async def runtime_file(
+    settings: Settings, started: Started, *, metrics: str | None = None
+) -> AsyncIterator[Path]:
+    """Write ``data_dir/services.json`` for the duration of the block, then remove it.
+
+    It lets commands in other terminals find this system (:func:`streams.config.load_settings`)
+    and tells a person where the MQTT listener and the HTTP API are. An in-process chDB engine
+    stays with this process: another process that opens it gets a clear ``CLICKHOUSE_BUSY``
+    error (``streams.clickhouse``); everything else works.
+    """
+    path = settings.data_dir.resolve() / RUNTIME_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    found = addresses(settings, started, metrics=metrics)
+    path.write_bytes(orjson.dumps(found, option=orjson.OPT_INDENT_2))
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+@contextlib.asynccontextmanager
+async def system(
+    settings: Settings, *, hooks: ProcessHooks | None = None, metrics: str | None = None
+) -> AsyncIterator[tuple[Settings, Started, asyncio.Event]]:
+    """Start services and every component; stop them all when the block exits.
+
+    Yields the resolved settings, what was started, and the ``stop`` event that ends the
+    components (set it, or leave the block). SIGINT/SIGTERM set it too. ``hooks`` is the
+    process's observability, shared by every component; ``metrics`` its listener's address
+    (for ``services.json``).
+    """
+    quiet_platformdirs()
+    async with (
+        embedded_services(settings) as (resolved, started),
+        runtime_file(resolved, started, metrics=metrics),
+    ):
+        await prepare(resolved)
+        stop = stop_on_signals()
+        loop = asyncio.get_running_loop()
+        tasks: dict[asyncio.Task[None], str] = {
+            asyncio.create_task(c.run(resolved, stop, hooks), name=c.name): c.name
+            for c in components(resolved)
+        }
+        watcher = asyncio.create_task(_stop_on_crash(tasks, stop))
+        try:
+            yield resolved, started, stop
+        finally:
+            stop.set()
+            done, pending = await asyncio.wait(tasks, timeout=30)
+            for task in pending:
+                task.cancel()
+            watcher.cancel()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+
+
+async def _stop_on_crash(tasks: dict[asyncio.Task[None], str], stop: asyncio.Event) -> None:
+    """A component that dies takes the system down with it, loudly, rather than limping on."""
+    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        if not stop.is_set():
+            exc = None if task.cancelled() else task.exception()
+            log.error("component %s stopped unexpectedly: %r", tasks[task], exc)
+    stop.set()
