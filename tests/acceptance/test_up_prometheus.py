@@ -10,7 +10,6 @@ duration series for every job type the run executed, and one upload-to-publish o
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
 import subprocess
 import time
@@ -21,12 +20,11 @@ from typing import Any
 
 import asyncpg
 import pytest
-import yaml
 
-from tests.acceptance.test_demo import _clean_env, _free_port
+from tests.acceptance.test_demo import _clean_env
 from tests.acceptance.test_up import TIDEWAY, _ready, _wait_for
 from tests.integration.observability.conftest import get_json
-from tests.shared_data import skip_or_fail
+from tests.prometheus_server import running_prometheus
 
 pytestmark = pytest.mark.slow
 
@@ -48,10 +46,6 @@ def up(tmp_path: Path) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
 
 @pytest.fixture
 def prometheus(up: tuple[dict[str, Any], dict[str, str]], tmp_path: Path) -> Iterator[str]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        skip_or_fail("prometheus is not installed (Debian package `prometheus`; .ci/run "
-                     "installs it)")
     found, _ = up
     # One scrape job per listener: ``up`` serves every component from one address, which
     # must not be scraped (and counted) four times.
@@ -61,26 +55,8 @@ def prometheus(up: tuple[dict[str, Any], dict[str, str]], tmp_path: Path) -> Ite
         "scrape_configs": [{"job_name": "tideway-up",
                             "static_configs": [{"targets": targets}]}],
     }
-    workdir = tmp_path / "prometheus"
-    workdir.mkdir()
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
-    with (workdir / "prometheus.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [str(binary), f"--config.file={workdir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=log,
-        )
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+    with running_prometheus(config, tmp_path / "prometheus") as url:
+        yield url
 
 
 def _query(prometheus: str, expr: str) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -16,7 +15,6 @@ from typing import Any
 import asyncpg
 import orjson
 import pytest
-import structlog
 
 from stages.jobs.dag import JobSpec
 from streams.config import Settings
@@ -25,10 +23,10 @@ from streams.jobs import queue
 from streams.jobs.executor import JobContext, placeholder_executors
 from streams.jobs.model import JobResult
 from streams.jobs.worker import run_worker
-from streams.observability.logs import configure_logging
 from streams.observability.process import ProcessObservability
 from tests.integration.jobs.conftest import Owner, start_run
 from tests.integration.jobs.helpers import fast_settings, wait_run
+from tests.integration.json_logs import captured_json_logs
 from tests.integration.observability.conftest import fast
 
 WORKER = "observed-worker"
@@ -36,16 +34,8 @@ WORKER = "observed-worker"
 
 @pytest.fixture
 def json_log() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    out = io.StringIO()
-    configure_logging(Settings(log_format="json", log_level="INFO"), stream=out)
-    yield out
-    for handler in list(root.handlers):
-        if handler not in handlers:
-            root.removeHandler(handler)
-    root.setLevel(level)
-    structlog.reset_defaults()
+    with captured_json_logs("INFO") as out:
+        yield out
 
 
 @pytest.fixture

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
-import subprocess
 import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -19,16 +16,11 @@ import yaml
 from streams.observability.metrics import Metrics
 from streams.observability.probes import ProbeServer
 from tests.integration.observability.conftest import fast, get_json
-from tests.shared_data import REPO_ROOT, skip_or_fail
+from tests.prometheus_server import running_prometheus
+from tests.shared_data import REPO_ROOT
 
 ALERTS = REPO_ROOT / "deploy" / "prometheus" / "alerts.yml"
 DASHBOARDS = sorted((REPO_ROOT / "deploy" / "grafana").glob("*.json"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,11 +39,6 @@ async def probes() -> AsyncIterator[ProbeServer]:
 
 @pytest.fixture
 def prometheus(probes: ProbeServer, tmp_path: Path) -> Iterator[Prometheus]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        skip_or_fail("prometheus is not installed (Debian package `prometheus`; .ci/run "
-                     "installs it)")
-        return
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(ALERTS)],
@@ -60,24 +47,8 @@ def prometheus(probes: ProbeServer, tmp_path: Path) -> Iterator[Prometheus]:
             "static_configs": [{"targets": [f"127.0.0.1:{probes.port}"]}],
         }],
     }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
-    with (tmp_path / "prometheus.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=log,
-        )
-        try:
-            yield Prometheus(url=f"http://127.0.0.1:{port}")
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+    with running_prometheus(config, tmp_path / "prometheus") as url:
+        yield Prometheus(url=url)
 
 
 async def _until(prometheus: Prometheus, expr: str, expected: float) -> list[Any]:

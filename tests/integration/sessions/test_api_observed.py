@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -13,27 +12,18 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-import structlog
 
 from streams.api.server import run_api
 from streams.config import Settings
-from streams.observability.logs import configure_logging
 from streams.observability.process import ProcessObservability
+from tests.integration.json_logs import captured_json_logs
 from tests.integration.observability.conftest import fast, get_json
 
 
 @pytest.fixture
 def json_log() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    out = io.StringIO()
-    configure_logging(Settings(log_format="json", log_level="INFO"), stream=out)
-    yield out
-    for handler in list(root.handlers):
-        if handler not in handlers:
-            root.removeHandler(handler)
-    root.setLevel(level)
-    structlog.reset_defaults()
+    with captured_json_logs("INFO") as out:
+        yield out
 
 
 @pytest.fixture

@@ -10,36 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import io
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
 from stages.batch import formats
 from stages.batch.synth import synthesize
 from streams.config import Settings
-from streams.observability.logs import configure_logging
 from streams.sessions.progress import wait_for_run
 from streams.sessions.stage_executors import SessionExecutors
 from streams.sessions.upload import upload_files
+from tests.integration.json_logs import captured_json_logs
 from tests.integration.sessions.conftest import running_system
 
 
 @pytest.fixture
 def captured() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    out = io.StringIO()
-    configure_logging(Settings(log_format="json", log_level="DEBUG"), stream=out)
-    yield out
-    for handler in list(root.handlers):
-        if handler not in handlers:
-            root.removeHandler(handler)
-    root.setLevel(level)
-    structlog.reset_defaults()
+    with captured_json_logs("DEBUG") as out:
+        yield out
 
 
 def _write_session(path: Path) -> set[str]:
