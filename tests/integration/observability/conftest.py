@@ -32,3 +32,6 @@ def get(url: str, *, timeout: float = 5.0) -> tuple[int, bytes]:
 def get_json(url: str, *, timeout: float = 5.0) -> tuple[int, Any]:
     status, body = get(url, timeout=timeout)
     return status, orjson.loads(body)
+
+# A Redis the test starts and stops itself (the ingest outage tests' fixture, shared).
+from tests.integration.ingest.test_publish_failure import private_redis  # noqa: E402, F401

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import asyncpg
 import pytest
@@ -102,16 +100,6 @@ async def test_livez_fails_when_a_main_loop_stops_ticking() -> None:
         beat.tick()
         status, body = await asyncio.to_thread(get_json, probes.address + "/livez")
         assert (status, body["problems"]) == (200, []), body
-
-
-@pytest.fixture
-async def private_redis(tmp_path: Path) -> AsyncIterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
-    await server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 async def test_readyz_names_a_redis_that_goes_away_and_recovers(
