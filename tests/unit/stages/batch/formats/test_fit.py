@@ -1,0 +1,191 @@
+"""The FIT reader (fitdecode) against the ten real files in ``shared/data/fit``.
+
+Expected values come from ``shared/data/fit/README.md`` (record counts, laps, what a reader
+must do with each file).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from schemas import error_codes as codes
+from stages.batch import parse_raw
+from stages.batch.contract import SessionStageError, StageInput, StageOutput
+from stages.batch.formats import compression, fit
+from stages.batch.formats.sniff import sniff
+from tests.shared_data import SharedFile
+from tests.unit.stages.batch.sample_streams import blob
+
+WAHOO = SharedFile(folder="fit", name="2019-02-17-062644-ELEMNT-297E-195-0.fit")
+FENIX2 = SharedFile(folder="fit", name="activity-small-fenix2-run.fit")
+EDGE820 = SharedFile(folder="fit", name="garmin-edge-820-bike.fit")
+FENIX5 = SharedFile(folder="fit", name="garmin-fenix-5-run.fit")
+STRYD = SharedFile(folder="fit", name="developer-types-sample.fit")
+INDOOR = SharedFile(folder="fit", name="compressed-speed-distance.fit")
+COROS = SharedFile(folder="fit", name="coros-pace-2-cycling-misaligned-fields.fit")
+SETTINGS = SharedFile(folder="fit", name="Settings.fit")
+EOF_CUT = SharedFile(folder="fit", name="activity-unexpected-eof.fit")
+BAD_HEADER = SharedFile(folder="fit", name="activity-settings-corruptheader.fit")
+
+ACTIVITIES = {  # file: (records, records with position, device laps)
+    WAHOO: (13_471, 13_348, 1),
+    FENIX2: (2_809, 2_809, 4),
+    EDGE820: (15, 15, 1),
+    FENIX5: (21, 21, 1),
+    STRYD: (3_424, 3_424, 1),
+    INDOOR: (755, 0, 11),
+    COROS: (11_272, 10_305, 4),
+}
+
+
+def _parse(data: bytes, name: str = "ride.fit") -> StageOutput:
+    return parse_raw.run(StageInput(artifacts=(blob(name, data),)))
+
+
+@pytest.mark.parametrize("f", list(ACTIVITIES), ids=str)
+def test_every_activity_is_recognised_and_read(f: SharedFile) -> None:
+    data = f.read_bytes()
+    found = sniff(data)
+    assert found is not None and found.format == "fit"
+    records, with_position, laps = ACTIVITIES[f]
+    out = _parse(data)
+    assert out.summary["format"] == "fit"
+    reader = out.summary["readers"][0]
+    assert (reader["records"], reader["records_with_position"]) == (records, with_position)
+    assert len(out.summary["device_laps"]) == laps
+    assert out.datasets["gnss"].num_rows == with_position
+
+
+def test_positions_are_semicircles_converted_to_degrees() -> None:
+    row = fit.read(FENIX5.read_bytes()).streams["gnss"].to_pylist()[0]
+    assert row["lat_deg"] == pytest.approx(456099128 * 180 / 2**31)
+    assert row["lon_deg"] == pytest.approx(-1463077077 * 180 / 2**31)
+    assert -90 <= row["lat_deg"] <= 90 and -180 <= row["lon_deg"] <= 180
+    assert row["alt_m"] == pytest.approx(2.2)  # enhanced_altitude
+    assert row["speed_mps"] == 0.0  # enhanced_speed
+    assert row["ts"].isoformat() == "2017-06-11T14:34:09+00:00"
+
+
+def test_wahoo_ride_has_speed_heart_rate_and_lasts_hours() -> None:
+    parsed = fit.read(WAHOO.read_bytes())
+    gnss = parsed.streams["gnss"]
+    ts = gnss.column("ts").to_pylist()
+    # a 3.7-hour ride at 1 Hz (13,348 fixes), spread over more wall time by pauses
+    assert (ts[-1] - ts[0]).total_seconds() > 3.7 * 3600
+    speeds = [s for s in gnss.column("speed_mps").to_pylist() if s is not None]
+    assert speeds and 5 < max(speeds) < 30  # m/s, a bike
+    channels = set(parsed.streams["aux"].column("channel").to_pylist())
+    assert "heart_rate" in channels
+
+
+def test_developer_fields_are_ignored() -> None:
+    parsed = fit.read(STRYD.read_bytes())
+    channels = set(parsed.streams["aux"].column("channel").to_pylist())
+    assert channels <= {"heart_rate", "cadence", "power", "temperature"}
+
+
+def test_misaligned_field_sizes_are_tolerated() -> None:
+    parsed = fit.read(COROS.read_bytes())
+    assert parsed.stats["decoder_warnings"] > 0
+    assert parsed.streams["gnss"].num_rows == 10_305
+
+
+def test_indoor_activity_without_position_is_a_gating_outcome_not_a_crash() -> None:
+    out = _parse(INDOOR.read_bytes())
+    assert out.datasets["gnss"].num_rows == 0
+    assert out.summary["gnss_fix"] is False
+    assert out.summary["gnss_fix_reason"] == "NO_POSITION_DATA"
+    assert out.datasets["aux"].num_rows > 0  # heart rate is still read
+    # Its timestamps count from the device's power-on, not the FIT epoch: flagged as such.
+    assert out.summary["readers"][0]["relative_timestamps"] == 755
+    laps = out.summary["device_laps"]
+    assert [round(lap["total_distance"]) for lap in laps[:3]] == [1000, 1000, 1000]
+    assert not any(math.isnan(lap["total_elapsed_time"]) for lap in laps)
+
+
+def test_gzipped_fit_is_read() -> None:
+    data = FENIX5.read_bytes()
+    out = _parse(compression.compress(data), "run.fit.gz")
+    assert out.summary["format"] == "fit"
+    assert out.datasets["gnss"].num_rows == 21
+
+
+@pytest.mark.parametrize(
+    ("f", "code"),
+    [
+        (SETTINGS, codes.FIT_NOT_ACTIVITY),
+        (EOF_CUT, codes.FIT_CORRUPT),
+        (BAD_HEADER, codes.FIT_CORRUPT),
+    ],
+    ids=str,
+)
+def test_refused_files_end_in_their_own_code(f: SharedFile, code: str) -> None:
+    with pytest.raises(SessionStageError) as err:
+        _parse(f.read_bytes())
+    assert err.value.code == code
+
+
+def test_a_bad_crc_is_corrupt() -> None:
+    data = bytearray(FENIX5.read_bytes())
+    data[-1] ^= 0xFF  # the file CRC
+    with pytest.raises(SessionStageError) as err:
+        fit.read(bytes(data))
+    assert err.value.code == codes.FIT_CORRUPT
+
+
+def test_the_refusal_codes_are_not_retried() -> None:
+    from stages.jobs import dag
+
+    for code in (codes.FIT_CORRUPT, codes.FIT_NOT_ACTIVITY, codes.NO_SESSION_DATE):
+        assert code in dag._BAD_INPUT
+        assert not codes.CODES[code].retriable
+
+
+def test_writer_round_trip_resamples_to_whole_seconds() -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from stages.batch import formats
+    from stages.batch.synth import synthesize
+
+    session = synthesize(laps=1, imu_hz=50, gnss_hz=10, seed=1)
+    data = formats.write("fit", {"gnss": session.gnss, "imu": session.imu})
+    assert fit.is_fit(data[:12])
+    got = fit.read(data).streams["gnss"]
+    ts = got.column("ts").cast(pa.int64()).to_numpy()
+    assert got.num_rows > 10 and (ts % 1_000_000 == 0).all()
+    assert (np.diff(ts) == 1_000_000).all()
+    src_ts = session.gnss.column("ts").cast(pa.int64()).to_numpy().astype(float)
+    for col, tol in (("lat_deg", 1e-6), ("lon_deg", 1e-6), ("speed_mps", 1e-3)):
+        want = np.interp(ts.astype(float), src_ts, session.gnss.column(col).to_numpy())
+        assert np.abs(got.column(col).to_numpy() - want).max() <= tol, col
+
+
+def test_fit_is_held_to_the_size_limits() -> None:
+    data = FENIX2.read_bytes()
+    for upload in (data, compression.compress(data)):
+        with pytest.raises(SessionStageError) as err:
+            parse_raw.run(
+                StageInput(
+                    artifacts=(blob("run.fit", upload),),
+                    config={"max_artifact_bytes": 1000, "max_decompressed_bytes": 1000},
+                )
+            )
+        assert err.value.code == codes.TOO_LARGE
+
+
+def test_writing_fit_without_the_optional_encoder_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Garmin's encoder is an optional extra (its licence is not an OSI one); reading never
+    # needs it, and writing without it says which extra to install.
+    import sys
+
+    monkeypatch.setitem(sys.modules, "garmin_fit_sdk", None)
+    monkeypatch.delitem(sys.modules, "stages.batch.formats.fit_writer", raising=False)
+    with pytest.raises(SessionStageError) as raised:
+        fit.write({})
+    assert raised.value.code == "CONFIG_ERROR"
+    assert "tideway[fit-writer]" in raised.value.message
