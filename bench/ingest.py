@@ -1,6 +1,7 @@
 """Benchmark of the streaming pipeline: full pipeline vs floor loop vs naive loop.
 
 Run:  .venv/bin/python bench/ingest.py [--envelopes 100000] [--latency-seconds 20]
+      .venv/bin/python bench/ingest.py --modes processes --processes 1,2  # docs/capacity.md
       .venv/bin/python bench/ingest.py --modes full,full-nometrics --repeat 3  # metrics cost
 
 On one generated data set (the demo weather-station fleet: a 10-parameter topic with two
@@ -18,6 +19,12 @@ mutations and two derived parameters; every envelope valid) it measures, in one 
   starts (``bench/ingest_sinks.py``): the most any consumer writing those rows could reach;
 * **naive** — the same stages, but one statement per envelope (its own transaction, a Redis
   call and a ClickHouse insert per envelope), for a bounded time;
+* **processes** (``--processes 1,2``) — ``run_consumer`` (metrics off) in N separate
+  processes sharing the durable consumer and one Postgres, as N ingest pods would; reports
+  the aggregate rate (from the first recorded row to the last) and, after each run, the rows
+  and bytes (``pg_total_relation_size``) per envelope of the streaming tables. Each process
+  gets its own chDB directory (chDB is in-process; a ClickHouse server is shared in
+  production);
 * **latency** — end-to-end latency (JetStream stored → batch recorded, published and acked)
   while a separate process offers a steady 5,000 envelopes/s.
 
@@ -47,6 +54,7 @@ import nats
 import orjson
 from ingest_sinks import write_ceiling  # bench/ is on sys.path when this runs as a script
 from nats.js.api import AckPolicy, ConsumerConfig
+from pydantic import SecretStr
 
 from stages.ack_policy import ACK
 from stages.ingest.plan import hot_state_order
@@ -235,6 +243,66 @@ VALUES ($1, 1, $2, array_fill('ok'::text, ARRAY[cardinality($2::text[])]), $3)
 """
 
 
+STREAMING_TABLES = ("ingestion_messages", "ingestion_stage_passes", "device_telemetry_logs",
+                    "dead_letters")
+
+
+def _consumer_process(settings: Settings, stop: Any) -> None:
+    """Child process: ``run_consumer`` as one ``tideway ingest`` pod, until ``stop`` is set."""
+
+    async def run() -> None:
+        await provision(settings)  # this process's own chDB analytics table
+        done = asyncio.Event()
+        task = asyncio.create_task(run_consumer(settings, stop=done, hooks=None))
+        while not await asyncio.to_thread(stop.wait, 0.2) and not task.done():
+            pass  # the parent's event is a multiprocessing one: wait for it off the loop
+        done.set()
+        await task
+
+    asyncio.run(run())
+
+
+async def processes(settings: Settings, workdir: Path, n: int, count: int) -> dict[str, Any]:
+    """``count`` consumer processes over a backlog of ``n`` envelopes; the aggregate rate."""
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    children = [
+        ctx.Process(target=_consumer_process, args=(settings.model_copy(update={
+            "clickhouse_dsn": SecretStr(f"chdb://{workdir / f'chdb-{count}-{i}'}")}), stop))
+        for i in range(count)
+    ]
+    for child in children:
+        child.start()
+    conn = await postgres.connect(settings.postgres())
+    try:
+        async def recorded() -> int:
+            return int(await conn.fetchval("SELECT count(*) FROM ingestion_messages"))
+
+        await _until(recorded, 1)  # the clock starts with the first batch, as in _full
+        first, started, before = await recorded(), time.perf_counter(), cpu.sample()
+        await _until(recorded, n, within=1800)
+        done = await recorded()
+        elapsed = time.perf_counter() - started
+        busy = cpu.busy_percent(before, cpu.sample())
+        stop.set()
+        for child in children:
+            await asyncio.to_thread(child.join, 60)
+        tables = {}
+        for table in STREAMING_TABLES:
+            rows = int(await conn.fetchval(f"SELECT count(*) FROM {table}"))
+            size = int(await conn.fetchval("SELECT pg_total_relation_size($1::regclass)", table))
+            tables[table] = {"rows_per_envelope": rows / done, "bytes_per_envelope": size / done}
+    finally:
+        await conn.close()
+        for child in children:
+            if child.is_alive():
+                child.terminate()
+    return {"envelopes": done - first, "seconds": elapsed,
+            "envelopes_per_s": (done - first) / elapsed, "cpu_busy_percent": busy,
+            "processes": count, "tables": tables,
+            "bytes_per_envelope": sum(t["bytes_per_envelope"] for t in tables.values())}
+
+
 def _offer_load(names_ns: str, rate: float, seconds: float, seed: int) -> None:
     """Child process: publish at a steady ``rate`` for ``seconds`` (core NATS publish)."""
     names = Names(namespace=names_ns)
@@ -377,7 +445,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await ensure_fleet(settings, tenant=TENANT, devices=DEVICES)
         results: dict[str, Any] = {}
         modes = set(args.modes.split(","))
-        if modes & {"floor", *FULL_MODES, "sinks", "naive"}:
+        if modes & {"floor", *FULL_MODES, "sinks", "naive", "processes"}:
             data = _payloads(args.envelopes, 1, int(time.time() * 1000))
             await _preload(names, data)
             print(f"preloaded {len(data)} envelopes; measuring…", flush=True)
@@ -413,6 +481,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             median = min(done, key=lambda r: abs(r["envelopes_per_s"]
                                                  - statistics.median(rates)))
             results[mode] = {**median, "runs": [r["envelopes_per_s"] for r in done]}
+        for i, count in enumerate(args.processes if "processes" in modes else ()):
+            if i:
+                await _preload(names, _payloads(args.envelopes, 500 + i, int(time.time() * 1000)))
+            run = await processes(settings, workdir, len(data), count)
+            results[f"processes-{count}"] = run
+            print(f"  {count} processes {run['envelopes_per_s']:>10,.0f} envelopes/s, "
+                  f"{run['bytes_per_envelope']:,.0f} Postgres bytes/envelope", flush=True)
+            await _reset(settings, names)
         if "latency" in modes:
             results["latency"] = await latency(settings, names, args.rate, args.latency_seconds)
             print(f"  latency p50 {results['latency']['p50_ms']:.1f} ms, "
@@ -456,6 +532,17 @@ def _print(results: dict[str, Any]) -> None:
             busy = r.get("cpu_busy_percent")
             print(f"| {name} | {r['envelopes']:,} | {r['seconds']:.2f} | "
                   f"{r['envelopes_per_s']:,.0f} | {'—' if busy is None else f'{busy:.0f} %'} |")
+    for key, r in results.items():
+        if key.startswith("processes-"):
+            print(f"| {r['processes']} consumer processes | {r['envelopes']:,} | "
+                  f"{r['seconds']:.2f} | {r['envelopes_per_s']:,.0f} | "
+                  f"{r['cpu_busy_percent']:.0f} % |")
+    for key, r in results.items():
+        if key.startswith("processes-"):
+            print(f"Postgres per envelope after {r['processes']} processes: "
+                  + ", ".join(f"{t} {v['rows_per_envelope']:.2f} rows / "
+                              f"{v['bytes_per_envelope']:,.0f} B"
+                              for t, v in r["tables"].items()))
     for mode in FULL_MODES:
         if mode in results and len(results[mode]["runs"]) > 1:
             rates = ", ".join(f"{r:,.0f}" for r in results[mode]["runs"])
@@ -492,7 +579,10 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=5000.0, help="offered load for latency")
     parser.add_argument("--modes", default="floor,full,full-nometrics,sinks,naive,latency",
                         help="comma-separated subset of floor,full,full-nometrics,sinks,naive,"
-                        "latency")
+                        "latency,processes")
+    parser.add_argument("--processes", type=lambda v: [int(x) for x in v.split(",")],
+                        default=[1, 2], help="consumer process counts of the processes mode, "
+                        "e.g. 1,2 (only with --modes …,processes)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each full mode, interleaved (median reported)")
     parser.add_argument("--max-wait", type=float, default=_DEFAULTS.max_wait_s,
@@ -500,6 +590,10 @@ if __name__ == "__main__":
     arguments = parser.parse_args()
     BATCH = arguments.batch
     out = asyncio.run(main(arguments))
+    # The processes mode on its own (docs/capacity.md) keeps its own file, so that measuring
+    # it does not overwrite the single-process results.
+    if set(arguments.modes.split(",")) == {"processes"}:
+        RESULTS = RESULTS.with_name("ingest_processes.json")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
     _print(out)

@@ -22,6 +22,11 @@ Each repetition uploads a different session (another seed) into the same running
 measures the floor just before it; the job table is the median run's, and the summary gives the
 minimum and the median of both (this machine is shared, so single runs are noisy).
 
+**FIT row**: after the synthetic sessions, the real Wahoo ELEMNT ride
+(``../shared/data/fit/2019-02-17-062644-ELEMNT-297E-195-0.fit``: 3.7 h, 13,471 records) goes
+through the same running system and its whole-DAG time and job table are reported beside
+them (``--fit-file`` names another file; ``--fit-file ''`` skips it).
+
 Prints a table and writes ``bench/results/session.json``. Services: Postgres from
 ``TIDEWAY_BENCH_POSTGRES_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``),
 NATS from ``TIDEWAY_BENCH_NATS_URL`` (default ``nats://127.0.0.1:4222``); ClickHouse is chDB.
@@ -70,6 +75,7 @@ ADMIN_DSN = os.environ.get(
 )
 NATS_URL = os.environ.get("TIDEWAY_BENCH_NATS_URL", "nats://127.0.0.1:4222")
 RESULTS = ROOT / "bench" / "results" / "session.json"
+WAHOO = ROOT.parent / "shared" / "data" / "fit" / "2019-02-17-062644-ELEMNT-297E-195-0.fit"
 TARGET_S = 15.0
 
 
@@ -111,10 +117,43 @@ def floor(path: Path, out: Path) -> dict[str, float]:
     }
 
 
+async def run_fit(settings: Settings, dsn: str, path: Path, work: Path) -> dict[str, Any]:
+    """Upload one real FIT file into the running system and time its run (no floor)."""
+    local = work / path.name  # a scratch copy: the shared data is never written to
+    shutil.copyfile(path, local)
+    t0 = time.perf_counter()
+    receipt = await upload_files(settings, tenant="bench", device="bench-fit", paths=[local])
+    final = await wait_for_run(
+        settings,
+        tenant="bench",
+        artifact_set_hash=receipt.artifact_set_hash,
+        poll_s=0.02,
+        timeout_s=600,
+    )
+    t1 = time.perf_counter()
+    print(f"FIT {path.name}: whole DAG {t1 - t0:.3f} s, {final.status}")
+    return {
+        "file": path.name,
+        "bytes": local.stat().st_size,
+        "wall_s": t1 - t0,
+        "status": final.status,
+        "features_available": dict(final.features_available),
+        "feature_reasons": dict(final.feature_reasons),
+        "jobs": await job_timings(dsn, final.run_id),
+    }
+
+
 async def run_dag(
-    args: argparse.Namespace, sessions: list[tuple[Path, dict[str, Any]]], work: Path
+    args: argparse.Namespace,
+    sessions: list[tuple[Path, dict[str, Any]]],
+    work: Path,
+    fit: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run each session through one running system; the floor is measured just before each."""
+    """Run each session through one running system; the floor is measured just before each.
+
+    With ``args.fit_file`` set and present, that FIT file runs last and its result is
+    appended to ``fit``.
+    """
     name = f"tw_bench_session_{uuid.uuid4().hex[:6]}"
     dsn = await postgres.create_database(ADMIN_DSN, name)
     settings = Settings(
@@ -181,6 +220,12 @@ async def run_dag(
                 f"run {i + 1}: whole DAG {t1 - t0:.3f} s, floor {fl['total_s']:.3f} s, "
                 f"load {load:.2f}, {final.status}"
             )
+        fit_path = Path(args.fit_file) if args.fit_file else None
+        if fit is not None and fit_path is not None:
+            if fit_path.is_file():
+                fit.append(await run_fit(settings, dsn, fit_path, work))
+            else:
+                print(f"FIT row skipped: {fit_path} is absent")
         stop.set()
         await asyncio.gather(*tasks)
         return results
@@ -300,6 +345,7 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=3, help="Jobs per worker loop.")
     parser.add_argument("--stage-workers", type=int, default=2, help="Stage pool size.")
     parser.add_argument("--repeat", type=int, default=3, help="Sessions run (median reported).")
+    parser.add_argument("--fit-file", default=str(WAHOO), help="Real FIT file for the FIT row.")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="tideway-bench-session-"))
@@ -311,9 +357,15 @@ async def main() -> None:
             meta = await asyncio.to_thread(make_session, args.minutes, args.format, path, 11 + i)
             sessions.append((path, {"start_finish": meta.pop("start_finish")}))
         load_before = os.getloadavg()
-        runs = await run_dag(args, sessions, work)
+        fit: list[dict[str, Any]] = []
+        runs = await run_dag(args, sessions, work, fit)
         load_after = os.getloadavg()
         summary = report(meta, runs)
+        if fit:
+            print(
+                f"FIT row ({fit[0]['file']}): whole DAG {fit[0]['wall_s']:.3f} s, "
+                f"{fit[0]['status']}"
+            )
         print(
             f"load average (1 min) before/after: {load_before[0]:.2f} / {load_after[0]:.2f} "
             f"on {os.cpu_count()} CPUs (other processes slow every number above)"
@@ -333,6 +385,7 @@ async def main() -> None:
                     "summary": summary,
                     "target_s": TARGET_S,
                     "runs": runs,
+                    "fit": fit[0] if fit else None,
                 },
                 indent=2,
                 default=str,

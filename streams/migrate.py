@@ -15,11 +15,15 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
+from streams.adapters.postgres import split_dsn
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
 def sync_url(dsn: str) -> str:
-    """``postgresql://…`` (asyncpg style) → ``postgresql+psycopg://…`` (SQLAlchemy sync)."""
+    """``postgresql://…`` (asyncpg style) → ``postgresql+psycopg://…`` (SQLAlchemy sync),
+    without the asyncpg-only ``statement_cache_size`` option (libpq refuses it)."""
+    dsn = split_dsn(dsn)[0]
     for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
         if dsn.startswith(prefix):
             return "postgresql+psycopg://" + dsn[len(prefix) :]

@@ -118,6 +118,9 @@ processing_runs = sa.Table(
     # Set by intake so the same upload twice makes one run; NULL for reprocess/retry runs.
     sa.Column("idempotency_key", sa.Text),
     sa.Column("requested_by", sa.Text, nullable=False, server_default="system"),
+    # W3C trace context of the upload that made the run (NULL: none was traced or passed on);
+    # its job attempts are spans of that trace (docs/operating.md#traces).
+    sa.Column("traceparent", sa.Text),
     sa.Column("parser_version", sa.Text, nullable=False),
     sa.Column("pipeline_version", sa.Text, nullable=False),
     sa.Column("fusion_version", sa.Text),
@@ -253,6 +256,8 @@ job_attempts = sa.Table(
     sa.Column("error_message", sa.Text),
     _jsonb("metrics"),
     sa.Column("logs_url", sa.Text),
+    # The run's trace id (32 hex), so an attempt joins its logs and its span.
+    sa.Column("trace_id", sa.Text),
     created_at(),
     sa.UniqueConstraint("job_id", "attempt_number", name="uq_job_attempts_job_attempt"),
     sa.CheckConstraint(_in("status", ATTEMPT_STATES), name="status_known"),

@@ -4,7 +4,7 @@ Content decides (see :mod:`stages.batch.formats.sniff`); gzip is looked through.
 summary describes the first (primary) artifact at the top level and every artifact under
 ``artifacts``:
 
-``format`` (``nmea`` | ``gpx`` | ``csv`` | ``jsonl``), ``compressed`` (bool), ``variant``
+``format`` (``nmea`` | ``gpx`` | ``csv`` | ``jsonl`` | ``fit``), ``compressed`` (bool), ``variant``
 (NMEA ``0183``; GPX version; CSV layout ``canonical`` | ``racelog``), ``streams_expected``
 (which of ``gnss``/``imu``/``aux`` the content announces), ``imu_frame`` (``FLU``/``FRD`` or
 None) and ``hints`` (format specific: NMEA talkers and sentence types, GPX TrackPointExtension,

@@ -37,6 +37,7 @@ _EXTENSIONS: Final = {
     "gpx": {"gpx", "xml"},
     "csv": {"csv", "txt"},
     "jsonl": {"jsonl", "ndjson", "json", "log"},
+    "fit": {"fit"},
 }
 
 

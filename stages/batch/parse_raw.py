@@ -12,14 +12,20 @@ Summary: ``format`` (of the first artifact), ``formats``, ``rows`` (per stream),
 ``capabilities`` (``gnss``/``imu``/``aux``: stream has rows; ``gnss_quality``:
 ``insufficient`` below 10 fixes or median HDOP above 5, ``degraded`` above HDOP 2, else
 ``good`` - the fusion gate reads it), ``gnss_fix`` (at least one
-valid fix), ``gnss_fix_reason`` (None, ``NO_GNSS_STREAM``, ``NO_FIX`` or ``SIMULATOR_ONLY``
-for demo-mode receivers), ``units``, ``imu_frame``, ``aux_channels``, ``readers`` (per
+valid fix), ``gnss_fix_reason`` (None, ``NO_GNSS_STREAM``, ``NO_FIX``, ``SIMULATOR_ONLY``
+for demo-mode receivers or ``NO_POSITION_DATA`` for a FIT activity recorded without GNSS,
+such as an indoor run), ``device_laps`` (laps the device recorded, FIT only: a hint next to
+the detected laps), ``units``, ``imu_frame``, ``aux_channels``, ``readers`` (per
 artifact reader counters such as NMEA ``bad_checksum``/``truncated``). A log without a fix is
 not an error here; stages that need a fix fail with ``NO_GNSS_FIX`` themselves.
+
+Config: ``session_date`` (``YYYY-MM-DD``, from the upload's ``--date`` / ``date`` field) dates
+an NMEA log that has no date of its own; such a log without it fails with ``NO_SESSION_DATE``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, Final
 
 import pyarrow as pa
@@ -71,11 +77,25 @@ def _merge_units(parts: list[ParsedSession]) -> tuple[dict[str, dict[str, str]],
     return units, frame or FLU
 
 
+def _session_date(config: Any) -> dt.date | None:
+    raw = config.get("session_date")
+    if raw is None:
+        return None
+    try:
+        return dt.date.fromisoformat(str(raw))
+    except ValueError as exc:
+        raise SessionStageError(
+            f"session_date {raw!r} is not a YYYY-MM-DD date", code=codes.NO_SESSION_DATE
+        ) from exc
+
+
 def _fix_reason(parts: list[ParsedSession], gnss_rows: int) -> str | None:
     if gnss_rows:
         return None
     if not any(canonical.GNSS in p.streams for p in parts):
         return "NO_GNSS_STREAM"
+    if any(p.stats.get("records") and not p.stats.get("records_with_position") for p in parts):
+        return "NO_POSITION_DATA"
     if any(p.stats.get("simulated_epochs") for p in parts):
         return "SIMULATOR_ONLY"
     return "NO_FIX"
@@ -103,10 +123,11 @@ def run(inp: StageInput) -> StageOutput:
     parts: list[ParsedSession] = []
     readers: list[dict[str, Any]] = []
     fmts: list[str] = []
+    session_date = _session_date(inp.config)
     for blob in inp.artifacts:
         plain, _ = plain_bytes(blob, limits)
         fmt = _format_of(blob.name, plain, classified)
-        parsed = formats.read(fmt, plain)
+        parsed = formats.read(fmt, plain, session_date=session_date)
         parts.append(parsed)
         fmts.append(fmt)
         readers.append({"name": blob.name, "format": fmt, **parsed.stats})
@@ -131,6 +152,7 @@ def run(inp: StageInput) -> StageOutput:
         "units": units,
         "imu_frame": frame,
         "aux_channels": aux_channels,
+        "device_laps": [lap for p in parts for lap in p.stats.get("device_laps", [])],
         "readers": readers,
     }
     return StageOutput(datasets=datasets, summary=summary)

@@ -34,6 +34,9 @@ _BAD_INPUT: Final = frozenset(
     {
         codes.UNSUPPORTED_FORMAT,
         codes.CORRUPT_ARTIFACT,
+        codes.FIT_CORRUPT,
+        codes.FIT_NOT_ACTIVITY,
+        codes.NO_SESSION_DATE,
         codes.CHECKSUM_MISMATCH,
         codes.SCHEMA_MISMATCH,
         codes.TOO_LARGE,

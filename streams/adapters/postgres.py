@@ -3,8 +3,10 @@
 One set of defaults for all of them: JSONB and JSON decoded with orjson by codecs set on every
 connection, so rows carry Python objects, not JSON strings (both matter:
 ``device_telemetry_logs.parameter_values`` is ``json``, which asyncpg would return as text); a
-statement cache of :data:`STATEMENT_CACHE` prepared statements per connection; at most
-:data:`CONNECT_TIMEOUT` seconds to connect. A process that needs a pool of its own size or
+statement cache of :data:`STATEMENT_CACHE` prepared statements per connection (or the DSN's
+``statement_cache_size`` query parameter, which ``Settings.postgres()`` adds from
+``TIDEWAY_POSTGRES_STATEMENT_CACHE_SIZE``; 0 behind PgBouncer < 1.21 in transaction mode); at
+most :data:`CONNECT_TIMEOUT` seconds to connect. A process that needs a pool of its own size or
 session settings names a :class:`PoolShape` here (:data:`API_POOL`, :func:`streaming_pool`…),
 so the differences between processes are all in one place.
 
@@ -22,7 +24,7 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import orjson
@@ -45,6 +47,7 @@ __all__ = [
     "create_pool",
     "database_exists",
     "drop_database",
+    "split_dsn",
     "streaming_pool",
     "unavailable",
     "with_database",
@@ -145,13 +148,30 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
+_CACHE_OPTION: Final = "statement_cache_size"
+
+
+def split_dsn(dsn: str) -> tuple[str, int]:
+    """``dsn`` without its ``statement_cache_size`` query parameter, and that size
+    (:data:`STATEMENT_CACHE` when absent).
+
+    asyncpg would send an unknown query parameter to the server as a session setting, and the
+    server would refuse it, so the option is taken out here."""
+    parts = urlsplit(dsn)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    sizes = [int(v) for k, v in query if k == _CACHE_OPTION]
+    if not sizes:
+        return dsn, STATEMENT_CACHE
+    rest = urlencode([(k, v) for k, v in query if k != _CACHE_OPTION])
+    return urlunsplit(parts._replace(query=rest)), sizes[-1]
+
+
 async def connect(dsn: str) -> asyncpg.Connection:
     """One connection with Tideway's codecs (for LISTEN, admin work and scripts);
     ``TransientError`` (``PG_UNAVAILABLE``) if Postgres cannot be reached now."""
+    dsn, cache = split_dsn(dsn)
     try:
-        conn = await asyncpg.connect(
-            dsn, timeout=CONNECT_TIMEOUT, statement_cache_size=STATEMENT_CACHE
-        )
+        conn = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT, statement_cache_size=cache)
     except UNREACHABLE as exc:
         raise unavailable(exc) from exc
     await _init_connection(conn)
@@ -161,6 +181,7 @@ async def connect(dsn: str) -> asyncpg.Connection:
 async def create_pool(dsn: str, shape: PoolShape) -> asyncpg.Pool:
     """A pool of ``shape`` with Tideway's codecs; ``TransientError`` (``PG_UNAVAILABLE``) if
     Postgres cannot be reached now."""
+    dsn, cache = split_dsn(dsn)
     try:
         pool = await asyncpg.create_pool(
             dsn,
@@ -168,7 +189,7 @@ async def create_pool(dsn: str, shape: PoolShape) -> asyncpg.Pool:
             max_size=shape.max_size,
             init=_init_connection,
             timeout=CONNECT_TIMEOUT,
-            statement_cache_size=STATEMENT_CACHE,
+            statement_cache_size=cache,
             command_timeout=shape.command_timeout,
             server_settings=dict(shape.server_settings) or None,
         )
@@ -196,9 +217,8 @@ def with_database(dsn: str, database: str) -> str:
 
 @contextlib.asynccontextmanager
 async def _admin(admin_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(
-        admin_dsn, timeout=CONNECT_TIMEOUT, statement_cache_size=STATEMENT_CACHE
-    )
+    admin_dsn, cache = split_dsn(admin_dsn)
+    conn = await asyncpg.connect(admin_dsn, timeout=CONNECT_TIMEOUT, statement_cache_size=cache)
     try:
         yield conn
     finally:

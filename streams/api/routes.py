@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from streams.api.context import caller_of, context_of
 from streams.api.inputs import read_field
 from streams.errors import UsageError
 from streams.names import Names
+from streams.observability import tracing
 from streams.sessions import queries
 from streams.sessions.notice import SessionNotice
 from streams.sessions.tenancy import check_device
@@ -28,7 +30,7 @@ _CHUNK = 1 << 20
 # How long POST /v1/sessions waits for intake to create the run before answering without it.
 _RUN_WAIT_S = 5.0
 # The form fields an upload reads (anything else is skipped unread).
-_FIELDS = frozenset({"device", "priority", "config", "title"})
+_FIELDS = frozenset({"device", "priority", "config", "title", "date"})
 _TITLE_MAX = 500  # SessionNotice.title's bound, checked here to answer 400, not 500
 
 
@@ -112,6 +114,16 @@ def _config(raw: str | None) -> dict[str, Any]:
     return value
 
 
+def _date(raw: str | None) -> dt.date | None:
+    """The upload's ``date`` field (``YYYY-MM-DD``): the day a dateless log was recorded."""
+    if not raw:
+        return None
+    try:
+        return dt.date.fromisoformat(raw)
+    except ValueError as exc:
+        raise UsageError("date must be YYYY-MM-DD") from exc
+
+
 def _has_nul(value: Any) -> bool:
     if isinstance(value, str):
         return "\x00" in value
@@ -159,6 +171,14 @@ async def post_session(request: web.Request) -> web.Response:
     Nothing reaches its final key before the whole request has been read and validated, so a
     refused upload stores nothing (see :class:`~streams.sessions.upload.StagedUpload`).
     """
+    # The upload is a span continuing the caller's W3C trace context, if it sent one (a new
+    # trace otherwise); the notice carries it on to intake and the run.
+    with tracing.continue_trace("session.upload", request.headers.get("traceparent"),
+                                {"tideway.route": "POST /v1/sessions"}) as trace:
+        return await _post_session(request, trace)
+
+
+async def _post_session(request: web.Request, traceparent: str | None) -> web.Response:
     ctx, caller = context_of(request), caller_of(request)
     staged = StagedUpload(
         ctx.store,
@@ -178,6 +198,7 @@ async def post_session(request: web.Request) -> web.Response:
                 config=_config(fields.get("config")),
                 requested_by=f"api:{caller.key_id}",
                 title=_title(fields.get("title")),
+                date=_date(fields.get("date")),
             )
         except ValidationError as exc:  # the checks above should leave nothing for pydantic
             raise UsageError(f"invalid upload: {exc.errors()[0]['msg']}") from exc
@@ -191,6 +212,7 @@ async def post_session(request: web.Request) -> web.Response:
             receipt.subject,
             notice,
             msg_id=f"{caller.tenant}:{receipt.artifact_set_hash}",
+            traceparent=traceparent,
         )
         staged.published()
         # Still inside the block: the files count as in flight until intake has the run.

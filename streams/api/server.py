@@ -132,7 +132,7 @@ async def run_api(
     ``hooks``: the process's observability (readiness checks of Postgres and NATS, and the
     request metrics middleware)."""
     pool = await postgres.create_pool(settings.postgres(), postgres.API_POOL)
-    nc = await connect_nats(settings.nats(), name="tideway-api")
+    nc = await connect_nats(settings.nats, name="tideway-api")
     runner: web.AppRunner | None = None
     try:
         ctx = ApiContext(

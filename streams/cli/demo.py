@@ -106,7 +106,7 @@ class _Probe:
     async def open(cls, settings: Settings) -> _Probe:
         conn = await postgres.connect(settings.postgres())
         try:
-            nc = await connect_nats(settings.nats(), name="tideway-demo")
+            nc = await connect_nats(settings.nats, name="tideway-demo")
         except BaseException:
             await conn.close()
             raise

@@ -26,6 +26,7 @@ from streams.config import Settings, load_settings
 from streams.errors import UsageError
 from streams.observability.logs import configure_logging
 from streams.observability.process import ProcessObservability
+from streams.observability.tracing import configure_tracing
 
 T = TypeVar("T")
 
@@ -79,6 +80,8 @@ def run_process(
         ) as observability:
             return await main(resolved, stop, observability)
 
+    # Traces only when the OTEL_* environment asks (docs/operating.md#traces).
+    configure_tracing(f"tideway-{components[0]}" if len(components) == 1 else "tideway")
     with _logging(resolved, log):
         return asyncio.run(run())
 

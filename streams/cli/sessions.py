@@ -10,6 +10,7 @@ and its ground truth (``<out>.truth.json``) for tests and the demo.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -28,7 +29,7 @@ T = TypeVar("T")
 
 JSON_OPTION: Any = typer.Option(False, "--json", help="Print JSON.")
 TENANT_OPTION: Any = typer.Option(None, "--tenant", help="Tenant (default: default_tenant).")
-FORMATS = ("nmea", "gpx", "csv", "jsonl")
+FORMATS = ("nmea", "gpx", "csv", "jsonl", "fit")
 
 
 def _with_conn(work: Callable[[Any], Awaitable[T]]) -> T:
@@ -52,6 +53,15 @@ def _uuid(value: str) -> uuid.UUID:
         return uuid.UUID(value)
     except ValueError:
         raise UsageError(f"not an id: {value!r}") from None
+
+
+def _date(raw: str | None) -> dt.date | None:
+    if raw is None:
+        return None
+    try:
+        return dt.date.fromisoformat(raw)
+    except ValueError as exc:
+        raise UsageError(f"--date {raw!r} is not YYYY-MM-DD") from exc
 
 
 def _config(raw: str | None) -> dict[str, Any]:
@@ -114,18 +124,22 @@ def register(app: typer.Typer) -> None:
         tenant: str | None = TENANT_OPTION,
         priority: int = typer.Option(0, "--priority", help="Higher runs first."),
         config: str | None = typer.Option(None, "--config", help="Run config JSON or @file."),
+        date: str | None = typer.Option(
+            None, "--date", help="Day recorded (YYYY-MM-DD), for logs that carry no date."),
         wait: bool = typer.Option(False, "--wait", help="Follow the run until it ends."),
         timeout: float = typer.Option(600.0, "--timeout", help="Give up waiting after this."),
         as_json: bool = JSON_OPTION,
     ) -> None:
         """Store FILES as one session and hand them to intake."""
+        from streams.observability.tracing import configure_tracing
         from streams.sessions.upload import upload_files
 
+        configure_tracing("tideway-cli")  # only when the OTEL_* environment asks for traces
         owner = _tenant(tenant)
         settings = load_settings()
         receipt = asyncio.run(upload_files(
             settings, tenant=owner, device=device, paths=files, priority=priority,
-            config=_config(config)))
+            config=_config(config), date=_date(date)))
         if as_json and not wait:
             print_json(receipt.as_dict())
         elif not as_json:
@@ -262,7 +276,7 @@ def register(app: typer.Typer) -> None:
         laps: int = typer.Option(5, "--laps", min=1),
         imu_hz: float = typer.Option(100.0, "--imu-hz"),
         gnss_hz: float = typer.Option(10.0, "--gnss-hz"),
-        fmt: str = typer.Option("csv", "--format", help="nmea | gpx | csv | jsonl"),
+        fmt: str = typer.Option("csv", "--format", help="nmea | gpx | csv | jsonl | fit"),
         seed: int = typer.Option(0, "--seed"),
         pit_lap: int | None = typer.Option(None, "--pit-lap", help="Pit stop after this lap."),
         open_road: bool = typer.Option(False, "--open-road", help="A road that never closes."),
@@ -282,7 +296,7 @@ def register(app: typer.Typer) -> None:
         truth_path = out.with_name(out.name + ".truth.json")
         truth_path.write_bytes(orjson.dumps(session.truth.truth_json(),
                                             option=orjson.OPT_INDENT_2, default=str))
-        streams = "GNSS only" if fmt == "nmea" else "GNSS + IMU"
+        streams = "GNSS only" if fmt == "nmea" else "GNSS at 1 Hz" if fmt == "fit" else "GNSS + IMU"
         console.print(f"wrote {out} ({len(data):,} bytes, {fmt}, {streams}, "
                       f"{session.truth.duration_s:.0f} s, {len(session.truth.laps)} laps) "
                       f"and {truth_path.name}")

@@ -57,6 +57,7 @@ from streams.ingest.recorder import (
 )
 from streams.ingest.registry_cache import RegistryCache
 from streams.ingest.resources import Resources
+from streams.observability import tracing
 
 log = logging.getLogger(__name__)
 
@@ -156,15 +157,28 @@ class Pipeline:
         pairs = [(p.tenant, p.device) for p in parts if p is not None]
         try:
             async with self.resources.pool.acquire() as conn:
-                view = await self.cache.view(conn, pairs)
+                with tracing.span("postgres.registry"):
+                    view = await self.cache.view(conn, pairs)
                 evaluations = self.evaluate_all(receipts, view, parts)
-                existing = await lookup(conn, evaluations)
+                with tracing.span("postgres.dedupe_read"):
+                    existing = await lookup(conn, evaluations)
         except PG_FAILURES as exc:
             raise translate(exc) from exc
         return evaluations, classify(evaluations, existing)
 
     async def process(self, receipts: Sequence[Receipt]) -> BatchResult:
-        """Run a batch; raises ``TransientError`` when Postgres is unreachable."""
+        """Run a batch; raises ``TransientError`` when Postgres is unreachable.
+
+        With tracing on, the batch is one ``ingest.batch`` span linked to each envelope's
+        ``traceparent``; with it off, that costs one check per batch.
+        """
+        if not tracing.active():
+            return await self._process(receipts)
+        with tracing.batch_span((r.traceparent for r in receipts),
+                                {"tideway.batch.size": len(receipts)}):
+            return await self._process(receipts)
+
+    async def _process(self, receipts: Sequence[Receipt]) -> BatchResult:
         started = time.perf_counter()
         evaluations, fates = await self.prepare(receipts)
         new = [i for i, f in enumerate(fates) if f.fate is Fate.NEW]
@@ -297,6 +311,9 @@ class Pipeline:
                 "Tideway-Reason": code, "Tideway-Subject": ev.receipt.subject,
                 "Tideway-Headers": orjson.dumps(dict(ev.receipt.headers or {})).decode(),
             }
+            traceparent = ev.receipt.traceparent
+            if traceparent is not None:  # the copy stays in the envelope's trace
+                headers["traceparent"] = traceparent
             tenant = ev.parts.tenant if ev.parts else "unknown"
             nats = self.resources.outages.nats
             try:

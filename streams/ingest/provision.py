@@ -87,7 +87,9 @@ def dead_letter_stream(settings: Settings, names: Names) -> StreamConfig:
 
 
 def ingest_consumer(settings: Settings, names: Names) -> ConsumerConfig:
-    """The shared durable pull consumer's configuration."""
+    """The shared durable pull consumer's configuration. It sets no ``num_replicas``: a
+    durable consumer then has its stream's (``stream.replicas``), so on a cluster it survives
+    the loss of a node with the stream."""
     c = settings.consumer
     return ConsumerConfig(
         durable_name=names.ingest_durable, ack_policy=AckPolicy.EXPLICIT,
@@ -131,7 +133,7 @@ async def provision(settings: Settings) -> tuple[str, ...]:
     Returns warnings for the operator (an outdated nats-server); none of them stops it."""
     from streams.clickhouse import ClickHouse
 
-    nc = await connect_nats(settings.nats(), name="tideway-provision", attempts=ONE_SHOT_ATTEMPTS)
+    nc = await connect_nats(settings.nats, name="tideway-provision", attempts=ONE_SHOT_ATTEMPTS)
     try:
         warning = nats_server_warning(_server_version(nc))
         await provision_nats(nc.jetstream(), settings)

@@ -29,6 +29,7 @@ from streams.errors import TidewayError
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import FAILED, WRITTEN, HotItem, HotState
 from streams.names import Names
+from streams.observability import tracing
 
 HOT_STATE = "hot_state"
 ANALYTICS = "analytics"
@@ -111,7 +112,8 @@ class Publisher:
                 await asyncio.sleep(self.backoff.delay(attempt - 1, self.rand.random))
             self._tries[HOT_STATE] += 1
             try:
-                answer = await self.hot_state.offer([items[i] for i in pending])
+                with tracing.span("redis.hot_state", {"tideway.attempt": attempt + 1}):
+                    answer = await self.hot_state.offer([items[i] for i in pending])
             except Exception as exc:  # every failure is reported, none is fatal
                 self._failed[HOT_STATE] += 1
                 error = _as_tideway(exc)
@@ -142,7 +144,8 @@ class Publisher:
                 await asyncio.sleep(self.backoff.delay(attempt - 1, self.rand.random))
             self._tries[ANALYTICS] += 1
             try:
-                await self.analytics.insert(rows)
+                with tracing.span("clickhouse.insert", {"tideway.attempt": attempt + 1}):
+                    await self.analytics.insert(rows)
             except Exception as exc:  # every failure is reported, none is fatal
                 self._failed[ANALYTICS] += 1
                 error = _as_tideway(exc)

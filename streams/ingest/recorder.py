@@ -36,6 +36,7 @@ from stages.ingest.status import Status
 from streams.adapters.postgres import Conn
 from streams.errors import PermanentError, TidewayError, TransientError
 from streams.ingest import sql
+from streams.observability import tracing
 
 PERSIST_REJECTED = "PERSIST_REJECTED"
 # SQLSTATE classes that mean "try again later": connection, resources, operator, rollback.
@@ -157,8 +158,10 @@ class Recorder:
         """
         for careful in (False, True):
             try:
-                async with self.pool.acquire() as conn, conn.transaction():
-                    return await self._record(conn, evaluations, list(fates), finals, careful)
+                with tracing.span("postgres.record", {"tideway.careful": careful}):
+                    async with self.pool.acquire() as conn, conn.transaction():
+                        return await self._record(conn, evaluations, list(fates), finals,
+                                                  careful)
             except asyncpg.UniqueViolationError:
                 if careful:
                     raise PermanentError("duplicate key on the careful path",
@@ -242,8 +245,9 @@ class Recorder:
         if not rows:
             return
         try:
-            async with self.pool.acquire() as conn:
-                await conn.execute(sql.INSERT_DELIVERY_FAILURES, *_columns(rows))
+            with tracing.span("postgres.delivery_failures"):
+                async with self.pool.acquire() as conn:
+                    await conn.execute(sql.INSERT_DELIVERY_FAILURES, *_columns(rows))
         except PG_FAILURES as exc:
             raise translate(exc) from exc
 

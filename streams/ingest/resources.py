@@ -47,7 +47,7 @@ class Resources:
         (so that a service down at start-up is logged once, not once per attempt)."""
         outages = outages or Outages()
         size = pool_size or settings.consumer.concurrency + 2
-        nc = (await connect_nats(settings.nats(), name=name, trusted_subjects=True,
+        nc = (await connect_nats(settings.nats, name=name, trusted_subjects=True,
                                  outage=outages.nats) if nats else None)
         try:
             pool = await postgres.create_pool(settings.postgres(), postgres.streaming_pool(size))

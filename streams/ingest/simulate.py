@@ -122,7 +122,7 @@ async def simulate(
     names = Names(namespace=settings.namespace)
     stations = [Station(i, rng) for i in range(devices)]
     report = SimReport(tenant=tenant, devices=devices)
-    nc = await connect_nats(settings.nats(), name="tideway-simulate", attempts=ONE_SHOT_ATTEMPTS)
+    nc = await connect_nats(settings.nats, name="tideway-simulate", attempts=ONE_SHOT_ATTEMPTS)
     js = nc.jetstream()
     held: deque[tuple[float, SimEnvelope]] = deque()
     recent: deque[SimEnvelope] = deque(maxlen=1000)

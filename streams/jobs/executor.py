@@ -75,6 +75,8 @@ class JobContext:
     artifacts: tuple[ArtifactRef, ...] = ()
     datasets: Mapping[str, UpstreamDataset] = field(default_factory=dict)
     summaries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    traceparent: str | None = None
+    """The run's W3C trace context (its attempts are spans of that trace), if it has one."""
     # A plain flag: set from the event loop, read from executor threads (a bool attribute
     # write is atomic under the GIL; an Event per job would cost more than a no-op job).
     _cancel: bool = field(default=False, repr=False)

@@ -54,4 +54,5 @@ def context_from_row(row: Row) -> JobContext:
         ),
         datasets=datasets,
         summaries=summaries,
+        traceparent=row["traceparent"],
     )

@@ -109,6 +109,7 @@ run_artifacts_json AS (
 -- run's session, config, versions and ordered artifacts, and the outputs of its succeeded
 -- ancestors (through any edge, transitively - never parallel branches).
 SELECT c.*, r.session_id, r.config, r.parser_version, r.pipeline_version, r.fusion_version,
+       r.traceparent,
        coalesce(ra.artifacts, '[]'::jsonb) AS artifacts,
        coalesce((
            WITH RECURSIVE anc(id) AS (
@@ -154,10 +155,12 @@ done AS (
 ),
 attempts AS (
     INSERT INTO job_attempts
-        (job_id, attempt_number, worker_id, status, started_at, ended_at, metrics)
+        (job_id, attempt_number, worker_id, status, started_at, ended_at, metrics, trace_id)
     SELECT d.id, d.attempt_count, $2, 'succeeded', d.locked_at, d.now,
            coalesce(d.metrics, '{{}}'::jsonb)
-           || jsonb_build_object('duration_s', extract(epoch FROM d.now - d.locked_at))
+           || jsonb_build_object('duration_s', extract(epoch FROM d.now - d.locked_at)),
+           -- the run's trace id (traceparent is 00-<trace id>-<span id>-<flags>)
+           (SELECT substr(r.traceparent, 4, 32) FROM processing_runs r WHERE r.id = d.run_id)
     FROM done d
 ),
 datasets AS (
@@ -275,9 +278,11 @@ moved AS (
 attempt AS (
     INSERT INTO job_attempts
         (job_id, attempt_number, worker_id, status, started_at, ended_at, error_type,
-         error_source, error_sub_type, error_severity, error_message, metrics)
+         error_source, error_sub_type, error_severity, error_message, metrics, trace_id)
     SELECT m.id, $4, $2, $9, m.locked_at, m.now, $10, $11, $7, $12, $8,
-           $13::jsonb || jsonb_build_object('duration_s', extract(epoch FROM m.now - m.locked_at))
+           $13::jsonb || jsonb_build_object('duration_s', extract(epoch FROM m.now - m.locked_at)),
+           -- the run's trace id (traceparent is 00-<trace id>-<span id>-<flags>)
+           (SELECT substr(r.traceparent, 4, 32) FROM processing_runs r WHERE r.id = m.run_id)
     FROM moved m
 ),
 runs AS (

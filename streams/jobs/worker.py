@@ -50,6 +50,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 
@@ -65,6 +66,7 @@ from streams.jobs.failure import error_from_exception
 from streams.jobs.model import ClaimedJob, FinishedRun, JobResult, Outcome
 from streams.names import Names
 from streams.objects import ObjectStore
+from streams.observability import tracing
 from streams.observability.events import JobEvent, JobObserver, ProcessHooks
 from streams.observability.liveness import Heartbeat
 from streams.observability.logs import log_context
@@ -95,6 +97,8 @@ class _Running:
     started: float = 0.0  # loop time of the claim
     ran_s: float = 0.0  # the attempt's duration, once its executor has returned
     reported: bool = False  # its end has been reported to the observer
+    span: Any = None  # the attempt's span, when tracing is on
+    trace_id: str | None = None  # the run's trace (the ``trace_id`` log field)
 
     def event(self) -> JobEvent:
         job = self.job
@@ -102,10 +106,10 @@ class _Running:
                         attempt=job.attempt, worker_id=job.locked_by)
 
 
-def _attempt_fields(job: ClaimedJob) -> dict[str, object]:
+def _attempt_fields(job: ClaimedJob, trace_id: str | None = None) -> dict[str, object]:
     """The log context of one job attempt (spec 000 §14)."""
     return {"run_id": str(job.run_id), "job_id": str(job.id), "job_type": job.job_type,
-            "attempt": job.attempt, "worker_id": job.locked_by}
+            "attempt": job.attempt, "worker_id": job.locked_by, "trace_id": trace_id}
 
 
 async def run_worker(
@@ -247,8 +251,17 @@ class _Worker:
                              started=now)
             self.running[ctx.job.id] = entry
             self.executing += 1
-            with log_context(**_attempt_fields(ctx.job)):
-                # The task copies this context: whatever the attempt logs carries the fields.
+            # A span of the run's trace, from the claim to the recorded end (``_ended``).
+            entry.span = tracing.start_span("job.attempt", ctx.traceparent, {
+                "tideway.run_id": str(ctx.job.run_id), "tideway.job_id": str(ctx.job.id),
+                "tideway.job_type": ctx.job.job_type, "tideway.attempt": ctx.job.attempt,
+                "tideway.worker_id": ctx.job.locked_by})
+            entry.trace_id = (tracing.trace_id_of(ctx.traceparent)
+                              or tracing.span_trace_id(entry.span))
+            with log_context(**_attempt_fields(ctx.job, entry.trace_id)), \
+                    tracing.using(entry.span):
+                # The task copies this context: whatever the attempt logs carries the fields,
+                # and whatever it traces is a child of the attempt's span.
                 log.info("job attempt started", extra={"job_name": ctx.job.name})
                 if self.observer is not None:
                     self.observer.on_claim(entry.event())
@@ -329,7 +342,9 @@ class _Worker:
             return
         entry.reported = True
         duration = entry.ran_s or asyncio.get_running_loop().time() - entry.started
-        with log_context(**_attempt_fields(entry.job)):
+        tracing.end_span(entry.span, outcome=outcome, error_code=error_code,
+                         failed=outcome in ("failed", "lost"))
+        with log_context(**_attempt_fields(entry.job, entry.trace_id)):
             log.log(logging.WARNING if outcome in ("failed", "lost") else logging.INFO,
                     "job attempt finished: %s", outcome,
                     extra={"outcome": outcome, "error_code": error_code,

@@ -67,6 +67,7 @@ from streams.config import Settings
 from streams.errors import PermanentError, TidewayError, TransientError, UsageError
 from streams.names import Names
 from streams.objects import ObjectStore, artifact_key
+from streams.observability import tracing
 from streams.observability.events import IntakeObserver, ProcessHooks
 from streams.observability.readiness import nats_check, object_store_check, postgres_check
 from streams.sessions.notice import NoticeArtifact, SessionNotice
@@ -86,7 +87,7 @@ _FETCH = 16
 async def provision_sessions(settings: Settings) -> None:
     """Create (or update) the SESSIONS stream, its DLQ, the intake consumer and the bucket."""
     names = Names(namespace=settings.namespace)
-    nc = await connect_nats(settings.nats(), name="tideway-provision", attempts=ONE_SHOT_ATTEMPTS)
+    nc = await connect_nats(settings.nats, name="tideway-provision", attempts=ONE_SHOT_ATTEMPTS)
     try:
         js = nc.jetstream()
         replicas = settings.stream.replicas
@@ -169,7 +170,7 @@ async def run_intake(
     notices counted by outcome)."""
     names = Names(namespace=settings.namespace)
     pool = await postgres.create_pool(settings.postgres(), postgres.INTAKE_POOL)
-    nc = await connect_nats(settings.nats(), name="tideway-intake")
+    nc = await connect_nats(settings.nats, name="tideway-intake")
     try:
         js = nc.jetstream()
         sub = await js.pull_subscribe_bind(names.intake_durable, stream=names.sessions_stream)
@@ -266,15 +267,20 @@ async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
     try:
         tenant, device = _parse_subject(ctx.names, msg.subject)
         notice = SessionNotice.model_validate_json(msg.data)
-        result = await accept_notice(
-            ctx.settings,
-            ctx.pool,
-            ctx.store,
-            tenant=tenant,
-            device=device,
-            notice=notice,
-            js=ctx.js,
-        )
+        # The notice carries its upload's trace context: accepting it is a span of that trace,
+        # and the run it makes stores it for the job attempts.
+        with tracing.continue_trace("session.intake", (msg.headers or {}).get("traceparent"),
+                                    {"tideway.tenant": tenant}) as traceparent:
+            result = await accept_notice(
+                ctx.settings,
+                ctx.pool,
+                ctx.store,
+                tenant=tenant,
+                device=device,
+                notice=notice,
+                js=ctx.js,
+                traceparent=traceparent,
+            )
     except TransientError as exc:
         return _Outcome(disposition=Disposition.UNAVAILABLE, code=exc.code, message=str(exc))
     except (ValidationError, UsageError, PermanentError) as exc:
@@ -354,8 +360,11 @@ async def accept_notice(
     device: str,
     notice: SessionNotice,
     js: JetStreamContext | None = None,
+    traceparent: str | None = None,
 ) -> IntakeResult:
-    """Record the notice's artifacts, session and run (idempotent); see the module docstring."""
+    """Record the notice's artifacts, session and run (idempotent); see the module docstring.
+
+    ``traceparent`` is the upload's trace context, stored on a new run."""
     artifacts = list(notice.artifacts)
     for name in notice.objects:
         if js is None:
@@ -382,9 +391,10 @@ async def accept_notice(
         artifacts=tuple(_dedupe(artifacts)),
         storage_urls={a.sha256: store.url(artifact_key(tenant, a.sha256)) for a in artifacts},
         priority=notice.priority,
-        config=notice.config,
+        config=notice.run_config(),
         requested_by=notice.requested_by,
         title=notice.title,
+        traceparent=traceparent,
     )
     return await create_run(
         pool, request, namespace=settings.namespace,

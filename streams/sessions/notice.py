@@ -5,7 +5,12 @@ Wire format (JSON, version 1)::
     {"version": 1,
      "artifacts": [{"name": "lap.nmea", "sha256": "<hex>", "size": 1234}],   # in the object store
      "objects": ["2026-03-01T10-00.nmea"],          # or: in the JetStream object-store bucket
-     "priority": 0, "config": {...}, "requested_by": "cli", "title": null}
+     "priority": 0, "config": {...}, "requested_by": "cli", "title": null,
+     "date": null}                                   # or "YYYY-MM-DD"
+
+``date`` is the day the session was recorded, for files that do not say (an NMEA log without
+RMC/ZDA dates); it reaches the parse stage as the run config's ``session_date``
+(:meth:`SessionNotice.run_config`).
 
 ``artifacts`` were already stored at their content address under the tenant (the CLI and the
 API do that before publishing); ``objects`` name files a device put into the session bucket,
@@ -22,6 +27,7 @@ deterministic so an uploader knows the session id before intake has run:
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import re
 import uuid
@@ -107,6 +113,7 @@ class SessionNotice(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     requested_by: str = Field("device", max_length=200)
     title: str | None = Field(None, max_length=500)
+    date: dt.date | None = None
 
     @model_validator(mode="after")
     def _not_empty(self) -> SessionNotice:
@@ -116,6 +123,12 @@ class SessionNotice(BaseModel):
 
     def encode(self) -> bytes:
         return orjson.dumps(self.model_dump(mode="json"))
+
+    def run_config(self) -> dict[str, Any]:
+        """The run config: ``config`` plus ``session_date`` when the notice gives a date."""
+        if self.date is None:
+            return dict(self.config)
+        return {**self.config, "session_date": self.date.isoformat()}
 
 
 def artifact_id(tenant: str, sha256: str) -> uuid.UUID:

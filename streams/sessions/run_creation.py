@@ -39,6 +39,10 @@ FROM jsonb_to_recordset($4::jsonb)
 ON CONFLICT (tenant_id, sha256) DO NOTHING
 """
 
+# A new run's trace context ($2: the upload's traceparent). Only a run this upload created
+# gets it: a repeated upload leaves the first run in the first upload's trace.
+_SET_TRACEPARENT = "UPDATE processing_runs SET traceparent = $2 WHERE id = $1"
+
 # The rows' ids (an artifact stored earlier by another session keeps its first id and name).
 _ARTIFACT_IDS = """
 SELECT sha256, id FROM artifacts WHERE tenant_id = $1 AND sha256 = ANY($2::text[])
@@ -59,6 +63,8 @@ class RunRequest:
     config: Mapping[str, Any] = field(default_factory=dict)
     requested_by: str = "system"
     title: str | None = None
+    traceparent: str | None = None
+    """The upload's W3C trace context, stored on a new run (its attempts join that trace)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,4 +120,6 @@ async def create_run(
             idempotency_key=req.artifact_set_hash,
             channel=channel,
         )
+        if enqueued.created and req.traceparent is not None:
+            await conn.execute(_SET_TRACEPARENT, enqueued.run_id, req.traceparent)
     return IntakeResult(session_id=req.session_id, run_id=enqueued.run_id, created=enqueued.created)

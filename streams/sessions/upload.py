@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import datetime as dt
 import logging
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
@@ -46,6 +47,7 @@ from streams.config import Settings
 from streams.errors import TransientError, UsageError
 from streams.names import Names
 from streams.objects import ObjectStore, ObjectWriter, StoredObject, artifact_key
+from streams.observability import tracing
 from streams.sessions.notice import (
     NoticeArtifact,
     SessionNotice,
@@ -252,11 +254,17 @@ def receipt_for(
 
 
 async def publish_notice(
-    js: JetStreamContext, subject: str, notice: SessionNotice, *, msg_id: str
+    js: JetStreamContext, subject: str, notice: SessionNotice, *, msg_id: str,
+    traceparent: str | None = None,
 ) -> None:
-    """Publish ``notice`` on ``subject`` and wait for the stream's acknowledgement."""
+    """Publish ``notice`` on ``subject`` and wait for the stream's acknowledgement.
+
+    ``traceparent`` (the upload's trace) travels as a header for intake to continue."""
+    headers = {"Nats-Msg-Id": msg_id}
+    if traceparent is not None:
+        headers["traceparent"] = traceparent
     try:
-        await js.publish(subject, notice.encode(), headers={"Nats-Msg-Id": msg_id}, timeout=10)
+        await js.publish(subject, notice.encode(), headers=headers, timeout=10)
     except (TimeoutError, nats.errors.Error, OSError) as exc:
         raise TransientError(f"cannot publish session notice: {exc}", code="NATS_PUBLISH") from exc
 
@@ -270,8 +278,34 @@ async def upload_files(
     priority: int = 0,
     config: Mapping[str, Any] | None = None,
     requested_by: str = "cli",
+    date: dt.date | None = None,
+    traceparent: str | None = None,
 ) -> UploadReceipt:
-    """Store ``paths`` as one session's artifacts and notify intake; returns the receipt."""
+    """Store ``paths`` as one session's artifacts and notify intake; returns the receipt.
+
+    ``date`` is the day the session was recorded, for files that carry no date themselves.
+    The upload is a ``session.upload`` span continuing ``traceparent`` (a new trace without
+    one) when tracing is on; the notice carries its trace context to intake.
+    """
+    with tracing.continue_trace("session.upload", traceparent,
+                                {"tideway.tenant": tenant}) as trace:
+        return await _upload_files(settings, tenant=tenant, device=device, paths=paths,
+                                   priority=priority, config=config,
+                                   requested_by=requested_by, date=date, traceparent=trace)
+
+
+async def _upload_files(
+    settings: Settings,
+    *,
+    tenant: str,
+    device: str,
+    paths: Sequence[Path],
+    priority: int,
+    config: Mapping[str, Any] | None,
+    requested_by: str,
+    date: dt.date | None,
+    traceparent: str | None,
+) -> UploadReceipt:
     check_tenant(tenant)
     check_device(device)
     if not paths:
@@ -296,8 +330,9 @@ async def upload_files(
             priority=priority,
             config=dict(config or {}),
             requested_by=requested_by,
+            date=date,
         )
-        nc = await connect_nats(settings.nats(), name="tideway-upload", attempts=ONE_SHOT_ATTEMPTS)
+        nc = await connect_nats(settings.nats, name="tideway-upload", attempts=ONE_SHOT_ATTEMPTS)
         try:
             await staged.commit()
             await publish_notice(
@@ -305,6 +340,7 @@ async def upload_files(
                 receipt.subject,
                 notice,
                 msg_id=f"{tenant}:{receipt.artifact_set_hash}",
+                traceparent=traceparent,
             )
             staged.published()
         finally:
@@ -324,7 +360,7 @@ async def device_upload(
 ) -> None:
     """What a device does: put ``data`` into the session bucket as ``name``, publish a notice."""
     names = Names(namespace=settings.namespace)
-    nc = await connect_nats(settings.nats(), name="tideway-device-upload")
+    nc = await connect_nats(settings.nats, name="tideway-device-upload")
     try:
         js = nc.jetstream()
         bucket = await js.object_store(names.session_bucket)
@@ -333,6 +369,9 @@ async def device_upload(
             objects=(name,), priority=priority, config=dict(config or {}), requested_by="device"
         )
         subject = names.sessions_subject(tenant, device)
-        await publish_notice(js, subject, notice, msg_id=f"{tenant}:{device}:object:{name}")
+        with tracing.continue_trace("session.device_upload", None,
+                                    {"tideway.tenant": tenant}) as trace:
+            await publish_notice(js, subject, notice, msg_id=f"{tenant}:{device}:object:{name}",
+                                 traceparent=trace)
     finally:
         await nc.close()

@@ -7,12 +7,13 @@ streams back into a file, optionally gzip-compressed (used for synthetic session
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Final
 
 import pyarrow as pa
 
-from stages.batch.formats import csv, gpx, jsonl, nmea
+from stages.batch.formats import csv, fit, gpx, jsonl, nmea
 from stages.batch.formats.compression import compress
 from stages.batch.formats.parsed import ParsedSession
 
@@ -20,18 +21,25 @@ NMEA: Final = "nmea"
 GPX: Final = "gpx"
 CSV: Final = "csv"
 JSONL: Final = "jsonl"
-FORMATS: Final = (NMEA, GPX, CSV, JSONL)
+FIT: Final = "fit"
+FORMATS: Final = (NMEA, GPX, CSV, JSONL, FIT)
 
 READERS: Final[Mapping[str, Callable[[bytes], ParsedSession]]] = {
     NMEA: nmea.read,
     GPX: gpx.read,
     CSV: csv.read,
     JSONL: jsonl.read,
+    FIT: fit.read,
 }
 
 
-def read(fmt: str, data: bytes) -> ParsedSession:
-    """Parse plain ``data`` of format ``fmt`` (one of :data:`FORMATS`)."""
+def read(fmt: str, data: bytes, *, session_date: dt.date | None = None) -> ParsedSession:
+    """Parse plain ``data`` of format ``fmt`` (one of :data:`FORMATS`).
+
+    ``session_date`` (given with the upload) dates an NMEA log that carries no date itself.
+    """
+    if fmt == NMEA:
+        return nmea.read(data, session_date=session_date)
     return READERS[fmt](data)
 
 
@@ -51,6 +59,8 @@ def write(
         data = gpx.write(streams)
     elif fmt == JSONL:
         data = jsonl.write(streams)
+    elif fmt == FIT:
+        data = fit.write(streams)
     else:
         raise ValueError(f"unknown format {fmt!r}")
     return compress(data) if compressed else data

@@ -1,4 +1,4 @@
-"""NMEA 0183 logs: reader (RMC, GGA, GLL, VTG, ZDA) and writer (RMC + GGA).
+"""NMEA 0183 logs: reader (RMC, GGA, GNS, GLL, VTG, ZDA) and writer (RMC + GGA).
 
 Theory of operation
 -------------------
@@ -6,18 +6,24 @@ A receiver emits, once per *epoch* (fix time), a burst of sentences from one or 
 (GP, GN, GL, GA, GB, ...). The reader
 
 1. splits the log into lines; ``#`` lines are comments, blank lines are skipped, a line
-   without ``*hh`` or with text before its ``$`` was cut off (``truncated``);
+   without ``*hh`` or with text before its ``$`` was cut off (``truncated``; a receiver that
+   restarts leaves such a line padded with NUL bytes). ``!`` sentences (AIS ``!AIVDM`` /
+   ``!AIVDO``) are checksummed like ``$`` ones and counted as other sentences;
 2. verifies every checksum at once with a cumulative XOR over the whole buffer (the XOR of a
    sentence body is ``cx[star-1] ^ cx[dollar]``) and skips mismatches (``bad_checksum``);
-3. groups RMC/GGA/GLL by their time field into epochs (the last few epochs stay open, so a
+3. groups RMC/GGA/GNS/GLL by their time field into epochs (the last few epochs stay open, so a
    GLL closing the previous cycle or a GL-talker duplicate still lands in its own epoch; a
    time seen again much later opens a new epoch, which ``time_align`` then removes as a
    duplicate). VTG has no time and joins the epoch of the latest timed sentence;
-4. emits one GNSS row per RMC/GGA epoch with at least one valid fix: RMC status ``A`` (mode
-   not N/S/M) or GGA quality 1-6 (0 no fix, 7 manual, 8 simulator are not fixes). GLL only
-   fills in, unless the log has no RMC/GGA at all;
+4. emits one GNSS row per RMC/GGA/GNS epoch with at least one valid fix: RMC status ``A``
+   (mode not N/S/M), GGA quality 1-6 (0 no fix, 7 manual, 8 simulator are not fixes) or a GNS
+   mode with at least one constellation in A/D/P/R/F/E (GNS, sent by some receivers instead
+   of GGA, follows GGA's rules: N no fix, M manual and S simulator are not fixes). GLL only
+   fills in, unless the log has no RMC/GGA/GNS at all;
 5. dates each epoch from its own RMC/ZDA date, else by carrying the previous epoch's date
-   forward (a time of day that falls by more than 12 h is a midnight rollover).
+   forward (a time of day that falls by more than 12 h is a midnight rollover). A log with no
+   date anywhere takes the date given with the upload (``session_date``); without one it is
+   refused with ``NO_SESSION_DATE`` - a date is never invented.
 
 Speed is returned in knots (``units`` says so); ``normalise_units`` converts it.
 """
@@ -25,13 +31,16 @@ Speed is returned in knots (``units`` says so); ``normalise_units`` converts it.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import Counter
 from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
 
+from schemas import error_codes as codes
 from stages.batch import canonical
+from stages.batch.contract import SessionStageError
 from stages.batch.formats.nmea_writer import write
 from stages.batch.formats.parsed import ParsedSession
 
@@ -44,6 +53,11 @@ _OPEN_EPOCHS: Final = 4
 _NO_FIX_MODES: Final = frozenset((b"N", b"S", b"M"))
 _RMC_MODE_QUALITY: Final = {b"A": 1, b"D": 2, b"P": 3, b"R": 4, b"F": 5, b"E": 6}
 _KMH_PER_KNOT: Final = 1.852
+_BANG_SENTENCE: Final = re.compile(rb"![A-Z]{5},")
+# GNS mode characters (one per constellation) to the GGA quality they correspond to.
+_GNS_MODE_QUALITY: Final = {
+    ord("A"): 1, ord("D"): 2, ord("P"): 3, ord("R"): 4, ord("F"): 5, ord("E"): 6
+}
 
 
 class _Epoch:
@@ -190,6 +204,25 @@ class _Reader:
             ep.hdop = _num(f[8])
             ep.alt = _num(f[9]) if len(f) > 10 and f[10] in (b"M", b"") else None
 
+    def gns(self, f: list[bytes]) -> None:
+        tod = _tod(f[1])
+        if tod is None or len(f) < 10:
+            return
+        ep = self.epoch(tod)
+        ep.gll_only = False
+        mode = f[6]
+        qualities = [_GNS_MODE_QUALITY[c] for c in mode if c in _GNS_MODE_QUALITY]
+        ep.simulated |= bool(mode) and set(mode) == {ord("S")}
+        ok = bool(qualities)
+        ok = self.position(ep, _angle(f[2], f[3], 90.0), _angle(f[4], f[5], 180.0), ok)
+        ep.valid |= ok
+        ep.invalid |= not ok
+        if ok and ep.fixq is None:
+            ep.fixq = max(qualities)
+            ep.sats = int(f[7]) if f[7] else None
+            ep.hdop = _num(f[8])
+            ep.alt = _num(f[9])
+
     def gll(self, f: list[bytes]) -> None:
         tod = _tod(f[5]) if len(f) > 6 else None
         if tod is None:
@@ -242,6 +275,7 @@ class _Reader:
 _HANDLERS: Final = {
     "RMC": _Reader.rmc,
     "GGA": _Reader.gga,
+    "GNS": _Reader.gns,
     "GLL": _Reader.gll,
     "VTG": _Reader.vtg,
     "ZDA": _Reader.zda,
@@ -263,6 +297,9 @@ def _scan(reader: _Reader, data: bytes) -> None:
             counts["comments"] += 1
             continue
         dollar = line.rfind(b"$")
+        bang = line.rfind(b"!")
+        if bang > dollar and _BANG_SENTENCE.match(line, bang):
+            dollar = bang  # an encapsulated (AIS) sentence; a "!" in a $GPTXT text is not
         star = line.rfind(b"*")
         if dollar < 0 or star < dollar or len(line) - star != 3:
             counts["truncated"] += 1
@@ -281,14 +318,29 @@ def _scan(reader: _Reader, data: bytes) -> None:
         reader.sentence(line[dollar + 1 : star])
 
 
-def _resolve_dates(epochs: list[_Epoch]) -> str:
-    """Give every epoch a date; return how dates were found (``rmc``/``zda``, or ``none``)."""
+def _resolve_dates(epochs: list[_Epoch], session_date: dt.date | None, *, needed: bool) -> str:
+    """Give every epoch a date; return how dates were found (``rmc_zda``, ``upload``, ``none``).
+
+    ``needed``: some epoch is a fix, so a log without a date cannot go on undated.
+    """
     first = next((e for e in epochs if e.date is not None or e.ctx_date is not None), None)
+    anchor: int | None
     if first is None:
-        for e in epochs:
-            e.date = _EPOCH_ORDINAL
-        return "none"
-    anchor = first.date if first.date is not None else first.ctx_date
+        if not epochs or (not needed and session_date is None):
+            return "none"  # no fix to stamp: the log is classified as having no fix
+        if session_date is None:
+            raise SessionStageError(
+                "the NMEA log has no date (no RMC or ZDA date): give the session's date with "
+                "`tideway sessions upload --date YYYY-MM-DD` (API and notice field `date`), or "
+                "reprocess with run config {\"session_date\": \"YYYY-MM-DD\"}",
+                code=codes.NO_SESSION_DATE,
+            )
+        first = epochs[0]
+        anchor = session_date.toordinal()
+        date_source = "upload"
+    else:
+        anchor = first.date if first.date is not None else first.ctx_date
+        date_source = "rmc_zda"
     assert anchor is not None
     prev_date, prev_tod = anchor, first.tod
     for e in epochs:
@@ -299,21 +351,25 @@ def _resolve_dates(epochs: list[_Epoch]) -> str:
             elif e.tod > prev_tod + _HALF_DAY_US:
                 e.date -= 1
         prev_date, prev_tod = e.date, e.tod
-    return "rmc_zda"
+    return date_source
 
 
-def read(data: bytes) -> ParsedSession:
-    """Parse an NMEA 0183 log (plain bytes) into a GNSS stream (speed in knots)."""
+def read(data: bytes, *, session_date: dt.date | None = None) -> ParsedSession:
+    """Parse an NMEA 0183 log (plain bytes) into a GNSS stream (speed in knots).
+
+    ``session_date`` (from the upload) dates a log that carries no date of its own; a log
+    with RMC/ZDA dates ignores it. Raises ``NO_SESSION_DATE`` when neither has one.
+    """
     reader = _Reader()
     _scan(reader, data)
     epochs = reader.epochs
-    date_source = _resolve_dates(epochs)
     if any(not e.gll_only for e in epochs):
         fixes = [e for e in epochs if e.valid and not e.gll_only]
     else:  # a GLL-only log: its epochs are the fixes
         fixes = [e for e in epochs if e.gll_pos is not None]
         for e in fixes:
             e.lat, e.lon = e.gll_pos  # type: ignore[misc]
+    date_source = _resolve_dates(epochs, session_date, needed=bool(fixes))
     ts = [(e.date - _EPOCH_ORDINAL) * _DAY_US + e.tod for e in fixes]  # type: ignore[operator]
     table = pa.table(
         {

@@ -4,11 +4,15 @@ Only the head of the file is examined (:data:`HEAD_BYTES`), so sniffing costs th
 kilobyte and a gigabyte. The file name is never consulted here: an ``.txt`` NMEA log is NMEA
 and a ``.csv`` that holds GPX is GPX. Rules, in order:
 
-- NUL bytes in the head: binary, nothing we read;
+- a FIT header (size byte 12 or 14, ``.FIT`` at bytes 8-11): FIT;
+- NUL bytes in the head: binary, unless the head is an NMEA log (a receiver that restarts
+  leaves a cut-off line padded with NULs; the reader counts it as truncated wherever it
+  falls, so the sniffer must not refuse the log just because it fell in the head);
 - ``<`` first: XML, and GPX only when a ``<gpx`` root element is present;
 - ``{`` first: JSON Lines when the first complete line is an object with ``ts`` and ``topic``;
 - ``$``/``!``/``#`` lines: NMEA when at least one line holds a ``$ttsss,`` sentence and most
-  non-comment lines contain a ``$`` sentence;
+  non-comment lines contain a ``$`` or ``!`` sentence (``!AIVDM``/``!AIVDO`` from AIS
+  transponders are NMEA too);
 - otherwise a CSV whose header matches a known layout (:mod:`.csv_layout`).
 """
 
@@ -20,10 +24,12 @@ from typing import Any, Final
 
 import orjson
 
+from stages.batch.formats import fit
 from stages.batch.formats.csv_layout import AUX_PREFIX, IMU_COLS, detect_layout, header
 
 HEAD_BYTES: Final = 64 * 1024
 _SENTENCE: Final = re.compile(rb"\$(?:([A-Z]{2})([A-Z]{3})|P[A-Z0-9]+),")
+_BANG_SENTENCE: Final = re.compile(rb"![A-Z]{5},")
 _GPX_VERSION: Final = re.compile(rb"<gpx\b[^>]*\bversion\s*=\s*[\"']([0-9.]+)[\"']")
 
 
@@ -41,8 +47,11 @@ class Sniffed:
 def sniff(plain: bytes) -> Sniffed | None:
     """Recognise ``plain`` (decompressed bytes); None when it is no format we read."""
     head = plain[:HEAD_BYTES]
+    if fit.is_fit(head):
+        return Sniffed(format="fit", variant=f"header{head[0]}", streams=("gnss", "aux"))
     if b"\x00" in head:
-        return None
+        # Only NUL padding of cut-off NMEA lines is tolerated; any other binary stays refused.
+        return _nmea(head.replace(b"\x00", b"").lstrip(b"\xef\xbb\xbf \t\r\n"))
     body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if body.startswith(b"<"):
         return _gpx(body)
@@ -92,7 +101,7 @@ def _jsonl(body: bytes) -> Sniffed | None:
 def _nmea(body: bytes) -> Sniffed | None:
     talkers: set[str] = set()
     kinds: set[str] = set()
-    sentences = other = comments = 0
+    sentences = other = comments = bang = dollar = 0
     for line in body.split(b"\n")[:2000]:
         line = line.strip()
         if not line:
@@ -102,19 +111,26 @@ def _nmea(body: bytes) -> Sniffed | None:
             continue
         match = _SENTENCE.search(line)
         if match is None:
+            if _BANG_SENTENCE.search(line):
+                sentences += 1  # AIS and other "!" sentences: NMEA, no fix of their own
+                bang += 1
+                continue
             other += 1
             continue
         sentences += 1
+        dollar += 1
         if match.group(1):
             talkers.add(match.group(1).decode())
             kinds.add(match.group(2).decode())
-    if sentences == 0 or other > sentences:
+    if dollar == 0 or other > sentences:
         return None
     return Sniffed(
         format="nmea",
         variant="0183",
         streams=("gnss",),
-        hints={"talkers": sorted(talkers), "sentences": sorted(kinds), "comment_lines": comments},
+        hints={"talkers": sorted(talkers), "sentences": sorted(kinds), "comment_lines": comments,
+            "bang_sentences": bang,
+        },
     )
 
 

@@ -24,7 +24,7 @@ async def test_notices_are_counted_by_outcome(settings: Settings, tmp_path: Path
         task = asyncio.create_task(run_intake(settings, stop=stop, hooks=obs))
         try:
             await upload_files(settings, tenant="acme", device="d-1", paths=[path])
-            nc = await connect_nats(settings.nats(), name="test")
+            nc = await connect_nats(settings.nats, name="test")
             try:  # a notice that can never succeed
                 subject = Names(namespace=settings.namespace).sessions_subject("acme", "d-1")
                 await nc.jetstream().publish(subject, b"not a notice")

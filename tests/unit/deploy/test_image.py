@@ -219,3 +219,80 @@ def test_compose_processes_wait_for_setup_and_every_service_is_health_checked() 
             assert name in one_shot, name
         else:
             assert check["test"], name
+
+
+TIDEWAY_PROCESSES = ("ingest", "intake", "worker", "api")
+
+
+def _compose_with_profile(*args: str) -> subprocess.CompletedProcess[str]:
+    tool = shutil.which("docker-compose")
+    if tool is None:
+        skip_or_fail("docker-compose is not installed (.ci/run installs the Debian package)")
+        raise AssertionError("unreachable")
+    return subprocess.run([tool, "-f", str(REPO_ROOT / "docker-compose.yml"),
+                           "--profile", "monitoring", "config", *args],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def test_docker_compose_accepts_the_monitoring_profile() -> None:
+    done = _compose_with_profile("--services")
+    assert done.returncode == 0, done.stderr
+    assert {"prometheus", "grafana"} <= set(done.stdout.split())
+    # Without the profile the monitoring services stay out of a plain `up`.
+    services = _compose()
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["monitoring"], name
+
+
+def _mounts(service: dict[str, object]) -> dict[str, str]:
+    """Container path -> repository-relative host path of a service's bind mounts."""
+    volumes = service["volumes"]
+    assert isinstance(volumes, list)
+    mounts = {}
+    for volume in volumes:
+        host, container, *_ = str(volume).split(":")
+        if host.startswith("./"):
+            mounts[container] = host[2:]
+    return mounts
+
+
+def test_monitoring_prometheus_scrapes_every_tideway_process() -> None:
+    prometheus = _compose()["prometheus"]
+    mounts = _mounts(prometheus)
+    config_path = REPO_ROOT / mounts["/etc/prometheus/prometheus.yml"]
+    config = yaml.safe_load(config_path.read_text())
+    # The rule file is resolved beside the config, where compose mounts the alert rules.
+    for rule_file in config["rule_files"]:
+        assert mounts[f"/etc/prometheus/{rule_file}"] == "deploy/prometheus/alerts.yml"
+    scraped: dict[str, str] = {}
+    for job in config["scrape_configs"]:
+        for sd in job["dns_sd_configs"]:
+            assert str(sd["port"]) == PROBES_PORT, job["job_name"]
+            for name in sd["names"]:
+                scraped[name] = job["job_name"]
+    assert set(scraped) == set(TIDEWAY_PROCESSES)
+    # The alert rules select `job=~"tideway.*"`.
+    assert all(job.startswith("tideway-") for job in scraped.values())
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        done = subprocess.run([promtool, "check", "config", str(config_path)],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_monitoring_grafana_is_provisioned_with_prometheus_and_every_dashboard() -> None:
+    grafana = _compose()["grafana"]
+    mounts = _mounts(grafana)
+    provisioning = REPO_ROOT / mounts["/etc/grafana/provisioning"]
+    (datasource,) = [source for path in (provisioning / "datasources").glob("*.yml")
+                     for source in yaml.safe_load(path.read_text())["datasources"]]
+    assert datasource["type"] == "prometheus"
+    assert datasource["url"] == "http://prometheus:9090"
+    (provider,) = [provider for path in (provisioning / "dashboards").glob("*.yml")
+                   for provider in yaml.safe_load(path.read_text())["providers"]]
+    folder = provider["options"]["path"]
+    served = {Path(host).name for container, host in mounts.items()
+              if container.startswith(folder + "/")}
+    shipped = {path.name for path in (REPO_ROOT / "deploy" / "grafana").glob("*.json")}
+    assert shipped and served == shipped

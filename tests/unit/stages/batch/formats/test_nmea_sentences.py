@@ -20,8 +20,11 @@ def sentence(body: str) -> str:
     return f"${body}*{cs:02X}"
 
 
-def read(*lines: str) -> ParsedSession:
-    return nmea.read(("\r\n".join(lines) + "\r\n").encode())
+def read(*lines: str, session_date: dt.date | None = None) -> ParsedSession:
+    return nmea.read(("\r\n".join(lines) + "\r\n").encode(), session_date=session_date)
+
+
+UPLOAD_DATE = dt.date(1994, 3, 23)  # the date given with the upload, for logs without one
 
 
 RMC = "GPRMC,120000.00,A,4807.038,N,01131.000,E,10.0,84.4,230394,,,A"
@@ -43,12 +46,12 @@ def test_rmc_and_gga_of_one_epoch_make_one_sample() -> None:
 def test_bad_checksum_is_counted_and_skipped() -> None:
     good = sentence(RMC)
     bad = good[:-2] + ("00" if good[-2:] != "00" else "01")
-    parsed = read(bad, sentence(GGA.replace("120000.00", "120001.00")))
+    parsed = read(bad, sentence(GGA.replace("120000.00", "120001.00")), session_date=UPLOAD_DATE)
     assert parsed.stats["bad_checksum"] == 1
     assert parsed.streams["gnss"].column("ts").to_pylist() == [
-        dt.datetime(1970, 1, 1, 12, 0, 1, tzinfo=dt.UTC)  # no RMC date survived
+        dt.datetime(1994, 3, 23, 12, 0, 1, tzinfo=dt.UTC)  # no RMC date survived: the upload's
     ]
-    assert parsed.stats["date_source"] == "none"
+    assert parsed.stats["date_source"] == "upload"
 
 
 def test_comments_blank_and_cut_off_lines() -> None:
@@ -88,7 +91,9 @@ def test_all_talkers(talker: str) -> None:
 
 
 def test_vtg_fills_speed_and_course_when_rmc_is_absent() -> None:
-    parsed = read(sentence(GGA), sentence("GPVTG,77.5,T,,M,,N,18.52,K,A"))
+    parsed = read(
+        sentence(GGA), sentence("GPVTG,77.5,T,,M,,N,18.52,K,A"), session_date=UPLOAD_DATE
+    )
     row = parsed.streams["gnss"].to_pylist()[0]
     assert row["speed_mps"] == pytest.approx(10.0)  # 18.52 km/h = 10 kn
     assert row["course_deg"] == pytest.approx(77.5)
@@ -98,6 +103,7 @@ def test_gll_only_log_yields_samples() -> None:
     parsed = read(
         sentence("GPGLL,4916.45,N,12311.12,W,225444,A,A"),
         sentence("GPGLL,4916.46,N,12311.12,W,225445,A,A"),
+        session_date=UPLOAD_DATE,
     )
     lats = parsed.streams["gnss"].column("lat_deg").to_pylist()
     assert lats == pytest.approx([49 + 16.45 / 60, 49 + 16.46 / 60])
