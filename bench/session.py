@@ -66,7 +66,7 @@ from streams.config import Settings  # noqa: E402
 from streams.jobs.worker import run_worker  # noqa: E402
 from streams.names import Names  # noqa: E402
 from streams.sessions.intake import provision_sessions, run_intake  # noqa: E402
-from streams.sessions.progress import wait_for_run  # noqa: E402
+from streams.sessions.progress import RunProgress, wait_for_run  # noqa: E402
 from streams.sessions.stage_executors import SessionExecutors  # noqa: E402
 from streams.sessions.upload import upload_files  # noqa: E402
 
@@ -117,12 +117,15 @@ def floor(path: Path, out: Path) -> dict[str, float]:
     }
 
 
-async def run_fit(settings: Settings, dsn: str, path: Path, work: Path) -> dict[str, Any]:
-    """Upload one real FIT file into the running system and time its run (no floor)."""
-    local = work / path.name  # a scratch copy: the shared data is never written to
-    shutil.copyfile(path, local)
+async def upload_and_wait(
+    settings: Settings, *, device: str, path: Path, config: dict[str, Any] | None = None
+) -> tuple[RunProgress, float, float]:
+    """Upload one file and wait for its run: (final run, upload seconds, whole-DAG seconds)."""
     t0 = time.perf_counter()
-    receipt = await upload_files(settings, tenant="bench", device="bench-fit", paths=[local])
+    receipt = await upload_files(
+        settings, tenant="bench", device=device, paths=[path], config=config
+    )
+    t_uploaded = time.perf_counter()
     final = await wait_for_run(
         settings,
         tenant="bench",
@@ -130,12 +133,19 @@ async def run_fit(settings: Settings, dsn: str, path: Path, work: Path) -> dict[
         poll_s=0.02,
         timeout_s=600,
     )
-    t1 = time.perf_counter()
-    print(f"FIT {path.name}: whole DAG {t1 - t0:.3f} s, {final.status}")
+    return final, t_uploaded - t0, time.perf_counter() - t0
+
+
+async def run_fit(settings: Settings, dsn: str, path: Path, work: Path) -> dict[str, Any]:
+    """Upload one real FIT file into the running system and time its run (no floor)."""
+    local = work / path.name  # a scratch copy: the shared data is never written to
+    shutil.copyfile(path, local)
+    final, _, wall_s = await upload_and_wait(settings, device="bench-fit", path=local)
+    print(f"FIT {path.name}: whole DAG {wall_s:.3f} s, {final.status}")
     return {
         "file": path.name,
         "bytes": local.stat().st_size,
-        "wall_s": t1 - t0,
+        "wall_s": wall_s,
         "status": final.status,
         "features_available": dict(final.features_available),
         "feature_reasons": dict(final.feature_reasons),
@@ -190,23 +200,13 @@ async def run_dag(
         for i, (path, config) in enumerate(sessions):
             fl = await asyncio.to_thread(floor, path, work / f"floor-{i}.parquet")
             load = os.getloadavg()[0]
-            t0 = time.perf_counter()
-            receipt = await upload_files(
-                settings, tenant="bench", device="bench-1", paths=[path], config=config
+            final, upload_s, wall_s = await upload_and_wait(
+                settings, device="bench-1", path=path, config=config
             )
-            t_uploaded = time.perf_counter()
-            final = await wait_for_run(
-                settings,
-                tenant="bench",
-                artifact_set_hash=receipt.artifact_set_hash,
-                poll_s=0.02,
-                timeout_s=600,
-            )
-            t1 = time.perf_counter()
             results.append(
                 {
-                    "wall_s": t1 - t0,
-                    "upload_s": t_uploaded - t0,
+                    "wall_s": wall_s,
+                    "upload_s": upload_s,
                     "floor": fl,
                     "loadavg_1m_before": load,
                     "status": final.status,
@@ -217,7 +217,7 @@ async def run_dag(
                 }
             )
             print(
-                f"run {i + 1}: whole DAG {t1 - t0:.3f} s, floor {fl['total_s']:.3f} s, "
+                f"run {i + 1}: whole DAG {wall_s:.3f} s, floor {fl['total_s']:.3f} s, "
                 f"load {load:.2f}, {final.status}"
             )
         fit_path = Path(args.fit_file) if args.fit_file else None

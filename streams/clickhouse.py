@@ -137,12 +137,11 @@ class ClickHouse:
                 _CALLING.active = True
                 try:
                     return fn(_client_for(self.dsn), *args, **kwargs)
-                except ProgrammingError as exc:
-                    busy = _busy_error(self.dsn) if "open the chdb engine" in str(exc) else None
+                except ClickHouseError as exc:
+                    busy = (_busy_error(self.dsn) if isinstance(exc, ProgrammingError)
+                            and "open the chdb engine" in str(exc) else None)
                     if busy is not None:
                         raise busy from exc
-                    raise TransientError(f"ClickHouse: {exc}", code="CLICKHOUSE_ERROR") from exc
-                except ClickHouseError as exc:
                     raise TransientError(f"ClickHouse: {exc}", code="CLICKHOUSE_ERROR") from exc
                 except OSError as exc:
                     raise TransientError(

@@ -32,13 +32,13 @@ from streams.observability.events import ProcessHooks
 log = logging.getLogger(__name__)
 
 
-def stop_on_signals(stop: asyncio.Event | None = None) -> asyncio.Event:
+def stop_on_signals() -> asyncio.Event:
     """An event that SIGINT and SIGTERM set (call inside the running loop).
 
     Every long-running command stops the same way: the signal only sets the event, and the
     component drains its in-flight work before returning.
     """
-    stop = stop or asyncio.Event()
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

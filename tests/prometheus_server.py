@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,13 +11,8 @@ from typing import Any
 
 import yaml
 
+from streams.embedded import free_port
 from tests.shared_data import skip_or_fail
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -32,7 +26,7 @@ def running_prometheus(config: dict[str, Any], workdir: Path) -> Iterator[str]:
         return
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
+    port = free_port()
     with (workdir / "prometheus.log").open("wb") as log:
         proc = subprocess.Popen(
             [binary, f"--config.file={workdir / 'prometheus.yml'}",

@@ -37,6 +37,7 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "EXECUTOR_POOL",
     "INTAKE_POOL",
+    "NOT_NOW_CLASSES",
     "STATEMENT_CACHE",
     "UNREACHABLE",
     "WORKER_POOL",
@@ -67,6 +68,11 @@ UNREACHABLE: Final = (
 )
 """What asyncpg raises when the server cannot be reached now: refused or lost connections,
 a server that is starting up (``57P03``) or shutting down (``57P01``, ``57P02``)."""
+
+NOT_NOW_CLASSES: Final = ("08", "40", "53", "57", "58")
+"""SQLSTATE classes that mean "try again later": connection exception, transaction rollback
+(serialization failure, deadlock), insufficient resources, operator intervention, system
+error. Both JetStream consumers defer on them (ingest's recorder, session intake)."""
 
 
 def unavailable(exc: BaseException) -> TransientError:

@@ -22,7 +22,7 @@ from streams.observability import tracing
 from streams.sessions import queries
 from streams.sessions.notice import SessionNotice
 from streams.sessions.tenancy import check_device
-from streams.sessions.upload import StagedUpload, publish_notice, receipt_for
+from streams.sessions.upload import StagedUpload, receipt_for
 
 __all__ = ["add_routes"]
 
@@ -206,15 +206,7 @@ async def _post_session(request: web.Request, traceparent: str | None) -> web.Re
         receipt = receipt_for(
             tenant=caller.tenant, device=device, artifacts=staged.artifacts, names=names
         )
-        await staged.commit()
-        await publish_notice(
-            ctx.nats.jetstream(),
-            receipt.subject,
-            notice,
-            msg_id=f"{caller.tenant}:{receipt.artifact_set_hash}",
-            traceparent=traceparent,
-        )
-        staged.published()
+        await staged.publish(ctx.nats.jetstream(), receipt, notice, traceparent=traceparent)
         # Still inside the block: the files count as in flight until intake has the run.
         run_id = await _wait_for_run(ctx.pool, caller.tenant_id, receipt.artifact_set_hash)
     body = receipt.as_dict()

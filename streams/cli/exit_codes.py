@@ -11,8 +11,9 @@ code    name         meaning
 3       ``FAILED``   the command ran and what it reports is a failure: ``sessions upload
                      --wait`` on a run that ended ``failed`` or ``cancelled``; ``schema test``
                      with a payload the pipeline would not process; ``dlq redrive`` when a
-                     redrive failed or none of the dead letters could be redriven; ``demo``
-                     when an envelope is unaccounted for
+                     redrive failed or none of the dead letters could be redriven; ``dlq
+                     resolve`` when a named id is not an open dead letter; ``demo`` when an
+                     envelope is unaccounted for
 130     —            interrupted by Ctrl-C before it finished (the shell's convention)
 ======  ===========  ==========================================================================
 """

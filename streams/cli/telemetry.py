@@ -12,14 +12,12 @@ from typing import Any
 
 import typer
 
+from streams.cli.exit_codes import ExitCode
 from streams.cli.output import console, err_console, print_json, print_record, print_rows
 from streams.config import load_settings
 from streams.errors import UsageError
 
 JSON_OPTION = typer.Option(False, "--json", help="Print JSON.")
-# `dlq redrive` / `dlq resolve`: dead letters were there but nothing (or not everything) could
-# be done. Distinct from 1 (an error, e.g. a service unreachable) and 2 (click's usage error).
-EXIT_NOTHING_DONE = 3
 
 
 def parse_time(value: str) -> datetime:
@@ -174,7 +172,7 @@ def register(app: typer.Typer) -> None:
                 err_console.print(f"open dead letters no redrive can publish: {left}; close "
                                   "them with `tideway dlq resolve --code CODE --note ...`")
         if report.nothing_done:
-            raise typer.Exit(EXIT_NOTHING_DONE)
+            raise typer.Exit(ExitCode.FAILED)
 
     @dlq_app.command("resolve")
     def dlq_resolve(
@@ -203,7 +201,7 @@ def register(app: typer.Typer) -> None:
                 err_console.print("not open dead letters: "
                                   + " ".join(str(i) for i in report.not_resolved))
         if report.not_resolved:
-            raise typer.Exit(EXIT_NOTHING_DONE)
+            raise typer.Exit(ExitCode.FAILED)
 
     @app.command("replay")
     def replay_cmd(

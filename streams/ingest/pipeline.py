@@ -320,9 +320,9 @@ class Pipeline:
                 await js.publish(names.dead_letter_subject(tenant, code), ev.receipt.data,
                                  headers=headers, timeout=2)
             except Exception as exc:  # Postgres holds the dead letter already
-                nats.failed(f"could not copy dead letter {message_id} to the DLQ stream: "
-                            f"{describe(exc)}")
-                log.debug("could not copy dead letter %s to the DLQ stream: %s",
-                          message_id, describe(exc))
+                problem = (f"could not copy dead letter {message_id} to the DLQ stream: "
+                           f"{describe(exc)}")
+                nats.failed(problem)
+                log.debug("%s", problem)
             else:
                 nats.recovered()

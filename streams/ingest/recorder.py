@@ -33,14 +33,12 @@ from stages.ingest.plan import (
     message_row,
 )
 from stages.ingest.status import Status
-from streams.adapters.postgres import Conn
+from streams.adapters.postgres import NOT_NOW_CLASSES, Conn
 from streams.errors import PermanentError, TidewayError, TransientError
 from streams.ingest import sql
 from streams.observability import tracing
 
 PERSIST_REJECTED = "PERSIST_REJECTED"
-# SQLSTATE classes that mean "try again later": connection, resources, operator, rollback.
-_UNAVAILABLE_CLASSES = ("08", "40", "53", "57", "58")
 # SQLSTATE classes in which Postgres refuses particular rows: data exceptions, integrity
 # constraints (the state-machine triggers raise check_violation), program limits (a value too
 # large for an index, say). Only these can single out a poison envelope; anything else (a lock
@@ -57,7 +55,7 @@ def translate(exc: BaseException) -> TidewayError:
         state = (exc.sqlstate or "")[:2]
         if state in _ROW_CLASSES:
             return PermanentError(f"Postgres refused the batch: {exc}", code=PERSIST_REJECTED)
-        if state in _UNAVAILABLE_CLASSES:
+        if state in NOT_NOW_CLASSES:
             return TransientError(f"Postgres: {exc}", code="PG_UNAVAILABLE")
         return TransientError(f"Postgres could not record the batch now: {exc}", code="PG_ERROR")
     return TransientError(f"Postgres unavailable: {exc}", code="PG_UNAVAILABLE")

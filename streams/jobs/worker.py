@@ -105,11 +105,11 @@ class _Running:
         return JobEvent(job_id=job.id, run_id=job.run_id, job_type=job.job_type,
                         attempt=job.attempt, worker_id=job.locked_by)
 
-
-def _attempt_fields(job: ClaimedJob, trace_id: str | None = None) -> dict[str, object]:
-    """The log context of one job attempt (spec 000 §14)."""
-    return {"run_id": str(job.run_id), "job_id": str(job.id), "job_type": job.job_type,
-            "attempt": job.attempt, "worker_id": job.locked_by, "trace_id": trace_id}
+    def log_fields(self) -> dict[str, object]:
+        """The log context of this attempt (spec 000 §14)."""
+        job = self.job
+        return {"run_id": str(job.run_id), "job_id": str(job.id), "job_type": job.job_type,
+                "attempt": job.attempt, "worker_id": job.locked_by, "trace_id": self.trace_id}
 
 
 async def run_worker(
@@ -258,7 +258,7 @@ class _Worker:
                 "tideway.worker_id": ctx.job.locked_by})
             entry.trace_id = (tracing.trace_id_of(ctx.traceparent)
                               or tracing.span_trace_id(entry.span))
-            with log_context(**_attempt_fields(ctx.job, entry.trace_id)), \
+            with log_context(**entry.log_fields()), \
                     tracing.using(entry.span):
                 # The task copies this context: whatever the attempt logs carries the fields,
                 # and whatever it traces is a child of the attempt's span.
@@ -344,7 +344,7 @@ class _Worker:
         duration = entry.ran_s or asyncio.get_running_loop().time() - entry.started
         tracing.end_span(entry.span, outcome=outcome, error_code=error_code,
                          failed=outcome in ("failed", "lost"))
-        with log_context(**_attempt_fields(entry.job, entry.trace_id)):
+        with log_context(**entry.log_fields()):
             log.log(logging.WARNING if outcome in ("failed", "lost") else logging.INFO,
                     "job attempt finished: %s", outcome,
                     extra={"outcome": outcome, "error_code": error_code,

@@ -17,9 +17,7 @@ own connections, and each is checked.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
 import asyncpg
@@ -32,9 +30,12 @@ from streams.observability.metrics import Metrics
 from streams.observability.observers import IngestMetrics, IntakeMetrics, JobMetrics
 from streams.observability.probes import ProbeServer
 from streams.observability.readiness import Check
-from streams.observability.samplers import ConsumerSampler, JobQueueSampler, Sampler
-
-log = logging.getLogger(__name__)
+from streams.observability.samplers import (
+    ConsumerSampler,
+    JobQueueSampler,
+    Sampler,
+    sample_loop,
+)
 
 STARTUP_CHECK = "startup"
 
@@ -117,28 +118,6 @@ class ProcessObservability:
 
     def _sample(self, sampler: Sampler, *, closed: Callable[[], bool]) -> None:
         self._samplers.append(asyncio.create_task(
-            _sample_loop(sampler, closed, self.settings.sample_interval_s, self._stop),
+            sample_loop(sampler, closed, self.settings.sample_interval_s, self._stop),
             name=f"sampler-{type(sampler).__name__}",
         ))
-
-
-async def _sample_loop(
-    sampler: Callable[[], Awaitable[None]], closed: Callable[[], bool], interval_s: float,
-    stop: asyncio.Event,
-) -> None:
-    """Run ``sampler`` now and every ``interval_s`` until ``stop`` or its connection closes.
-
-    A failing sampler logs a warning and leaves its gauges at their last value: the readiness
-    checks, not the samplers, report a dependency that is down. A connection its component
-    has closed (the process is stopping) ends the loop quietly.
-    """
-    while not stop.is_set() and not closed():
-        try:
-            await sampler()
-        except Exception as exc:
-            if closed():
-                return
-            log.warning("metrics sampler %s failed: %s", type(sampler).__name__, exc)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
-

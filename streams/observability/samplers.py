@@ -115,10 +115,24 @@ async def run_samplers(
     A failing sampler logs a warning and leaves its gauges at their last value: the readiness
     checks, not the samplers, report a dependency that is down.
     """
-    while not stop.is_set():
-        results = await asyncio.gather(*(s() for s in samplers), return_exceptions=True)
-        for sampler, result in zip(samplers, results, strict=True):
-            if isinstance(result, Exception):
-                log.warning("metrics sampler %s failed: %s", type(sampler).__name__, result)
+    await asyncio.gather(*(sample_loop(s, lambda: False, interval_s, stop) for s in samplers))
+
+
+async def sample_loop(
+    sampler: Sampler, closed: Callable[[], bool], interval_s: float, stop: asyncio.Event
+) -> None:
+    """Run ``sampler`` now and every ``interval_s`` until ``stop`` or its connection closes.
+
+    A failing sampler logs a warning and leaves its gauges at their last value: the readiness
+    checks, not the samplers, report a dependency that is down. A connection its component
+    has closed (the process is stopping) ends the loop quietly.
+    """
+    while not stop.is_set() and not closed():
+        try:
+            await sampler()
+        except Exception as exc:
+            if closed():
+                return
+            log.warning("metrics sampler %s failed: %s", type(sampler).__name__, exc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval_s)

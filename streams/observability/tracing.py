@@ -88,8 +88,10 @@ def configure_tracing(service_name: str) -> bool:
     exporters = os.environ.get("OTEL_TRACES_EXPORTER", "otlp")
     for exporter in (n.strip() for n in exporters.split(",") if n.strip()):
         (point,) = entry_points(group="opentelemetry_traces_exporter", name=exporter) or (None,)
-        if point is None:
-            raise ValueError(f"OTEL_TRACES_EXPORTER names an unknown exporter: {exporter!r}")
+        if point is None:  # a ConfigError: the CLI prints it as one line, not a traceback
+            from streams.errors import ConfigError
+
+            raise ConfigError(f"OTEL_TRACES_EXPORTER names an unknown exporter: {exporter!r}")
         provider.add_span_processor(BatchSpanProcessor(point.load()()))
     trace.set_tracer_provider(provider)
     install(provider)

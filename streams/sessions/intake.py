@@ -259,7 +259,6 @@ class _Outcome:
 _PG_GONE = (
     *postgres.UNREACHABLE, asyncpg.ConnectionDoesNotExistError, asyncpg.InternalClientError,
 )
-_PG_NOT_NOW_CLASSES = ("08", "40", "53", "57", "58")
 
 
 async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
@@ -292,7 +291,7 @@ async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
             message=str(postgres.unavailable(exc)),
         )
     except asyncpg.PostgresError as exc:
-        if (exc.sqlstate or "")[:2] in _PG_NOT_NOW_CLASSES:
+        if (exc.sqlstate or "")[:2] in postgres.NOT_NOW_CLASSES:
             return _Outcome(disposition=Disposition.UNAVAILABLE, code="PG_UNAVAILABLE",
                             message=f"Postgres: {exc}")
         return _Outcome(disposition=Disposition.RETRY, code="PG_ERROR", message=f"Postgres: {exc}")

@@ -88,8 +88,8 @@ class StagedUpload:
     """One upload's files: staged while the request is read, stored only once it is accepted.
 
     ``add`` streams a file to a temporary key; ``artifacts`` describes the staged files so the
-    caller can validate the whole upload and build its notice; ``commit`` promotes them to
-    their content address; ``published`` says the notice is out. Leaving the ``async with``
+    caller can validate the whole upload and build its notice; ``publish`` promotes them to
+    their content address and publishes the notice. Leaving the ``async with``
     block any other way drops the staged files and removes the promoted ones nobody else
     shares (see the module docstring). ``connect`` opens a Postgres connection for that check.
     """
@@ -122,7 +122,30 @@ class StagedUpload:
         """The staged files as the notice names them."""
         return tuple(NoticeArtifact(name=n, sha256=w.sha256, size=w.size) for n, w in self._staged)
 
-    async def commit(self) -> None:
+    async def publish(
+        self,
+        js: JetStreamContext,
+        receipt: UploadReceipt,
+        notice: SessionNotice,
+        *,
+        traceparent: str | None,
+    ) -> None:
+        """Promote the staged files, then publish ``notice``: the files belong to intake now.
+
+        The notice's ``Nats-Msg-Id`` is the tenant and artifact-set hash, so JetStream drops a
+        second publish of the same upload inside its duplicate window.
+        """
+        await self._commit()
+        await publish_notice(
+            js,
+            receipt.subject,
+            notice,
+            msg_id=f"{self._tenant}:{receipt.artifact_set_hash}",
+            traceparent=traceparent,
+        )
+        self._published = True
+
+    async def _commit(self) -> None:
         """Promote every staged file to its content address."""
         if not self._staged:
             raise UsageError("no file in the upload")
@@ -137,10 +160,6 @@ class StagedUpload:
             )
             self._staged.pop(0)
             self._stored.append(stored)
-
-    def published(self) -> None:
-        """The notice naming the files is published: they belong to intake now."""
-        self._published = True
 
     async def __aexit__(
         self,
@@ -334,15 +353,7 @@ async def _upload_files(
         )
         nc = await connect_nats(settings.nats, name="tideway-upload", attempts=ONE_SHOT_ATTEMPTS)
         try:
-            await staged.commit()
-            await publish_notice(
-                nc.jetstream(),
-                receipt.subject,
-                notice,
-                msg_id=f"{tenant}:{receipt.artifact_set_hash}",
-                traceparent=traceparent,
-            )
-            staged.published()
+            await staged.publish(nc.jetstream(), receipt, notice, traceparent=traceparent)
         finally:
             await nc.close()
     return receipt

@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from streams.errors import ConfigError
 from streams.observability import tracing
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -68,3 +71,11 @@ def test_the_environment_picks_the_sdks_exporter_and_service_name() -> None:
                           "import sys\nassert 'opentelemetry' not in sys.modules\n"],
                          env=env, capture_output=True, text=True, timeout=60, check=False)
     assert off.returncode == 0, off.stderr
+
+
+def test_an_unknown_exporter_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "no-such-exporter")
+    with pytest.raises(ConfigError, match="no-such-exporter"):
+        tracing.configure_tracing("tideway")
+    assert not tracing.active()
