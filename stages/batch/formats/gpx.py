@@ -7,8 +7,12 @@ channels ``heart_rate`` (``hr``, beats/min), ``cadence`` (``cad``, rev/min), ``t
 (``atemp``, °C) and ``water_temperature`` (``wtemp``, °C); its v2 ``speed`` (m/s) and
 ``course`` (degrees) fill the GNSS columns. GPX units are already canonical.
 
-Documents with a DTD or entity declarations are refused (``UNSUPPORTED_FORMAT``): GPX never
-needs them and they are the vehicle of entity-expansion attacks.
+Documents with a DTD, entity declarations or external references are refused
+(``UNSUPPORTED_FORMAT``): GPX never needs them and they are the vehicle of entity-expansion and
+external-entity attacks. The refusal is made by ``defusedxml`` inside the XML parser, after the
+parser has decoded the document, so it holds in every encoding expat reads (UTF-8, UTF-16 LE/BE
+with or without a byte-order mark, ...): a byte search for ``<!DOCTYPE`` would miss the UTF-16
+spelling. A UTF-16 GPX parses to the same samples as its UTF-8 twin.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from collections.abc import Mapping
 from typing import Final
 
 import pyarrow as pa
+from defusedxml import DefusedXmlException
+from defusedxml.ElementTree import fromstring as safe_fromstring
 
 from schemas import error_codes as codes
 from stages.batch import canonical
@@ -45,10 +51,15 @@ def _local(tag: str) -> str:
 
 def read(data: bytes) -> ParsedSession:
     """Parse a GPX document into GNSS + AUX streams."""
-    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
-        raise SessionStageError("GPX with DTD/entities refused", code=codes.UNSUPPORTED_FORMAT)
     try:
-        root = ET.fromstring(data)
+        # forbid_dtd: any DTD at all, not only one declaring entities (the defaults also refuse
+        # entity declarations and external references, whichever way they are reached).
+        root = safe_fromstring(data, forbid_dtd=True)
+    except DefusedXmlException as exc:
+        raise SessionStageError(
+            f"GPX with DTD/entities/external references refused: {exc}",
+            code=codes.UNSUPPORTED_FORMAT,
+        ) from exc
     except ET.ParseError as exc:
         raise SessionStageError(
             f"GPX is not well-formed XML: {exc}", code=codes.CORRUPT_ARTIFACT

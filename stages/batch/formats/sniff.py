@@ -8,7 +8,9 @@ and a ``.csv`` that holds GPX is GPX. Rules, in order:
 - NUL bytes in the head: binary, unless the head is an NMEA log (a receiver that restarts
   leaves a cut-off line padded with NULs; the reader counts it as truncated wherever it
   falls, so the sniffer must not refuse the log just because it fell in the head);
-- ``<`` first: XML, and GPX only when a ``<gpx`` root element is present;
+- ``<`` first: XML, and GPX only when a ``<gpx`` root element is present; an XML head in UTF-16
+  (a UTF-16 byte-order mark, or ``<`` with a NUL beside it) is decoded first, so a UTF-16 GPX
+  is GPX rather than binary (the GPX reader's parser decodes the whole file itself);
 - ``{`` first: JSON Lines when the first complete line is an object with ``ts`` and ``topic``;
 - ``$``/``!``/``#`` lines: NMEA when at least one line holds a ``$ttsss,`` sentence and most
   non-comment lines contain a ``$`` or ``!`` sentence (``!AIVDM``/``!AIVDO`` from AIS
@@ -31,6 +33,13 @@ HEAD_BYTES: Final = 64 * 1024
 _SENTENCE: Final = re.compile(rb"\$(?:([A-Z]{2})([A-Z]{3})|P[A-Z0-9]+),")
 _BANG_SENTENCE: Final = re.compile(rb"![A-Z]{5},")
 _GPX_VERSION: Final = re.compile(rb"<gpx\b[^>]*\bversion\s*=\s*[\"']([0-9.]+)[\"']")
+# How a UTF-16 XML document starts (XML 1.0 appendix F): a byte-order mark, or "<" beside a NUL.
+_UTF16_STARTS: Final = (
+    (b"\xff\xfe", "utf-16-le", 2),
+    (b"\xfe\xff", "utf-16-be", 2),
+    (b"<\x00", "utf-16-le", 0),
+    (b"\x00<", "utf-16-be", 0),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +58,9 @@ def sniff(plain: bytes) -> Sniffed | None:
     head = plain[:HEAD_BYTES]
     if fit.is_fit(head):
         return Sniffed(format="fit", variant=f"header{head[0]}", streams=("gnss", "aux"))
+    utf16 = _utf16_xml(head)
+    if utf16 is not None:
+        return _gpx(utf16)
     if b"\x00" in head:
         # Only NUL padding of cut-off NMEA lines is tolerated; any other binary stays refused.
         return _nmea(head.replace(b"\x00", b"").lstrip(b"\xef\xbb\xbf \t\r\n"))
@@ -61,6 +73,16 @@ def sniff(plain: bytes) -> Sniffed | None:
     if nmea is not None:
         return nmea
     return _csv(body)
+
+
+def _utf16_xml(head: bytes) -> bytes | None:
+    """The head of a UTF-16 XML document re-encoded as UTF-8; None when it is not one."""
+    for start, encoding, bom in _UTF16_STARTS:
+        if head.startswith(start):
+            # errors="ignore": the head may end inside a code unit or a surrogate pair.
+            text = head[bom:].decode(encoding, errors="ignore").lstrip(" \t\r\n")
+            return text.encode() if text.startswith("<") else None
+    return None
 
 
 def _gpx(body: bytes) -> Sniffed | None:
@@ -128,7 +150,10 @@ def _nmea(body: bytes) -> Sniffed | None:
         format="nmea",
         variant="0183",
         streams=("gnss",),
-        hints={"talkers": sorted(talkers), "sentences": sorted(kinds), "comment_lines": comments,
+        hints={
+            "talkers": sorted(talkers),
+            "sentences": sorted(kinds),
+            "comment_lines": comments,
             "bang_sentences": bang,
         },
     )

@@ -10,6 +10,7 @@ import pytest
 from stages.batch import canonical
 from stages.batch.contract import SessionStageError
 from stages.batch.formats import gpx
+from stages.batch.formats.sniff import sniff
 
 DOC = b"""<?xml version="1.0" encoding="UTF-8"?>
 <gpx version="1.1" creator="Garmin Connect" xmlns="http://www.topografix.com/GPX/1/1"
@@ -57,12 +58,76 @@ def test_points_and_trackpoint_extension() -> None:
     assert parsed.units == {}
 
 
-def test_doctype_is_refused() -> None:
-    evil = b'<?xml version="1.0"?><!DOCTYPE gpx [<!ENTITY a "aaaa">]><gpx>&a;</gpx>'
+def _encoded(text: str, encoding: str) -> bytes:
+    """``text`` in ``encoding``; ``+bom`` puts the byte-order mark in front of an LE/BE form."""
+    name, _, bom = encoding.partition("+")
+    if name != "utf-8":
+        text = text.replace('encoding="UTF-8"', 'encoding="UTF-16"')
+    data = text.encode(name)
+    if bom:
+        data = ("\ufeff".encode(name)) + data
+    return data
+
+
+# Every way a UTF-8 or UTF-16 document can be spelled: Python's "utf-16" writes a BOM and the
+# machine's order; the LE/BE forms without and with a BOM in front.
+ENCODINGS = ("utf-8", "utf-16", "utf-16-le", "utf-16-be", "utf-16-le+bom", "utf-16-be+bom")
+
+UNSAFE = {
+    "internal_entity": '<!DOCTYPE gpx [<!ENTITY a "aaaa">]><gpx version="1.1">&a;</gpx>',
+    "entity_expansion": (
+        '<!DOCTYPE gpx [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;">]>'
+        '<gpx version="1.1"><trk><name>&b;</name></trk></gpx>'
+    ),
+    "external_entity": (
+        '<!DOCTYPE gpx [<!ENTITY x SYSTEM "file:///etc/passwd">]><gpx version="1.1">&x;</gpx>'
+    ),
+    "parameter_entity": (
+        '<!DOCTYPE gpx [<!ENTITY % p SYSTEM "http://example.invalid/p.dtd"> %p;]>'
+        '<gpx version="1.1"/>'
+    ),
+    "external_dtd": '<!DOCTYPE gpx SYSTEM "http://example.invalid/gpx.dtd"><gpx version="1.1"/>',
+    "bare_doctype": '<!DOCTYPE gpx><gpx version="1.1"/>',
+}
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("kind", sorted(UNSAFE))
+def test_dtd_entities_and_external_references_are_refused_in_every_encoding(
+    kind: str, encoding: str
+) -> None:
+    """The refusal happens inside the parser, after decoding: a UTF-16 DTD is refused too
+    (the old byte search for ``<!DOCTYPE`` never saw it and let the entity expand)."""
+    evil = _encoded('<?xml version="1.0" encoding="UTF-8"?>' + UNSAFE[kind], encoding)
     with pytest.raises(SessionStageError) as err:
         gpx.read(evil)
     assert err.value.code == "UNSUPPORTED_FORMAT"
     assert err.value.retriable is False
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_dtd_without_xml_declaration_is_refused(encoding: str) -> None:
+    with pytest.raises(SessionStageError) as err:
+        gpx.read(_encoded(UNSAFE["internal_entity"], encoding))
+    assert err.value.code == "UNSUPPORTED_FORMAT"
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS[1:])
+def test_utf16_gpx_parses_to_the_same_samples_as_its_utf8_twin(encoding: str) -> None:
+    twin = gpx.read(_encoded(DOC.decode(), encoding))
+    utf8 = gpx.read(DOC)
+    for stream, table in utf8.streams.items():
+        assert twin.streams[stream].equals(table), stream
+    assert twin.stats == utf8.stats
+    assert utf8.streams["gnss"].num_rows == 2
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS[1:])
+def test_utf16_gpx_is_sniffed_as_gpx(encoding: str) -> None:
+    found = sniff(_encoded(DOC.decode(), encoding))
+    assert found is not None
+    assert (found.format, found.variant) == ("gpx", "1.1")
+    assert found.hints["garmin_trackpoint_extension"] is True
 
 
 def test_malformed_xml_is_corrupt() -> None:
