@@ -2,7 +2,7 @@
 
 Run:  .venv/bin/python bench/ingest.py [--envelopes 100000] [--latency-seconds 20]
       .venv/bin/python bench/ingest.py --modes processes --processes 1,2  # docs/capacity.md
-      .venv/bin/python bench/ingest.py --modes full,full-nometrics --repeat 3  # metrics cost
+      .venv/bin/python bench/ingest.py --modes full,full-nometrics --repeat 7 --warmup 1  # metrics
 
 On one generated data set (the demo weather-station fleet: a 10-parameter topic with two
 mutations and two derived parameters; every envelope valid) it measures, in one run:
@@ -14,7 +14,10 @@ mutations and two derived parameters; every envelope valid) it measures, in one 
   its probes listener and metrics on (the batch observer, the consumer sampler, readiness);
 * **full-nometrics** — the same without any observability (``hooks=None``), to measure what
   the metrics cost; ``--repeat N`` runs the two full modes N times each, interleaved (a fresh
-  backlog of the same size each time), and reports each run and the median;
+  backlog of the same size each time), and reports each run, the median and the best. Besides
+  envelopes/s (the headline), each full run reports this process's CPU time (every thread)
+  per 1,000 envelopes: on a shared machine other work slows a run down without adding to
+  that figure, so it shows the metrics' own cost where throughput is too noisy to;
 * **sinks** — the full pipeline's writes and acks with every row built before the clock
   starts (``bench/ingest_sinks.py``): the most any consumer writing those rows could reach;
 * **naive** — the same stages, but one statement per envelope (its own transaction, a Redis
@@ -25,6 +28,8 @@ mutations and two derived parameters; every envelope valid) it measures, in one 
   and bytes (``pg_total_relation_size``) per envelope of the streaming tables. Each process
   gets its own chDB directory (chDB is in-process; a ClickHouse server is shared in
   production);
+* **idle** — the observability's background cost: an idle consumer with its readiness
+  refresher and consumer sampler every 0.5 s against one without, as CPU per round;
 * **latency** — end-to-end latency (JetStream stored → batch recorded, published and acked)
   while a separate process offers a steady 5,000 envelopes/s.
 
@@ -44,6 +49,7 @@ import random
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -152,34 +158,102 @@ FULL_MODES = ("full", "full-nometrics")
 
 
 async def full_pipeline(settings: Settings, n: int, *, metrics: bool = True) -> dict[str, Any]:
-    """``run_consumer`` over a backlog of ``n`` envelopes, with or without the metrics."""
+    """``run_consumer`` over a backlog of ``n`` envelopes, with or without the metrics.
+
+    With them, it also adds up the CPU time of the two parts of the metrics that can be
+    timed exactly whatever else the machine does: the batch observer's calls (synchronous,
+    so the calling thread's CPU clock around them is theirs alone) and the probes listener's
+    thread (its own CPU clock).
+    """
     if not metrics:
         return await _full(settings, n, None)
     async with ProcessObservability(settings.observability, components=("ingest",)) as obs:
-        return await _full(settings, n, obs)
+        timed = _TimedObserver(obs.batches)
+        obs.batches = timed  # type: ignore[assignment]
+        (probes,) = [t for t in threading.enumerate() if t.name == "tideway-probes"]
+        clock = time.pthread_getcpuclockid(probes.ident or 0)
+        listener = time.clock_gettime(clock)
+        run = await _full(settings, n, obs)
+        listener = time.clock_gettime(clock) - listener
+    return {**run, "observer_cpu_ms_per_1000": 1e6 * timed.cpu_s / run["envelopes"],
+            "probes_thread_cpu_ms": 1000 * listener}
+
+
+async def idle_rounds(settings: Settings, seconds: float, interval: float) -> dict[str, Any]:
+    """The background cost of the observability: an idle consumer (nothing to fetch) with
+    its readiness refresher and consumer sampler every ``interval`` seconds, against none;
+    the extra CPU per round (one readiness round plus one sample)."""
+
+    async def cpu_per_s(obs: ProcessObservability | None) -> float:
+        stop = asyncio.Event()
+        task = asyncio.create_task(run_consumer(settings, stop=stop, hooks=obs))
+        await asyncio.sleep(2.0)  # connected and polling
+        cpu_0, wall_0 = time.process_time(), time.perf_counter()
+        await asyncio.sleep(seconds)
+        rate = (time.process_time() - cpu_0) / (time.perf_counter() - wall_0)
+        stop.set()
+        await task
+        return rate
+
+    quick = settings.observability.model_copy(update={"sample_interval_s": interval})
+    off = [await cpu_per_s(None)]
+    async with ProcessObservability(quick, components=("ingest",)) as obs:
+        on = [await cpu_per_s(obs)]
+    off.append(await cpu_per_s(None))
+    extra = max(0.0, on[0] - statistics.fmean(off))
+    return {"seconds": seconds, "interval_s": interval, "cpu_ms_per_s_off": 1000 * min(off),
+            "cpu_ms_per_s_on": 1000 * on[0], "cpu_ms_per_round": 1000 * extra * interval}
+
+
+class _TimedObserver:
+    """A batch observer that adds up the CPU time the one it wraps spends."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.cpu_s = 0.0
+
+    def on_batch(self, stats: Any) -> None:
+        started = time.thread_time()
+        self.inner.on_batch(stats)
+        self.cpu_s += time.thread_time() - started
 
 
 async def _full(settings: Settings, n: int, obs: ProcessObservability | None) -> dict[str, Any]:
     stop = asyncio.Event()
     done = [0]
     first: list[float] = []
-    steady: list[cpu.Sample] = []  # CPU from the end of the first batch (start-up excluded)
+    # From the end of the first batch (start-up excluded): the machine's CPU, and this
+    # process's own CPU time (every thread: the event loop, the probes listener, chDB's and
+    # asyncio's worker threads), over the envelopes recorded after that first batch.
+    steady: list[cpu.Sample] = []
+    own: list[tuple[float, int]] = []  # (process CPU seconds, envelopes done) at that point
 
     def on_batch(stats: BatchStats) -> None:
         if not first:
             first.append(time.perf_counter() - stats.duration_s)
             steady.append(cpu.sample())
         done[0] += stats.size
+        if not own:
+            own.append((time.process_time(), done[0]))
         if done[0] >= n:
             stop.set()
 
     task = asyncio.create_task(run_consumer(settings, stop=stop, on_batch=on_batch, hooks=obs))
-    await asyncio.wait_for(stop.wait(), 1800)
+    stopped = asyncio.create_task(stop.wait())
+    # A consumer that dies (a bug, a service gone) ends the run with its error, not a hang.
+    await asyncio.wait({task, stopped}, timeout=1800, return_when=asyncio.FIRST_COMPLETED)
+    if not stop.is_set():
+        stopped.cancel()
+        stop.set()
+        await task  # raises the consumer's error
+        raise RuntimeError(f"the consumer stopped after {done[0]} of {n} envelopes")
     elapsed = time.perf_counter() - first[0]
     busy = cpu.busy_percent(steady[0], cpu.sample())
+    cpu_s, counted = time.process_time() - own[0][0], done[0] - own[0][1]
     await task
     return {"envelopes": done[0], "seconds": elapsed, "envelopes_per_s": done[0] / elapsed,
-            "cpu_busy_percent": busy}
+            "cpu_busy_percent": busy, "process_cpu_s": cpu_s,
+            "cpu_ms_per_1000": 1e6 * cpu_s / counted if counted else None}
 
 
 async def naive_loop(settings: Settings, names: Names, seconds: float) -> dict[str, Any]:
@@ -465,22 +539,46 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await _reset(settings, names)
         full_modes = [m for m in FULL_MODES if m in modes]
         runs: dict[str, list[dict[str, Any]]] = {m: [] for m in full_modes}
+        for i in range(args.warmup if full_modes else 0):
+            # Not counted: the first run in a process pays for warming Postgres' buffers,
+            # chDB and the interpreter's caches, which would count against whichever mode ran
+            # first.
+            if i:
+                await _preload(names, _payloads(args.envelopes, 50 + i, int(time.time() * 1000)))
+            warm = await full_pipeline(settings, len(data), metrics=True)
+            print(f"  warm-up         {warm['envelopes_per_s']:>10,.0f} envelopes/s (not counted)",
+                  flush=True)
+            await _reset(settings, names)
         for round_ in range(args.repeat if full_modes else 0):
             # Alternate which goes first, so neither always runs on a warmer machine.
             for mode in full_modes if round_ % 2 == 0 else full_modes[::-1]:
-                if any(runs.values()):  # the first run reads the preloaded backlog
+                if any(runs.values()) or args.warmup:  # else it reads the preloaded one
                     fresh = _payloads(args.envelopes, 100 + sum(map(len, runs.values())),
                                       int(time.time() * 1000))
                     await _preload(names, fresh)
                 run = await full_pipeline(settings, len(data), metrics=mode == "full")
                 runs[mode].append(run)
-                print(f"  {mode:<15} {run['envelopes_per_s']:>10,.0f} envelopes/s", flush=True)
+                print(f"  {mode:<15} {run['envelopes_per_s']:>10,.0f} envelopes/s, "
+                      f"{run['cpu_ms_per_1000']:.1f} CPU ms / 1,000 envelopes", flush=True)
                 await _reset(settings, names)
         for mode, done in runs.items():
             rates = sorted(r["envelopes_per_s"] for r in done)
             median = min(done, key=lambda r: abs(r["envelopes_per_s"]
                                                  - statistics.median(rates)))
-            results[mode] = {**median, "runs": [r["envelopes_per_s"] for r in done]}
+            per_1000 = [r["cpu_ms_per_1000"] for r in done]
+            observer = [r["observer_cpu_ms_per_1000"] for r in done
+                        if "observer_cpu_ms_per_1000" in r]
+            results[mode] = {
+                **median, "runs": [r["envelopes_per_s"] for r in done],
+                "cpu_ms_per_1000_runs": per_1000,
+                "envelopes_per_s_median": statistics.median(rates),
+                "envelopes_per_s_best": rates[-1],
+                "cpu_ms_per_1000_median": statistics.median(per_1000),
+                "cpu_ms_per_1000_best": min(per_1000),
+                **({"observer_cpu_ms_per_1000_median": statistics.median(observer),
+                    "probes_thread_cpu_ms_runs": [r["probes_thread_cpu_ms"] for r in done]}
+                   if observer else {}),
+            }
         for i, count in enumerate(args.processes if "processes" in modes else ()):
             if i:
                 await _preload(names, _payloads(args.envelopes, 500 + i, int(time.time() * 1000)))
@@ -489,6 +587,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             print(f"  {count} processes {run['envelopes_per_s']:>10,.0f} envelopes/s, "
                   f"{run['bytes_per_envelope']:,.0f} Postgres bytes/envelope", flush=True)
             await _reset(settings, names)
+        if "idle" in modes:
+            results["idle"] = await idle_rounds(settings, args.idle_seconds, 0.5)
+            print(f"  idle: {results['idle']['cpu_ms_per_round']:.1f} CPU ms per readiness "
+                  "round and consumer sample", flush=True)
         if "latency" in modes:
             results["latency"] = await latency(settings, names, args.rate, args.latency_seconds)
             print(f"  latency p50 {results['latency']['p50_ms']:.1f} ms, "
@@ -497,9 +599,27 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await _cleanup(names, database)
         shutil.rmtree(workdir, ignore_errors=True)
     if "full" in results and "full-nometrics" in results:
+        on, off = results["full"], results["full-nometrics"]
         results["metrics_cost_percent"] = 100 * (
-            1 - statistics.median(results["full"]["runs"])
-            / statistics.median(results["full-nometrics"]["runs"]))
+            1 - on["envelopes_per_s_median"] / off["envelopes_per_s_median"])
+        results["metrics_cost"] = {
+            "throughput_median_percent": results["metrics_cost_percent"],
+            "throughput_best_percent": 100 * (
+                1 - on["envelopes_per_s_best"] / off["envelopes_per_s_best"]),
+            # CPU per envelope is the noise-robust figure: other work on the machine slows a
+            # run down (fewer envelopes/s) but adds little CPU time to this process.
+            "cpu_median_percent": 100 * (
+                on["cpu_ms_per_1000_median"] / off["cpu_ms_per_1000_median"] - 1),
+            "cpu_best_percent": 100 * (
+                on["cpu_ms_per_1000_best"] / off["cpu_ms_per_1000_best"] - 1),
+            # Each round runs on and off back to back, so a slow drift in the machine's load
+            # cancels out of the round's ratio; the median of those ratios.
+            "throughput_paired_median_percent": 100 * statistics.median(
+                1 - a / b for a, b in zip(on["runs"], off["runs"], strict=True)),
+            "cpu_paired_median_percent": 100 * statistics.median(
+                a / b - 1 for a, b in zip(on["cpu_ms_per_1000_runs"],
+                                          off["cpu_ms_per_1000_runs"], strict=True)),
+        }
     if "full" in results and "floor" in results:
         results["ratio_full_to_floor"] = (
             results["full"]["envelopes_per_s"] / results["floor"]["envelopes_per_s"])
@@ -547,9 +667,41 @@ def _print(results: dict[str, Any]) -> None:
         if mode in results and len(results[mode]["runs"]) > 1:
             rates = ", ".join(f"{r:,.0f}" for r in results[mode]["runs"])
             print(f"{mode}: runs {rates} envelopes/s (the row shows the median run)")
-    if "metrics_cost_percent" in results:
-        print(f"metrics cost: {results['metrics_cost_percent']:.1f} % of throughput "
+    if "metrics_cost" in results:
+        on, off = results["full"], results["full-nometrics"]
+        cost = results["metrics_cost"]
+        print("\n| metrics | runs | envelopes/s median | best | "
+              "CPU ms / 1,000 envelopes median | best |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: |")
+        for name, r in (("on", on), ("off", off)):
+            print(f"| {name} | {len(r['runs'])} | {r['envelopes_per_s_median']:,.0f} | "
+                  f"{r['envelopes_per_s_best']:,.0f} | {r['cpu_ms_per_1000_median']:.1f} | "
+                  f"{r['cpu_ms_per_1000_best']:.1f} |")
+        print(f"| cost | | {cost['throughput_median_percent']:.1f} % | "
+              f"{cost['throughput_best_percent']:.1f} % | {cost['cpu_median_percent']:.1f} % | "
+              f"{cost['cpu_best_percent']:.1f} % |")
+        print(f"timed directly, metrics on: the batch observer "
+              f"{on['observer_cpu_ms_per_1000_median']:.3f} CPU ms / 1,000 envelopes "
+              f"({100 * on['observer_cpu_ms_per_1000_median'] / off['cpu_ms_per_1000_median']:.2f}"
+              f" % of the metrics-off CPU); the probes thread "
+              + ", ".join(f"{c:.1f}" for c in on["probes_thread_cpu_ms_runs"])
+              + " CPU ms per run")
+        print(f"paired by round (median of each round's on/off): "
+              f"{cost['throughput_paired_median_percent']:.1f} % of throughput, "
+              f"{cost['cpu_paired_median_percent']:.1f} % more CPU per envelope")
+        print("CPU per run (ms / 1,000 envelopes, this process, every thread): "
+              + "; ".join(f"{m} " + ", ".join(f"{c:.1f}" for c in results[m]
+                                               ["cpu_ms_per_1000_runs"])
+                          for m in FULL_MODES))
+        print(f"metrics cost: {results['metrics_cost_percent']:.1f} % of throughput, "
+              f"{cost['cpu_median_percent']:.1f} % more CPU per envelope "
               f"(medians; target ≤ {TARGETS['metrics_cost_percent']:.0f} %)")
+    idle = results.get("idle")
+    if idle is not None:
+        print(f"observability in the background: {idle['cpu_ms_per_round']:.1f} CPU ms per "
+              f"readiness round and consumer sample (idle consumer: {idle['cpu_ms_per_s_off']:.1f}"
+              f" CPU ms/s without, {idle['cpu_ms_per_s_on']:.1f} with a round every "
+              f"{idle['interval_s']:g} s)")
     if "ratio_full_to_floor" in results:
         print(f"\nfull / floor = {results['ratio_full_to_floor']:.2f} "
               f"(target ≥ {TARGETS['ratio_to_floor']})")
@@ -579,12 +731,16 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=5000.0, help="offered load for latency")
     parser.add_argument("--modes", default="floor,full,full-nometrics,sinks,naive,latency",
                         help="comma-separated subset of floor,full,full-nometrics,sinks,naive,"
-                        "latency,processes")
+                        "latency,processes,idle")
     parser.add_argument("--processes", type=lambda v: [int(x) for x in v.split(",")],
                         default=[1, 2], help="consumer process counts of the processes mode, "
                         "e.g. 1,2 (only with --modes …,processes)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each full mode, interleaved (median reported)")
+    parser.add_argument("--idle-seconds", type=float, default=10.0,
+                        help="length of each idle measurement (--modes …,idle)")
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="uncounted runs of the full pipeline before the full modes")
     parser.add_argument("--max-wait", type=float, default=_DEFAULTS.max_wait_s,
                         help="longest wait for a pull to fill (seconds)")
     arguments = parser.parse_args()

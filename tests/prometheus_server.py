@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,9 @@ def running_prometheus(config: dict[str, Any], workdir: Path) -> Iterator[str]:
             stdout=subprocess.DEVNULL, stderr=log,
         )
         try:
-            yield f"http://127.0.0.1:{port}"
+            url = f"http://127.0.0.1:{port}"
+            _until_ready(url, proc)
+            yield url
         finally:
             proc.terminate()
             try:
@@ -43,3 +48,18 @@ def running_prometheus(config: dict[str, Any], workdir: Path) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+def _until_ready(url: str, proc: subprocess.Popen[bytes], within: float = 60.0) -> None:
+    """Wait for ``/-/ready``: until its storage is open, Prometheus answers every query with
+    an empty 503 (a test querying at once failed on a loaded machine)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"prometheus at {url} did not become ready within {within:g} s")

@@ -195,12 +195,12 @@ class _Report:
             except Exception:  # a progress callback must not stop ingestion
                 log.exception("on_batch callback failed")
         if self.observer is not None:
-            acked_ns = time.time_ns()
             self._observe(IngestBatchStats(
                 size=stats.size,
                 duration_s=time.perf_counter() - fetched,
                 outcomes=stats.outcomes,
-                latencies_s=[(acked_ns - s) / 1e9 for s in stats.stored_at_ns],
+                stored_at_ns=stats.stored_at_ns,
+                acked_ns=time.time_ns(),
                 redelivered=stats.redelivered,
                 naks=stats.naks,
                 dead_letters=stats.dead_letter_reasons,

@@ -40,9 +40,9 @@ class BulkHistogram(Collector):
         self._lock = threading.Lock()  # /metrics is served from the probes thread
         registry.register(self)
 
-    def observe_many(self, values: Sequence[float]) -> None:
-        """Add every value of ``values`` (one batch) to the histogram."""
-        if not values:
+    def observe_many(self, values: Sequence[float] | np.ndarray) -> None:
+        """Add every value of ``values`` (one batch; a sequence or a NumPy array)."""
+        if len(values) == 0:
             return
         array = np.asarray(values, dtype=np.float64)
         # Prometheus buckets are "less than or equal": side="left" puts a value equal to a

@@ -35,8 +35,12 @@ class IngestBatchStats:
     outcomes: Mapping[tuple[str, str], int] = field(default_factory=dict)
     """Recorded envelopes by ``(status, error_code)``; ``error_code`` is :data:`NO_ERROR` when
     the status is not a failure."""
-    latencies_s: Sequence[float] = ()
-    """Per envelope: seconds from JetStream storing it to its ack (observed in one go)."""
+    stored_at_ns: Sequence[int] = ()
+    """Per envelope: when JetStream stored it (epoch ns). With :attr:`acked_ns` these give
+    the end-to-end latency, which the observer works out for the whole batch in one
+    vectorised step: a per-envelope loop here would be the hot path's one per-envelope cost."""
+    acked_ns: int = 0
+    """When the batch's acks were sent (epoch ns)."""
     redelivered: int = 0
     """Envelopes delivered more than once (JetStream's delivery count above 1)."""
     naks: Mapping[str, int] = field(default_factory=dict)

@@ -24,6 +24,7 @@ from streams.observability.observers import IngestMetrics, IntakeMetrics, JobMet
 #: Labels that name one thing among unboundedly many: never a metric label.
 UNBOUNDED = {"device", "device_id", "message_id", "msg_id", "job_id", "run_id", "session_id",
              "tenant", "request_id", "trace_id", "path"}
+ACKED_NS = 1_764_000_000_000_000_000  # a batch's acks, epoch ns
 
 
 def _samples(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -76,7 +77,9 @@ def test_batch_observer_adds_a_whole_batch_at_once() -> None:
         size=6, duration_s=0.04,
         outcomes={("completed", NO_ERROR): 4, ("failed_validation", "MISSING_REQUIRED"): 1,
                   ("duplicate", NO_ERROR): 1},
-        latencies_s=(0.01, 0.02, 0.2, 0.2, 3.0),
+        # Latencies 0.01, 0.02, 0.2, 0.2 and 3.0 s: stored that long before the acks.
+        stored_at_ns=tuple(ACKED_NS - int(s * 1e9) for s in (0.01, 0.02, 0.2, 0.2, 3.0)),
+        acked_ns=ACKED_NS,
         redelivered=2, naks={"REDIS_UNAVAILABLE": 3}, dead_letters={"PUBLISH_FAILED": 1},
         publish_attempts={"hot_state": 5, "analytics": 4}, publish_failures={"hot_state": 1},
         dedupe_hits=1, registry_hits=5, registry_misses=1,
