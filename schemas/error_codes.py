@@ -325,7 +325,8 @@ MISSING_INPUT: Final = _code(
 INVALID_CONFIG: Final = _code(
     "INVALID_CONFIG",
     _A.SESSION,
-    "a run config value a stage reads is malformed",
+    "the run config has an unknown key or a malformed value (refused at upload and intake; "
+    "a stage reading such a value refuses it too)",
     error_type=_T.CONFIGURATION,
     severity=4,
 )
@@ -463,6 +464,23 @@ PG_UNAVAILABLE: Final = _code(
     retriable=True,
     error_type=_T.TRANSIENT,
     severity=2,
+)
+PG_TIMEOUT: Final = _code(
+    "PG_TIMEOUT",
+    _A.RUNTIME,
+    "a Postgres statement ran past `postgres_timeouts.command_s` and was cancelled",
+    retriable=True,
+    error_type=_T.TRANSIENT,
+    severity=2,
+)
+QUOTA_EXCEEDED: Final = _code(
+    "QUOTA_EXCEEDED",
+    _A.RUNTIME,
+    "the upload would pass one of the tenant's daily quotas (artifacts or bytes); "
+    "nothing was stored (HTTP 429)",
+)
+PRIORITY_TOO_HIGH: Final = _code(
+    "PRIORITY_TOO_HIGH", _A.RUNTIME, "the requested run priority is above the tenant's maximum"
 )
 PG_ERROR: Final = _code(
     "PG_ERROR",

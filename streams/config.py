@@ -118,6 +118,42 @@ class WorkerSettings(_Group):
     )
 
 
+class PostgresTimeoutSettings(_Group):
+    """Time limits on the batch side's Postgres calls (session intake, job workers, their
+    executors): no statement, connection or start-up waits for ever on a server that hangs."""
+
+    connect_s: float = Field(10.0, gt=0, description="Seconds to open one connection.")
+    command_s: float = Field(
+        60.0, gt=0, description="Seconds a statement may run before it is cancelled."
+    )
+    retry_initial_s: float = Field(
+        0.5, gt=0, description="First wait before trying again to reach a Postgres that is down."
+    )
+    retry_max_s: float = Field(
+        30.0, gt=0, description="Longest wait between tries to reach a Postgres that is down."
+    )
+
+
+class QuotaSettings(_Group):
+    """Per-tenant limits (spec 000 §12). Each is a default: a tenant's own column in
+    ``tenants`` (``max_active_runs``, ``max_priority``, ``daily_artifacts_quota``,
+    ``daily_bytes_quota``) overrides it when set."""
+
+    max_active_runs: int = Field(
+        2, ge=1, description="Runs of one tenant started at once; more wait their turn."
+    )
+    daily_artifacts: int = Field(
+        10_000, ge=0, description="Files one tenant may upload per UTC day."
+    )
+    daily_bytes: int = Field(
+        50 * 1024**3, ge=0, description="Bytes one tenant may upload per UTC day."
+    )
+    max_priority: int = Field(
+        100, ge=-1000, le=1000,
+        description="Highest run priority an API key may ask for (an upload's default).",
+    )
+
+
 class ObservabilitySettings(_Group):
     """The probes listener (/metrics, /livez, /readyz) every long-running process starts."""
 
@@ -259,6 +295,8 @@ class Settings(BaseSettings):
     stream: StreamSettings = StreamSettings()
     retry: RetrySettings = RetrySettings()
     worker: WorkerSettings = WorkerSettings()
+    postgres_timeouts: PostgresTimeoutSettings = PostgresTimeoutSettings()
+    quotas: QuotaSettings = QuotaSettings()
     api: ApiSettings = ApiSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     nats: NatsSettings = NatsSettings()

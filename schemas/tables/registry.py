@@ -19,7 +19,33 @@ tenants = sa.Table(
     uuid_pk(),
     sa.Column("name", sa.Text, nullable=False, unique=True),
     created_at(),
+    # The tenant's own limits (spec 000 §12); NULL: the ``quotas`` settings' default.
+    sa.Column("max_active_runs", sa.Integer),
+    sa.Column("max_priority", sa.Integer),
+    sa.Column("daily_artifacts_quota", sa.Integer),
+    sa.Column("daily_bytes_quota", sa.BigInteger),
     sa.CheckConstraint("name ~ '^[a-z0-9][a-z0-9_-]{0,62}$'", name="name_format"),
+    sa.CheckConstraint(
+        "coalesce(max_active_runs, 1) >= 1 AND coalesce(daily_artifacts_quota, 0) >= 0"
+        " AND coalesce(daily_bytes_quota, 0) >= 0",
+        name="limits_positive",
+    ),
+)
+
+# What each tenant uploaded per UTC day, reserved by an upload before its files are stored
+# (``streams.sessions.quotas``).
+tenant_daily_usage = sa.Table(
+    "tenant_daily_usage",
+    metadata,
+    sa.Column(
+        "tenant_id",
+        pg.UUID(as_uuid=True),
+        sa.ForeignKey("tenants.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("day", sa.Date, primary_key=True),
+    sa.Column("artifacts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("bytes", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 api_keys = sa.Table(

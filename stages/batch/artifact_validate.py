@@ -21,17 +21,19 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from schemas import error_codes as codes
+from schemas.run_config import RunConfig
 from stages.batch.contract import (
     ArtifactBlob,
     SessionStageError,
     StageInput,
     StageOutput,
+    run_config,
 )
 from stages.batch.formats.compression import unwrap
 from stages.batch.formats.sniff import sniff
 
-DEFAULT_MAX_ARTIFACT_BYTES: Final = 256 * 1024 * 1024
-DEFAULT_MAX_DECOMPRESSED_BYTES: Final = 1024 * 1024 * 1024
+DEFAULT_MAX_ARTIFACT_BYTES: Final = RunConfig().max_artifact_bytes
+DEFAULT_MAX_DECOMPRESSED_BYTES: Final = RunConfig().max_decompressed_bytes
 _EXTENSIONS: Final = {
     "nmea": {"nmea", "log", "txt", "nma"},
     "gpx": {"gpx", "xml"},
@@ -50,17 +52,10 @@ class Limits:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Limits:
-        """Read ``max_artifact_bytes`` / ``max_decompressed_bytes`` (positive ints) if set."""
-        values: dict[str, int] = {}
-        for key in ("max_artifact_bytes", "max_decompressed_bytes"):
-            if key in config:
-                value = config[key]
-                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                    raise SessionStageError(
-                        f"config {key} must be a positive integer", code=codes.INVALID_CONFIG
-                    )
-                values[key] = value
-        return cls(**values)
+        """The run config's ``max_artifact_bytes`` / ``max_decompressed_bytes``."""
+        read = run_config(config)
+        return cls(max_artifact_bytes=read.max_artifact_bytes,
+                   max_decompressed_bytes=read.max_decompressed_bytes)
 
 
 def extension(name: str) -> str:

@@ -8,7 +8,8 @@ Produces:
 
 - ``lap_metrics``: lap, start/end, ``lap_time_s``, ``delta_to_best_s`` (vs the best *valid*
   lap; a lap with a pit visit or a stop is not valid), ``is_best``, ``valid``, ``pit``,
-  ``max_speed_mps``, ``avg_speed_mps``, ``distance_m``.
+  ``max_speed_mps``, ``avg_speed_mps``, ``distance_m`` (the lap's own ``distance_m`` from
+  ``detect_laps``: speed integrated between the crossings).
 - ``segment_metrics``: segment_id, kind, lap, ``lap_ordinal`` (n-th corner/straight of its lap),
   start/end, ``duration_s``, ``max_speed_mps``, ``avg_speed_mps``, ``min_speed_mps``,
   ``apex_speed_mps`` (corners) and ``delta_to_best_s`` against the quickest pass of the same
@@ -101,6 +102,10 @@ def _lap_metrics(laps: pa.Table | None, speed: _Speed) -> tuple[pa.Table, dict[s
     valid = np.asarray(laps.column("valid").to_numpy(zero_copy_only=False), dtype=bool)
     numbers = [int(x) for x in laps.column("lap").to_pylist()]
     stats = speed.stats(start, end)
+    # One lap distance: detect_laps' (speed integrated between the crossings), else the same
+    # integral here (a laps table written before it carried one).
+    driven = (column_f64(laps, "distance_m") if "distance_m" in laps.column_names
+              else stats["avg"] * times)
     best_i = int(np.flatnonzero(valid)[np.argmin(times[valid])]) if valid.any() else None
     best_t = float(times[best_i]) if best_i is not None else None
     rows = [{
@@ -109,7 +114,7 @@ def _lap_metrics(laps: pa.Table | None, speed: _Speed) -> tuple[pa.Table, dict[s
         "is_best": i == best_i, "valid": bool(valid[i]),
         "pit": bool(laps.column("pit")[i].as_py()) if "pit" in laps.column_names else False,
         "max_speed_mps": _num(stats["max"][i]), "avg_speed_mps": _num(stats["avg"][i]),
-        "distance_m": _num(stats["avg"][i] * times[i]),
+        "distance_m": _num(driven[i]),
     } for i in range(laps.num_rows)]
     summary = {
         "lap_count": laps.num_rows, "valid_lap_count": int(valid.sum()),

@@ -13,7 +13,8 @@ and no environment, so the same input always gives the same output.
 - ``StageInput.datasets`` - outputs of upstream jobs by dataset name (see
   :mod:`stages.batch.canonical` for the names and schemas of the canonical streams).
 - ``StageInput.summaries`` - upstream job summaries by job type (e.g. ``"artifact_classify"``).
-- ``StageInput.config`` - the run's config (limits, start/finish line, ...).
+- ``StageInput.config`` - the run's config (limits, start/finish line, ...), which a stage
+  reads through :func:`run_config` (the one description in :mod:`schemas.run_config`).
 
 A stage fails by raising :class:`SessionStageError` with a stable ``code`` from
 :mod:`schemas.error_codes`; those are non-retriable because a pure stage given the same input
@@ -27,7 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pydantic import ValidationError
 
+from schemas import error_codes as codes
+from schemas.run_config import RunConfig, explain, parse_run_config
 from stages.errors import StageError
 
 __all__ = [
@@ -35,6 +39,7 @@ __all__ = [
     "SessionStageError",
     "StageInput",
     "StageOutput",
+    "run_config",
 ]
 
 
@@ -86,3 +91,25 @@ class SessionStageError(StageError):
 
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message, code=code, retriable=False)
+
+
+# Keys whose refusal has a code of its own (older than the run-config model, and alerted on).
+_KEY_CODES: Mapping[str, str] = {
+    "start_finish": codes.INVALID_START_FINISH,
+    "session_date": codes.NO_SESSION_DATE,
+}
+
+
+def run_config(config: Mapping[str, Any]) -> RunConfig:
+    """``config`` read through :class:`~schemas.run_config.RunConfig`.
+
+    Intake refuses a run whose config is not valid, so this fails only for a run recorded
+    before that check: ``SessionStageError`` ``INVALID_CONFIG`` (``INVALID_START_FINISH`` /
+    ``NO_SESSION_DATE`` for those keys), naming the key."""
+    try:
+        return parse_run_config(config)
+    except ValidationError as exc:
+        first = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
+        raise SessionStageError(
+            explain(exc), code=_KEY_CODES.get(first, codes.INVALID_CONFIG)
+        ) from None

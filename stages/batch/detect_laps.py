@@ -15,11 +15,22 @@ east/north plane.
    anchor: the track never closes, and the stage reports no laps with reason
    ``TRACK_NOT_CLOSED`` - it never invents laps.
 2. **Crossings.** A crossing is a sign change of the signed distance to the line between two
-   samples, inside the segment, in the dominant direction. Its time is the root of a quadratic
-   least-squares fit of signed distance against time over ``fit_window_s`` either side (sub-
-   sample precise and averaging GNSS noise; plain linear interpolation as a fallback).
-   Crossings closer than ``min_lap_s`` to the previously accepted one are debounced.
-3. **Laps** run between consecutive accepted crossings.
+   samples, inside the segment, in the dominant direction. Its time comes from a least-squares
+   fit of signed distance against *distance travelled* (the integral of the receiver's or the
+   fused speed, :func:`~stages.batch.geo.travelled`): near a line the vehicle drives
+   nearly straight, so signed distance is linear in distance travelled whatever the vehicle's
+   acceleration, and a straight line through many fixes averages their noise. The fit window
+   is *adaptive*: the widest of ±150, 100, 70, 50, 35 m of travel whose quadratic term would
+   move a straight line's root by less than ``_FIT_BIAS_M`` (0.5 m) - wide on a straight (about
+   ninety fixes at 10 Hz and 30 m/s), narrow where the path bends. The root, mapped back to a
+   time through the distance travelled, is the crossing. Without speeds, or when no window
+   qualifies, a quadratic in time over ``fit_window_s`` either side is used, and plain linear
+   interpolation last. Crossings closer than ``min_lap_s`` to the previously accepted one are
+   debounced.
+3. **Laps** run between consecutive accepted crossings. A lap's ``distance_m`` is the distance
+   travelled between its crossings (speed integrated over the lap time) - the same measure as
+   ``lap_metrics.distance_m`` - not the length of the path through the fixes, which position
+   noise lengthens (by about 30 % at 10 Hz and 2 m of noise).
 4. **Pit laps.** Each lap's path is compared with up to five other laps (those closest to the
    median lap time); a stretch of at least ``pit_min_s`` whose (lower) median distance to them
    exceeds ``pit_deviation_m`` is off the racing line (``pit``). Such a stretch in the lap's
@@ -36,7 +47,6 @@ Produces dataset ``laps`` (see :func:`laps_table`) and a summary with ``lap_coun
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -48,35 +58,27 @@ from scipy.ndimage import median_filter
 from scipy.spatial import cKDTree
 
 from schemas import error_codes as codes
-from stages.batch.contract import SessionStageError, StageInput, StageOutput
-from stages.batch.geo import FloatArray, LocalFrame, Motion, micros_to_ts, path_distance
+from schemas.run_config import LapsConfig, StartFinish
+from stages.batch.contract import SessionStageError, StageInput, StageOutput, run_config
+from stages.batch.geo import (
+    FloatArray,
+    LocalFrame,
+    Motion,
+    micros_to_ts,
+    path_distance,
+    travelled,
+)
 
 LAPS = "laps"
 NO_POSITION_DATA = "NO_POSITION_DATA"
 TRACK_NOT_CLOSED = "TRACK_NOT_CLOSED"
 NO_LINE_CROSSINGS = "NO_LINE_CROSSINGS"
 
-
-@dataclass(frozen=True, kw_only=True)
-class LapParams:
-    """Tuning, read from ``config["laps"]``."""
-
-    min_lap_s: float = 10.0
-    fit_window_s: float = 0.5
-    auto_half_width_m: float = 20.0
-    close_radius_m: float = 12.0
-    min_loop_m: float = 300.0
-    pit_deviation_m: float = 6.0
-    pit_min_s: float = 2.0
-    stop_speed_mps: float = 1.0
-    stop_min_s: float = 3.0
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> LapParams:
-        """Read ``config["laps"]`` (unknown keys are ignored)."""
-        sub = config.get("laps") or {}
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: float(v) for k, v in dict(sub).items() if k in names})
+# Crossing fit (step 2): half-widths tried, widest first, in metres of travel; the largest
+# shift a window's curvature may cause a straight-line root; fixes a fit needs at least.
+_FIT_WINDOWS_M = (150.0, 100.0, 70.0, 50.0, 35.0)
+_FIT_BIAS_M = 0.5
+_FIT_MIN_POINTS = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,22 +100,24 @@ class _Line:
 
 def run(inp: StageInput) -> StageOutput:
     """Detect laps (see the module docstring)."""
-    params = LapParams.from_config(inp.config)
+    config = run_config(inp.config)
+    params = config.laps
     motion = Motion.from_datasets(inp.datasets)
     if motion is None:
         return _no_laps(NO_POSITION_DATA, None, None)
     frame = LocalFrame.around(motion.lat, motion.lon)
     e, n = frame.to_en(motion.lat, motion.lon)
-    line = _configured_line(inp.config.get("start_finish"), frame)
+    line = _configured_line(config.start_finish, frame)
     if line is None:
         line = _auto_line(motion, e, n, params)
         if line is None:
             return _no_laps(TRACK_NOT_CLOSED, None, motion.source)
     line_json = _line_json(line, frame)
-    times, offsets, debounced = _crossings(motion.t, e, n, line, params)
+    dist = travelled(motion.t, motion.speed)
+    times, offsets, debounced = _crossings(motion.t, dist, e, n, line, params)
     if times.size < 2:
         return _no_laps(NO_LINE_CROSSINGS, line_json, motion.source, crossings=int(times.size))
-    laps = _laps(motion, e, n, times, offsets, params)
+    laps = _laps(motion, dist, e, n, times, offsets, params)
     table = laps_table(motion.ts_us[0], laps)
     pit = [int(x["lap"]) for x in laps if x["pit_in"] or x["pit_out"]]
     return StageOutput(datasets={LAPS: table}, summary={
@@ -130,17 +134,10 @@ def _no_laps(reason: str, line: dict[str, Any] | None, source: str | None,
         "source": source, "pit_laps": [], **extra})
 
 
-def _configured_line(cfg: Any, frame: LocalFrame) -> _Line | None:
+def _configured_line(cfg: StartFinish | None, frame: LocalFrame) -> _Line | None:
     if cfg is None:
         return None
-    try:
-        vals = [float(cfg[k]) for k in ("lat1", "lon1", "lat2", "lon2")]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SessionStageError(f"start_finish needs lat1/lon1/lat2/lon2: {exc}",
-                                code=codes.INVALID_START_FINISH) from exc
-    if not all(np.isfinite(vals)) or abs(vals[0]) > 90 or abs(vals[2]) > 90:
-        raise SessionStageError("start_finish coordinates out of range",
-                                code=codes.INVALID_START_FINISH)
+    vals = [cfg.lat1, cfg.lon1, cfg.lat2, cfg.lon2]  # in range: the run config checked them
     e, n = frame.to_en(np.array([vals[0], vals[2]]), np.array([vals[1], vals[3]]))
     if np.hypot(e[1] - e[0], n[1] - n[0]) < 1.0:
         raise SessionStageError("start_finish segment shorter than 1 m",
@@ -154,7 +151,7 @@ def _line_json(line: _Line, frame: LocalFrame) -> dict[str, Any]:
             "lon2": float(lon[1]), "source": line.source}
 
 
-def _auto_line(m: Motion, e: FloatArray, n: FloatArray, p: LapParams) -> _Line | None:
+def _auto_line(m: Motion, e: FloatArray, n: FloatArray, p: LapsConfig) -> _Line | None:
     """A line where the path first comes back on itself (None when it never does)."""
     d = path_distance(e, n)
     moving = np.flatnonzero(np.nan_to_num(m.speed) >= 5.0)
@@ -173,7 +170,7 @@ def _auto_line(m: Motion, e: FloatArray, n: FloatArray, p: LapParams) -> _Line |
 
 
 def _returns(a: int, cand: npt.NDArray[np.intp], d: FloatArray, e: FloatArray, n: FloatArray,
-             heading: FloatArray, p: LapParams) -> int | None:
+             heading: FloatArray, p: LapsConfig) -> int | None:
     """Index of the first later pass near sample ``a`` in the same direction, if any."""
     far = cand[d[cand] >= d[a] + p.min_loop_m]
     near = np.hypot(e[far] - e[a], n[far] - n[a]) <= p.close_radius_m
@@ -184,7 +181,7 @@ def _returns(a: int, cand: npt.NDArray[np.intp], d: FloatArray, e: FloatArray, n
 
 def _fastest(a: int, back: int, speed: FloatArray, d: FloatArray, e: FloatArray,
              n: FloatArray, heading: FloatArray, cand: npt.NDArray[np.intp],
-             p: LapParams) -> int:
+             p: LapsConfig) -> int:
     """The fastest sample of the first loop that recurs too: crossings at speed time best."""
     loop = cand[(cand >= a) & (cand < back)]
     for i in loop[np.argsort(-np.nan_to_num(speed[loop]), kind="stable")][:50].tolist():
@@ -193,7 +190,7 @@ def _fastest(a: int, back: int, speed: FloatArray, d: FloatArray, e: FloatArray,
     return a
 
 
-def _line_at(a: int, e: FloatArray, n: FloatArray, heading: FloatArray, p: LapParams) -> _Line:
+def _line_at(a: int, e: FloatArray, n: FloatArray, heading: FloatArray, p: LapsConfig) -> _Line:
     ne, nn = -np.sin(heading[a]), np.cos(heading[a])
     w = p.auto_half_width_m
     return _Line(e1=float(e[a] + w * ne), n1=float(n[a] + w * nn),
@@ -208,8 +205,8 @@ def _heading_at(t: FloatArray, e: FloatArray, n: FloatArray, span_s: float = 0.5
     return np.arctan2(n[hi] - n[lo], e[hi] - e[lo])
 
 
-def _crossings(t: FloatArray, e: FloatArray, n: FloatArray, line: _Line,
-               p: LapParams) -> tuple[FloatArray, FloatArray, int]:
+def _crossings(t: FloatArray, dist: FloatArray, e: FloatArray, n: FloatArray, line: _Line,
+               p: LapsConfig) -> tuple[FloatArray, FloatArray, int]:
     """Refined crossing times (s) in the dominant direction, debounced; where along the line
     each crossed (m from its first end); and how many crossings were debounced."""
     s = line.signed_distance(e, n)
@@ -226,7 +223,8 @@ def _crossings(t: FloatArray, e: FloatArray, n: FloatArray, line: _Line,
     raw = t[idx] + frac * (t[idx + 1] - t[idx])
     length = float(np.hypot(line.e2 - line.e1, line.n2 - line.n1))
     along = line.along(e, n) * length
-    fits = [_refine(t, s, along, tc, uc * length, p.fit_window_s)
+    fits = [_refine_by_distance(t, dist, s, along, tc)
+            or _refine(t, s, along, tc, uc * length, p.fit_window_s)
             for tc, uc in zip(raw.tolist(), u.tolist(), strict=True)]
     kept: list[tuple[float, float]] = []
     for tc, ac in fits:
@@ -236,11 +234,36 @@ def _crossings(t: FloatArray, e: FloatArray, n: FloatArray, line: _Line,
     return arr[:, 0], arr[:, 1], len(fits) - len(kept)
 
 
+def _refine_by_distance(t: FloatArray, dist: FloatArray, s: FloatArray, a: FloatArray,
+                        tc: float) -> tuple[float, float] | None:
+    """Crossing time and along-line position from straight-line fits of signed distance and
+    along-line position against distance travelled, in the widest window that is straight
+    enough (step 2 of the module docstring); ``None`` when no window qualifies."""
+    if not np.isfinite(dist).all():
+        return None
+    dc = float(np.interp(tc, t, dist))
+    for half in _FIT_WINDOWS_M:
+        lo, hi = np.searchsorted(dist, [dc - half, dc + half], side="left")
+        if hi - lo < _FIT_MIN_POINTS:
+            continue
+        x = dist[lo:hi] - dc
+        c2, c1, _ = np.polyfit(x, s[lo:hi], 2)
+        b1, b0 = np.polyfit(x, s[lo:hi], 1)
+        # The root shift a quadratic term c2 causes in a straight-line fit: c2 * mean(x^2) / c1.
+        if abs(b1) < 1e-6 or abs(c2) * float(np.mean(x * x)) >= _FIT_BIAS_M * abs(c1):
+            continue
+        root = -b0 / b1
+        if abs(root) > half:
+            continue
+        a1, a0 = np.polyfit(x, a[lo:hi], 1)
+        return float(np.interp(dc + root, dist, t)), float(a0 + a1 * root)
+    return None
+
+
 def _refine(t: FloatArray, s: FloatArray, a: FloatArray, tc: float, ac: float,
             window: float) -> tuple[float, float]:
-    """Crossing time and position along the line from least-squares fits around ``tc``: the
-    root of a quadratic in signed distance, and a straight line in along-line position (both
-    average GNSS noise; the raw interpolation ``(tc, ac)`` is the fallback)."""
+    """The fallback fit around ``tc`` in time: the root of a quadratic in signed distance and
+    a straight line in along-line position (the raw interpolation ``(tc, ac)`` last)."""
     lo, hi = np.searchsorted(t, [tc - window, tc + window])
     if hi - lo < 5:
         return tc, ac
@@ -256,8 +279,8 @@ def _refine(t: FloatArray, s: FloatArray, a: FloatArray, tc: float, ac: float,
     return tc + root, float(b0 + b1 * root)
 
 
-def _laps(m: Motion, e: FloatArray, n: FloatArray, cross: FloatArray, offsets: FloatArray,
-          p: LapParams) -> list[dict[str, Any]]:
+def _laps(m: Motion, dist: FloatArray, e: FloatArray, n: FloatArray, cross: FloatArray,
+          offsets: FloatArray, p: LapsConfig) -> list[dict[str, Any]]:
     d = path_distance(e, n)
     spans = [np.searchsorted(m.t, [a, b]) for a, b in pairwise(cross)]
     times = np.diff(cross)
@@ -272,9 +295,10 @@ def _laps(m: Motion, e: FloatArray, n: FloatArray, cross: FloatArray, offsets: F
         pit_out = bool(pit_cross[k]) or any(r0 <= a + quarter for r0, _ in runs)
         pit = pit_in or pit_out or bool(runs)
         stopped = _stopped_s(m.t[lo:hi], m.speed[lo:hi], p)
+        driven = float(np.interp(b, m.t, dist) - np.interp(a, m.t, dist))
         out.append({
             "lap": k + 1, "start_s": a, "end_s": b, "lap_time_s": b - a,
-            "distance_m": float(d[max(hi - 1, lo)] - d[lo]) if hi > lo else 0.0,
+            "distance_m": driven if np.isfinite(driven) else None,
             "pit_in": pit_in, "pit_out": pit_out, "pit": pit,
             "stopped_s": stopped, "valid": not pit and stopped == 0.0,
         })
@@ -283,7 +307,7 @@ def _laps(m: Motion, e: FloatArray, n: FloatArray, cross: FloatArray, offsets: F
 
 def _offline_runs(t: FloatArray, e: FloatArray, n: FloatArray, d: FloatArray,
                   spans: list[npt.NDArray[np.intp]], times: FloatArray,
-                  p: LapParams) -> list[list[tuple[float, float]]]:
+                  p: LapsConfig) -> list[list[tuple[float, float]]]:
     """Per lap, the (start, end) times of stretches away from the other laps' paths."""
     if len(spans) < 2:
         return [[] for _ in spans]
@@ -324,7 +348,7 @@ def _runs(t: FloatArray, flag: npt.NDArray[np.bool_], min_s: float,
     return [(a, b) for a, b in merged if b - a >= min_s]
 
 
-def _stopped_s(t: FloatArray, speed: FloatArray, p: LapParams) -> float:
+def _stopped_s(t: FloatArray, speed: FloatArray, p: LapsConfig) -> float:
     runs = _runs(t, np.nan_to_num(speed, nan=np.inf) < p.stop_speed_mps, p.stop_min_s, 0.0)
     return float(sum(b - a for a, b in runs))
 

@@ -32,7 +32,8 @@ import numpy.typing as npt
 import pyarrow as pa
 from scipy.ndimage import uniform_filter1d
 
-from stages.batch.contract import StageInput, StageOutput
+from schemas.run_config import SegmentsConfig
+from stages.batch.contract import StageInput, StageOutput, run_config
 from stages.batch.geo import (
     FloatArray,
     GnssFixes,
@@ -49,30 +50,6 @@ G = 9.80665
 
 
 @dataclass(frozen=True, kw_only=True)
-class SegmentParams:
-    """Tuning, read from ``config["segments"]``."""
-
-    smooth_s: float = 0.5
-    kappa_on: float = 1.0 / 200.0
-    kappa_off: float = 1.0 / 350.0
-    min_turn_deg: float = 20.0
-    min_speed_mps: float = 3.0
-    merge_gap_s: float = 0.3
-    min_straight_s: float = 1.0
-    free_fall_g: float = 0.35
-    min_air_s: float = 0.2
-    landing_window_s: float = 0.3
-    landing_g: float = 1.8
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> SegmentParams:
-        """Read ``config["segments"]`` (unknown keys are ignored)."""
-        sub = config.get("segments") or {}
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: float(v) for k, v in dict(sub).items() if k in names})
-
-
-@dataclass(frozen=True, kw_only=True)
 class _Turning:
     """Yaw rate and speed on one time base."""
 
@@ -85,7 +62,7 @@ class _Turning:
 
 def run(inp: StageInput) -> StageOutput:
     """Detect segments (see the module docstring)."""
-    p = SegmentParams.from_config(inp.config)
+    p = run_config(inp.config).segments
     turning = _turning(inp.datasets)
     imu_tab = inp.datasets.get("imu")
     rows: list[dict[str, Any]] = []
@@ -142,7 +119,7 @@ def _smooth(x: FloatArray, t: FloatArray, seconds: float) -> FloatArray:
     return np.asarray(uniform_filter1d(x, max(1, round(seconds * rate)), mode="nearest"))
 
 
-def _corners_and_straights(tr: _Turning, p: SegmentParams) -> list[dict[str, Any]]:
+def _corners_and_straights(tr: _Turning, p: SegmentsConfig) -> list[dict[str, Any]]:
     rate = _smooth(np.nan_to_num(tr.yaw_rate), tr.t, p.smooth_s)
     speed = np.nan_to_num(tr.speed)
     kappa = rate / np.maximum(speed, 2.0)
@@ -175,7 +152,7 @@ def _corners_and_straights(tr: _Turning, p: SegmentParams) -> list[dict[str, Any
 
 
 def _straights(corners: list[dict[str, Any]], tr: _Turning,
-               p: SegmentParams) -> list[dict[str, Any]]:
+               p: SegmentsConfig) -> list[dict[str, Any]]:
     moving = np.flatnonzero(np.nan_to_num(tr.speed) >= p.min_speed_mps)
     if moving.size == 0:
         return []
@@ -200,7 +177,7 @@ def _stretches(flag: npt.NDArray[np.bool_]) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
-def _jumps(imu: ImuSeries, p: SegmentParams) -> list[dict[str, Any]]:
+def _jumps(imu: ImuSeries, p: SegmentsConfig) -> list[dict[str, Any]]:
     norm = _smooth(np.sqrt(imu.ax**2 + imu.ay**2 + imu.az**2), imu.t, 0.05)
     rows: list[dict[str, Any]] = []
     for a, b in _stretches(norm < p.free_fall_g * G):

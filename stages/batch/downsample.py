@@ -29,11 +29,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas import error_codes
+from schemas.run_config import DownsampleConfig
 from stages.batch import canonical
-from stages.batch.contract import SessionStageError, StageInput, StageOutput
+from stages.batch.contract import StageInput, StageOutput, run_config
 
-DEFAULT_BUCKET_S: Final = {"L1": 0.5, "L2": 5.0}
+DEFAULT_BUCKET_S: Final = {
+    "L1": DownsampleConfig().L1_bucket_s, "L2": DownsampleConfig().L2_bucket_s,
+}
 MAX_BUCKETS: Final = {"L1": 20_000, "L2": 2_000}
 KEY_COLUMNS: Final = {
     canonical.GNSS: ("speed_mps", "alt_m"),
@@ -56,13 +58,8 @@ def _source(inp: StageInput, stream: str, level: str) -> pa.Table:
 
 
 def _bucket_s(config: Mapping[str, Any], level: str) -> float:
-    raw = (config.get("downsample") or {}).get(f"{level}_bucket_s", DEFAULT_BUCKET_S[level])
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
-        raise SessionStageError(
-            f"downsample.{level}_bucket_s must be a positive number",
-            code=error_codes.INVALID_CONFIG,
-        )
-    return float(raw)
+    sizes = run_config(config).downsample
+    return sizes.L1_bucket_s if level == "L1" else sizes.L2_bucket_s
 
 
 def select_extremes(group: np.ndarray, columns: list[np.ndarray]) -> np.ndarray:

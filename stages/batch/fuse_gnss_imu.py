@@ -34,7 +34,6 @@ Skipped (summary ``skipped: true``) with ``reason`` ``NO_IMU_STREAM``, ``INSUFFI
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +41,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from stages.batch.contract import StageInput, StageOutput
+from schemas.run_config import FusionConfig
+from stages.batch.contract import StageInput, StageOutput, run_config
 from stages.batch.geo import (
     FloatArray,
     GnssFixes,
@@ -60,32 +60,6 @@ RESIDUALS = "fusion_residuals"
 NO_IMU_STREAM = "NO_IMU_STREAM"
 INSUFFICIENT_GNSS = "INSUFFICIENT_GNSS"
 NO_TIME_OVERLAP = "NO_TIME_OVERLAP"
-
-
-@dataclass(frozen=True, kw_only=True)
-class FusionParams:
-    """Tuning of the estimator; every field can be set under ``config["fusion"]``."""
-
-    accel_psd: float = 0.3  # (m/s²)²/Hz: IMU acceleration error after calibration + heading
-    gnss_sigma_m: float | None = None  # per-axis σ at median HDOP; None = estimate from data
-    min_fixes: int = 10
-    gate_nis: float = 16.0  # 2-dof chi² ≈ 99.97 %
-    use_gnss_velocity: bool = True  # Doppler speed + course as velocity measurements
-    gnss_velocity_sigma_mps: float | None = None  # None = estimate from the data
-    heading_window_s: float = 15.0
-    heading_min_speed_mps: float = 3.0
-    confidence_scale_m: float = 2.0
-    hdop_degraded: float = 3.0
-    sigma_degraded_m: float = 8.0
-    max_fix_interval_s: float = 1.0  # a longer gap between fixes is a GNSS gap
-    gap_fraction_degraded: float = 0.2
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> FusionParams:
-        """Read ``config["fusion"]`` (unknown keys are ignored)."""
-        sub = config.get("fusion") or {}
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in dict(sub).items() if k in names})
 
 
 def _velocity_measurements(fixes: GnssFixes, vc_e: FloatArray,
@@ -110,7 +84,7 @@ def _velocity_measurements(fixes: GnssFixes, vc_e: FloatArray,
 
 def run(inp: StageInput) -> StageOutput:
     """Fuse the ``gnss`` and ``imu`` datasets (see the module docstring)."""
-    params = FusionParams.from_config(inp.config)
+    params = run_config(inp.config).fusion
     imu_tab, gnss_tab = inp.datasets.get("imu"), inp.datasets.get("gnss")
     if imu_tab is None or imu_tab.num_rows < 2:
         return _skipped(NO_IMU_STREAM)
@@ -130,7 +104,7 @@ def _skipped(reason: str, **extra: Any) -> StageOutput:
     return StageOutput(summary={"skipped": True, "reason": reason, **extra})
 
 
-def _fuse(fixes: GnssFixes, imu: ImuSeries, p: FusionParams) -> StageOutput:
+def _fuse(fixes: GnssFixes, imu: ImuSeries, p: FusionConfig) -> StageOutput:
     frame = LocalFrame.around(fixes.lat, fixes.lon)
     ze, zn = frame.to_en(fixes.lat, fixes.lon)
     speed_fix = fixes.ground_speed(ze, zn)
@@ -202,7 +176,7 @@ def _calibrate(imu: ImuSeries, t_fix: FloatArray,
 
 
 def _heading(imu: ImuSeries, gyro_bias: float, fixes: GnssFixes, ze: FloatArray,
-             zn: FloatArray, speed: FloatArray, p: FusionParams) -> tuple[FloatArray, str]:
+             zn: FloatArray, speed: FloatArray, p: FusionConfig) -> tuple[FloatArray, str]:
     """Absolute heading (rad, CCW from east) at IMU samples: integrated gyro + GNSS offset."""
     rate = imu.gz - gyro_bias
     rel = np.concatenate(([0.0], np.cumsum(0.5 * (rate[1:] + rate[:-1]) * np.diff(imu.t))))
@@ -280,7 +254,7 @@ class _Smoothed:
 
 
 def _smooth(t: FloatArray, ye: FloatArray, yn: FloatArray, r: FloatArray, we: FloatArray,
-            wn: FloatArray, rv: float, p: FusionParams) -> _Smoothed:
+            wn: FloatArray, rv: float, p: FusionConfig) -> _Smoothed:
     """Forward Kalman filter and Rauch-Tung-Striebel smoother on [y, ẏ] per axis: position
     measurements ``ye``/``yn`` (variance ``r``), then - as a second, independent scalar update
     - velocity measurements ``we``/``wn`` (variance ``rv``; NaN = none at that fix)."""
@@ -382,7 +356,7 @@ def _interpolate(kf: _Smoothed, t_fix: FloatArray, t: FloatArray, *, axis: int,
     return yi, wi, np.maximum(var, 0.0)
 
 
-def _degraded_reasons(fixes: GnssFixes, sigma: float, p: FusionParams) -> list[str]:
+def _degraded_reasons(fixes: GnssFixes, sigma: float, p: FusionConfig) -> list[str]:
     steps = np.diff(fixes.t)  # at least min_fixes - 1 of them
     span = max(float(fixes.t[-1] - fixes.t[0]), 1e-9)
     checks = {

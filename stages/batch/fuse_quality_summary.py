@@ -19,14 +19,13 @@ When fusion was skipped the summary says ``skipped: true`` with the fusion's ``r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from stages.batch.contract import StageInput, StageOutput
+from stages.batch.contract import StageInput, StageOutput, run_config
 from stages.batch.geo import (
     FloatArray,
     GnssFixes,
@@ -54,10 +53,8 @@ def run(inp: StageInput) -> StageOutput:
     if fuse_summary.get("skipped") or fused is None or resid is None:
         reason = fuse_summary.get("reason", "FUSION_NOT_RUN")
         return StageOutput(summary={"skipped": True, "reason": reason, "healthy": False})
-    cfg: Mapping[str, Any] = inp.config.get("fusion_quality") or {}
-    gap_s = float(cfg.get("gap_s", 1.0))
-    window_s = float(cfg.get("window_s", 30.0))
-    div_frac = float(cfg.get("divergence_fraction", 0.3))
+    cfg = run_config(inp.config).fusion_quality
+    gap_s, window_s, div_frac = cfg.gap_s, cfg.window_s, cfg.divergence_fraction
 
     ts_r = ts_micros(resid)
     nis = column_f64(resid, "nis")

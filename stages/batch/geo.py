@@ -100,6 +100,22 @@ def path_distance(east: FloatArray, north: FloatArray) -> FloatArray:
     return np.concatenate(([0.0], np.cumsum(step)))
 
 
+def travelled(t: FloatArray, speed: FloatArray) -> FloatArray:
+    """Cumulative distance (m) moved by time ``t`` (s): the trapezoidal integral of ``speed``,
+    unknown (NaN) speeds interpolated between known ones (all NaN when none is known).
+
+    This is Tideway's one measure of distance driven (a lap's ``distance_m``): the receiver's
+    Doppler speed, or the fused speed, is far less noisy than positions, whereas summing the
+    path through noisy fixes adds the noise's zig-zag (about 30 % at 10 Hz and 2 m of noise).
+    """
+    ok = np.isfinite(speed)
+    if t.size == 0 or not ok.any():
+        return np.full(t.size, np.nan)
+    v = np.asarray(np.interp(t, t[ok], speed[ok]), dtype=np.float64)
+    steps = 0.5 * (v[1:] + v[:-1]) * np.diff(t)
+    return np.concatenate(([0.0], np.cumsum(steps)))
+
+
 # --- canonical tables as numpy series ---------------------------------------------------------
 
 

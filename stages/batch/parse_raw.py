@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from schemas import error_codes as codes
 from stages.batch import canonical, formats
 from stages.batch.artifact_validate import Limits, plain_bytes
-from stages.batch.contract import SessionStageError, StageInput, StageOutput
+from stages.batch.contract import SessionStageError, StageInput, StageOutput, run_config
 from stages.batch.formats.parsed import FLU, ParsedSession
 from stages.batch.formats.sniff import sniff
 
@@ -78,15 +78,7 @@ def _merge_units(parts: list[ParsedSession]) -> tuple[dict[str, dict[str, str]],
 
 
 def _session_date(config: Any) -> dt.date | None:
-    raw = config.get("session_date")
-    if raw is None:
-        return None
-    try:
-        return dt.date.fromisoformat(str(raw))
-    except ValueError as exc:
-        raise SessionStageError(
-            f"session_date {raw!r} is not a YYYY-MM-DD date", code=codes.NO_SESSION_DATE
-        ) from exc
+    return run_config(config).session_date  # a malformed one: NO_SESSION_DATE
 
 
 def _fix_reason(parts: list[ParsedSession], gnss_rows: int) -> str | None:

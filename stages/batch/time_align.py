@@ -18,8 +18,22 @@ Theory of operation
 4. One timeline: ``t0_us`` is the earliest sample of any stream, offsets of every stream's
    start and end are relative to it, and ``common_start_us``/``common_end_us`` is the range
    GNSS and IMU both cover (when both exist).
-5. GNSS rows without a speed (GPX, some NMEA) get one derived from neighbouring positions,
-   and rows without a course (above 1 m/s) the bearing between neighbours; both counted.
+5. GNSS rows without a speed or course are filled, never by differencing two neighbouring
+   fixes (at 10 Hz they are 0.2 s apart, and 2 m of position noise becomes ±10 m/s of speed,
+   which then decides the session's top speed and where an automatic start/finish line goes):
+
+   - a row between two rows that carry the receiver's own (Doppler) value at most
+     ``_INTERP_MAX_S`` apart - a lost RMC sentence, a dropped VTG - gets that value linearly
+     interpolated in time (course through the shorter way round); counted as
+     ``gnss_speed_interpolated``;
+   - any other row (GPX, GGA-only NMEA, a long stretch without speed) gets the speed and course
+     of a velocity fitted to the positions: the slope of a least-squares line through every fix
+     within ±``_FIT_HALF_S`` (at least 1.5 fix intervals, so 1 Hz logs still use three fixes),
+     which averages the noise of about twenty fixes at 10 Hz.
+
+   Courses are filled only above 1 m/s (below that a bearing is noise). ``gnss_speed_filled``
+   counts every filled speed; ``gnss_speed_source`` says whether speeds are the receiver's,
+   derived, or mixed.
 """
 
 from __future__ import annotations
@@ -31,13 +45,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas import error_codes as codes
 from stages.batch import canonical
-from stages.batch.contract import SessionStageError, StageInput, StageOutput
+from stages.batch.contract import StageInput, StageOutput, run_config
+from stages.batch.geo import LocalFrame
 
 _GAP_FACTOR: Final = 2.5
-_EARTH_RADIUS_M: Final = 6_371_008.8
 _COURSE_MIN_SPEED: Final = 1.0
+# Receiver values at most this far apart bracket a gap short enough to interpolate across.
+_INTERP_MAX_S: Final = 2.0
+# Half-width of the least-squares position fit that derives a velocity from fixes.
+_FIT_HALF_S: Final = 1.0
 
 
 def monotonic_mask(ts: np.ndarray) -> tuple[np.ndarray, int, int, float]:
@@ -129,54 +146,102 @@ def _clean(stream: str, table: pa.Table) -> tuple[pa.Table, dict[str, Any]]:
     return table.filter(pa.array(keep)), stats
 
 
-def _fill_motion(gnss: pa.Table) -> tuple[pa.Table, int, int]:
-    """Fill null speed / course from neighbouring positions (central differences)."""
-    n = gnss.num_rows
+def _fill_motion(gnss: pa.Table) -> tuple[pa.Table, dict[str, int]]:
+    """Fill null speed / course (step 5 of the module docstring); returns what was filled."""
     speed = pc.cast(gnss.column("speed_mps"), pa.float64()).to_numpy(zero_copy_only=False)
     course = pc.cast(gnss.column("course_deg"), pa.float64()).to_numpy(zero_copy_only=False)
     need_speed, need_course = np.isnan(speed), np.isnan(course)
-    if n < 2 or not (need_speed.any() or need_course.any()):
-        return gnss, 0, 0
-    lat = np.radians(gnss.column("lat_deg").to_numpy())
-    lon = np.radians(gnss.column("lon_deg").to_numpy())
+    counts = {"speed": 0, "speed_interpolated": 0, "course": 0}
+    if gnss.num_rows < 2 or not (need_speed.any() or need_course.any()):
+        return gnss, counts
     t = (_ts(gnss) - _ts(gnss)[0]) / 1e6
-    i0 = np.concatenate(([0], np.arange(n - 2), [n - 2]))
-    i1 = np.concatenate(([1], np.arange(2, n), [n - 1]))
-    dlat, dlon = lat[i1] - lat[i0], lon[i1] - lon[i0]
-    a = np.sin(dlat / 2) ** 2 + np.cos(lat[i0]) * np.cos(lat[i1]) * np.sin(dlon / 2) ** 2
-    dist = 2 * _EARTH_RADIUS_M * np.arcsin(np.sqrt(np.clip(a, 0.0, 1.0)))
-    derived = dist / (t[i1] - t[i0])
-    y = np.sin(dlon) * np.cos(lat[i1])
-    x = np.cos(lat[i0]) * np.sin(lat[i1]) - np.sin(lat[i0]) * np.cos(lat[i1]) * np.cos(dlon)
-    bearing = np.mod(np.degrees(np.arctan2(y, x)), 360.0)
-    speed = np.where(need_speed, derived, speed)
-    fill_course = need_course & (speed > _COURSE_MIN_SPEED)
-    course = np.where(fill_course, bearing, course)
+    lat = pc.cast(gnss.column("lat_deg"), pa.float64()).to_numpy(zero_copy_only=False)
+    lon = pc.cast(gnss.column("lon_deg"), pa.float64()).to_numpy(zero_copy_only=False)
+    ve, vn = _fitted_velocity(t, lat, lon)
+    near_speed, speed_i = _across_gaps(t, speed)
+    near_course, course_i = _across_gaps(t, _unwrap_deg(course))
+    interpolated = need_speed & near_speed
+    speed = np.where(need_speed, np.where(near_speed, speed_i, np.hypot(ve, vn)), speed)
+    bearing = np.mod(np.degrees(np.arctan2(ve, vn)), 360.0)
+    candidate = np.where(near_course, np.mod(course_i, 360.0), bearing)
+    fill_course = need_course & (speed > _COURSE_MIN_SPEED) & np.isfinite(candidate)
+    course = np.where(fill_course, candidate, course)
     gnss = gnss.set_column(
         gnss.column_names.index("speed_mps"), "speed_mps", pa.array(speed, from_pandas=True)
     )
     gnss = gnss.set_column(
         gnss.column_names.index("course_deg"), "course_deg", pa.array(course, from_pandas=True)
     )
-    return gnss, int(need_speed.sum()), int(fill_course.sum())
+    counts["speed"] = int((need_speed & np.isfinite(speed)).sum())
+    counts["speed_interpolated"] = int(interpolated.sum())
+    counts["course"] = int(fill_course.sum())
+    return gnss, counts
+
+
+def _unwrap_deg(course: np.ndarray) -> np.ndarray:
+    """Known courses made continuous (no 359 -> 0 jump), so interpolating them is meaningful."""
+    out = np.full_like(course, np.nan)
+    ok = np.isfinite(course)
+    out[ok] = np.degrees(np.unwrap(np.radians(course[ok])))
+    return out
+
+
+def _across_gaps(t: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where ``x`` is NaN between two known values at most ``_INTERP_MAX_S`` apart: that mask,
+    and ``x`` linearly interpolated in time (NaN where nothing is known)."""
+    ok = np.isfinite(x)
+    if not ok.any():
+        return np.zeros(x.size, dtype=bool), np.full(x.size, np.nan)
+    known = np.flatnonzero(ok)
+    after = np.searchsorted(known, np.arange(x.size))  # first known index >= i
+    inside = (after > 0) & (after < known.size)
+    prev = known[np.clip(after - 1, 0, known.size - 1)]
+    nxt = known[np.clip(after, 0, known.size - 1)]
+    near = ~ok & inside & (t[nxt] - t[prev] <= _INTERP_MAX_S)
+    return near, np.interp(t, t[known], x[known])
+
+
+def _fitted_velocity(t: np.ndarray, lat: np.ndarray, lon: np.ndarray) -> tuple[np.ndarray, ...]:
+    """East/north velocity (m/s) at each fix: the slope of a least-squares line through the
+    positions within ``half`` seconds (wide enough to average the fixes' noise), falling back
+    to the two neighbouring fixes where fewer than three positions are that close."""
+    n = t.size
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    nan = np.full(n, np.nan)
+    if ok.sum() < 2:
+        return nan, nan
+    frame = LocalFrame.around(lat[ok], lon[ok])
+    e, north = frame.to_en(lat, lon)
+    step = float(np.median(np.diff(t[ok]))) if ok.sum() > 2 else 1.0
+    half = max(_FIT_HALF_S, 1.5 * step)
+    reach = int(min(np.ceil(half / max(step, 1e-3)) + 1, 200))
+    sw = swt = swtt = np.zeros(n)
+    swe = swte = swn = swtn = np.zeros(n)
+    for k in range(-reach, reach + 1):
+        j = np.clip(np.arange(n) + k, 0, n - 1)
+        dt = t[j] - t
+        use = ok & ok[j] & (np.abs(dt) <= half) & (np.arange(n) + k == j)
+        w = use.astype(float)
+        dt0 = np.where(use, dt, 0.0)
+        e0, n0 = np.where(use, e[j], 0.0), np.where(use, north[j], 0.0)
+        sw, swt, swtt = sw + w, swt + dt0, swtt + dt0 * dt0
+        swe, swte, swn, swtn = swe + e0, swte + dt0 * e0, swn + n0, swtn + dt0 * n0
+    var = swtt - swt * swt / np.maximum(sw, 1.0)
+    fit = (sw >= 3) & (var > 1e-9)
+    safe = np.where(fit, var, 1.0)
+    ve = np.where(fit, (swte - swt * swe / np.maximum(sw, 1.0)) / safe, np.nan)
+    vn = np.where(fit, (swtn - swt * swn / np.maximum(sw, 1.0)) / safe, np.nan)
+    i0 = np.concatenate(([0], np.arange(n - 2), [n - 2]))
+    i1 = np.concatenate(([1], np.arange(2, n), [n - 1]))
+    span = t[i1] - t[i0]
+    pair_e = (e[i1] - e[i0]) / np.where(span > 0, span, np.nan)
+    pair_n = (north[i1] - north[i0]) / np.where(span > 0, span, np.nan)
+    return np.where(fit, ve, pair_e), np.where(fit, vn, pair_n)
 
 
 def _offsets(config: Mapping[str, Any]) -> dict[str, int]:
-    raw = config.get("time_offsets_s", {}) or {}
-    if not isinstance(raw, Mapping):
-        raise SessionStageError("time_offsets_s must be a mapping", code=codes.INVALID_CONFIG)
-    out: dict[str, int] = {}
-    for stream, secs in raw.items():
-        if stream not in canonical.SCHEMAS or isinstance(secs, bool):
-            raise SessionStageError(
-                f"bad time offset for {stream!r}", code=codes.INVALID_CONFIG
-            )
-        if not isinstance(secs, int | float):
-            raise SessionStageError(
-                f"bad time offset for {stream!r}", code=codes.INVALID_CONFIG
-            )
-        out[stream] = round(secs * 1e6)
-    return out
+    return {stream: round(secs * 1e6)
+            for stream, secs in run_config(config).time_offsets_s.items()}
 
 
 def run(inp: StageInput) -> StageOutput:
@@ -194,7 +259,8 @@ def run(inp: StageInput) -> StageOutput:
         if stream != canonical.AUX:
             stats.update(timing(_ts(table)))
         datasets[stream], streams[stream] = table, stats
-    gnss, speed_filled, course_filled = _fill_motion(datasets[canonical.GNSS])
+    gnss, filled = _fill_motion(datasets[canonical.GNSS])
+    speed_filled = filled["speed"]
     datasets[canonical.GNSS] = canonical.conform(canonical.GNSS, gnss)
     summary = _timeline(datasets, streams)
     gnss_rows = datasets[canonical.GNSS].num_rows
@@ -205,7 +271,8 @@ def run(inp: StageInput) -> StageOutput:
             "backwards_removed": sum(s["backwards"] for s in streams.values()),
             "gnss_fix": gnss_rows > 0,
             "gnss_speed_filled": speed_filled,
-            "gnss_course_filled": course_filled,
+            "gnss_speed_interpolated": filled["speed_interpolated"],
+            "gnss_course_filled": filled["course"],
             "gnss_speed_source": (
                 "none"
                 if gnss_rows == 0

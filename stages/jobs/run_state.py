@@ -14,7 +14,12 @@ A run is ``pending`` until a job starts, then ``running``. It ends:
 ``features_available`` / ``feature_reasons`` (spec 000 §11) map each user-facing feature to
 the job that produces it: available iff that job succeeded, otherwise a stable reason code -
 the job's skip reason (``NO_IMU_STREAM``, or the reason inherited from a failed upstream job),
-its feature-specific failure code (``LAP_DETECTION_FAILED``) or ``CANCELLED``.
+its feature-specific failure code (``LAP_DETECTION_FAILED``) or ``CANCELLED``. A job that
+succeeded may still have found nothing: the run summary's ``features`` map (written by
+``publish_session`` from the stage summaries, ``{"laps": {"available": false, "reason":
+"TRACK_NOT_CLOSED"}}``) narrows the flags, and its reason replaces the job's. The reducer
+applies both, so the flags stored on the run are the only ones: ``runs show``, ``sessions
+show``, ``upload --wait`` and the API all read them as stored.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 from schemas import error_codes as codes
 from stages.jobs.job_state import TERMINAL, JobState
@@ -109,10 +114,12 @@ def reduce_run(
     *,
     cancelled: bool = False,
     features: Sequence[Feature] = (),
+    content: Mapping[str, Any] | None = None,
 ) -> RunVerdict:
-    """Derive a run's state from its jobs (``cancelled``: the run itself was cancelled)."""
+    """Derive a run's state from its jobs (``cancelled``: the run itself was cancelled) and its
+    feature flags from them, narrowed by ``content`` (the run summary's ``features`` map)."""
     state, reason = _state(jobs, cancelled=cancelled)
-    available, reasons = feature_flags(jobs, features)
+    available, reasons = narrow_by_content(*feature_flags(jobs, features), content)
     return RunVerdict(
         state=state, features_available=available, feature_reasons=reasons, failure_reason=reason
     )
@@ -151,6 +158,25 @@ def feature_flags(
         elif job.state is not JobState.SUCCEEDED:
             reasons[feature.name] = outcome_reason(job, feature.failed_reason)
     return available, reasons
+
+
+def narrow_by_content(
+    available: Mapping[str, bool], reasons: Mapping[str, str], content: Mapping[str, Any] | None
+) -> tuple[dict[str, bool], dict[str, str]]:
+    """Job-state flags narrowed by what the content offers (per feature ``{"available",
+    "reason"}``): available only when the job succeeded *and* its content is there; the
+    content's reason (``TRACK_NOT_CLOSED``) replaces a missing one, and a job's own failure
+    reason is kept."""
+    flags, why = dict(available), dict(reasons)
+    for feature, found in (content or {}).items():
+        if not isinstance(found, Mapping):
+            continue
+        if not found.get("available") and flags.get(feature, True):
+            flags[feature] = False
+            why[feature] = found.get("reason") or "UNAVAILABLE"
+        elif feature not in flags:
+            flags[feature] = bool(found.get("available"))
+    return flags, why
 
 
 def outcome_reason(job: JobOutcome, failed_reason: str) -> str:

@@ -15,16 +15,35 @@ These are expected failures, so no traceback is logged: the reason (a Tideway er
 stable code, or the driver's message) says what happened. A truly unexpected exception is still
 logged with its traceback where it is caught. The batches themselves are deferred or retried by
 the caller exactly as before; only the logging is shared.
+
+A process that needs a dependency before it can start (intake's Postgres pool, the ingest
+consumer's connections) waits it out with :func:`wait_out`: tries again, with growing jittered
+waits (tenacity), on every ``TransientError``, for as long as the outage lasts or until the
+process is told to stop, and reports the outage once, as above.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from streams.errors import TidewayError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_never,
+    wait_fixed,
+    wait_random_exponential,
+)
+
+from streams.errors import TidewayError, TransientError
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -78,3 +97,54 @@ class Outages:
     redis: Outage = field(default_factory=lambda: Outage("redis"))
     clickhouse: Outage = field(default_factory=lambda: Outage("clickhouse"))
     nats: Outage = field(default_factory=lambda: Outage("nats"))
+
+
+async def wait_out(
+    open_: Callable[[], Awaitable[T]],
+    *,
+    stop: asyncio.Event,
+    outage: Outage | None,
+    initial_s: float,
+    max_s: float,
+) -> T | None:
+    """``await open_()`` until it raises no ``TransientError``; ``None`` if ``stop`` is set
+    first. Waits ``initial_s`` plus a full-jitter share of a ceiling doubling from
+    ``initial_s`` to ``max_s`` between tries; the first failure is reported to ``outage``
+    (one WARNING), the success after it too (one INFO); pass ``None`` when ``open_`` reports
+    its failures itself. Any other error is raised at once."""
+
+    def failed(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if outage is not None and exc is not None:
+            outage.failed(exc)
+
+    async def tries() -> T:
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(TransientError),
+            # Full jitter over a floor: spread out, never a hot loop.
+            wait=wait_fixed(initial_s) + wait_random_exponential(multiplier=initial_s, max=max_s),
+            stop=stop_never,
+            before_sleep=failed,
+            reraise=True,
+        )
+        async def call() -> T:  # a coroutine function: tenacity would not await a lambda's
+            return await open_()
+
+        opened: T = await retrying(call)
+        if outage is not None:
+            outage.recovered()
+        return opened
+
+    attempt = asyncio.ensure_future(tries())
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({attempt, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not attempt.done():
+            attempt.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await attempt
+    if attempt.cancelled():
+        return None
+    return attempt.result()

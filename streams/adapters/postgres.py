@@ -8,7 +8,10 @@ statement cache of :data:`STATEMENT_CACHE` prepared statements per connection (o
 ``TIDEWAY_POSTGRES_STATEMENT_CACHE_SIZE``; 0 behind PgBouncer < 1.21 in transaction mode); at
 most :data:`CONNECT_TIMEOUT` seconds to connect. A process that needs a pool of its own size or
 session settings names a :class:`PoolShape` here (:data:`API_POOL`, :func:`streaming_pool`…),
-so the differences between processes are all in one place.
+so the differences between processes are all in one place. The batch side's pools (intake,
+workers, executors) get their time limits from the ``postgres_timeouts`` settings through
+:func:`batch_pool`: every statement is cancelled after ``command_s`` and every connection
+attempt given up after ``connect_s``, so a server that hangs costs a retry, not a stuck process.
 
 A server that cannot be reached (refused, reset, shutting down, starting up) is a
 ``TransientError`` with code ``PG_UNAVAILABLE`` (:func:`unavailable`), whether the pool or the
@@ -22,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeAlias
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -30,6 +33,7 @@ import asyncpg
 import orjson
 from asyncpg.pool import PoolConnectionProxy
 
+from streams.config import PostgresTimeoutSettings
 from streams.errors import TransientError
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "WORKER_POOL",
     "Conn",
     "PoolShape",
+    "batch_pool",
     "connect",
     "create_database",
     "create_pool",
@@ -89,6 +94,8 @@ class PoolShape:
     """Idle connections kept open; with 0, :func:`create_pool` connects once to check."""
     command_timeout: float | None = None
     """Seconds a statement may run before asyncpg cancels it (``None``: no limit)."""
+    connect_timeout: float = CONNECT_TIMEOUT
+    """Seconds to open one of its connections."""
     server_settings: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -100,6 +107,13 @@ WORKER_POOL: Final = PoolShape(max_size=4)
 """The job worker's claims, heartbeats and completions (its LISTEN connection is extra)."""
 EXECUTOR_POOL: Final = PoolShape(max_size=2)
 """The I/O job executors (materialise, publish) of one worker."""
+
+
+def batch_pool(shape: PoolShape, limits: PostgresTimeoutSettings) -> PoolShape:
+    """``shape`` with the batch side's time limits (``Settings.postgres_timeouts``): pass
+    ``batch_pool(INTAKE_POOL, settings.postgres_timeouts)`` (or the worker's, the executors')
+    to :func:`create_pool`. A statement past ``command_s`` raises ``TimeoutError``."""
+    return replace(shape, command_timeout=limits.command_s, connect_timeout=limits.connect_s)
 
 # Small, frequent, index-driven statements: parallel workers and JIT only add start-up cost
 # (and steal cores the consumer needs). Every statement is planned for its own parameters:
@@ -172,12 +186,19 @@ def split_dsn(dsn: str) -> tuple[str, int]:
     return urlunsplit(parts._replace(query=rest)), sizes[-1]
 
 
-async def connect(dsn: str) -> asyncpg.Connection:
+async def connect(dsn: str, *, limits: PostgresTimeoutSettings | None = None
+                  ) -> asyncpg.Connection:
     """One connection with Tideway's codecs (for LISTEN, admin work and scripts);
-    ``TransientError`` (``PG_UNAVAILABLE``) if Postgres cannot be reached now."""
+    ``TransientError`` (``PG_UNAVAILABLE``) if Postgres cannot be reached now. ``limits``:
+    the batch side's connect and statement time limits (none but :data:`CONNECT_TIMEOUT`
+    without)."""
     dsn, cache = split_dsn(dsn)
+    timeout = CONNECT_TIMEOUT if limits is None else limits.connect_s
     try:
-        conn = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT, statement_cache_size=cache)
+        conn = await asyncpg.connect(
+            dsn, timeout=timeout, statement_cache_size=cache,
+            command_timeout=None if limits is None else limits.command_s,
+        )
     except UNREACHABLE as exc:
         raise unavailable(exc) from exc
     await _init_connection(conn)
@@ -194,7 +215,7 @@ async def create_pool(dsn: str, shape: PoolShape) -> asyncpg.Pool:
             min_size=shape.min_size,
             max_size=shape.max_size,
             init=_init_connection,
-            timeout=CONNECT_TIMEOUT,
+            timeout=shape.connect_timeout,
             statement_cache_size=cache,
             command_timeout=shape.command_timeout,
             server_settings=dict(shape.server_settings) or None,

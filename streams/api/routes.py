@@ -19,8 +19,10 @@ from streams.api.inputs import read_field
 from streams.errors import UsageError
 from streams.names import Names
 from streams.observability import tracing
-from streams.sessions import queries
-from streams.sessions.notice import SessionNotice
+from streams.sessions import priorities, queries
+from streams.sessions.lap_report import session_laps
+from streams.sessions.notice import SessionNotice, check_run_config
+from streams.sessions.quotas import check_priority
 from streams.sessions.tenancy import check_device
 from streams.sessions.upload import StagedUpload, receipt_for
 
@@ -39,6 +41,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/sessions", post_session)
     app.router.add_get("/v1/sessions", list_sessions)
     app.router.add_get("/v1/sessions/{id}", get_session)
+    app.router.add_get("/v1/sessions/{id}/laps", get_session_laps)
     app.router.add_get("/v1/runs/{id}", get_run)
 
 
@@ -83,6 +86,16 @@ async def get_session(request: web.Request) -> web.Response:
     return _json(row)
 
 
+async def get_session_laps(request: web.Request) -> web.Response:
+    """The active run's laps, one row each, and the start/finish line that timed them."""
+    ctx, caller = context_of(request), caller_of(request)
+    async with ctx.pool.acquire() as conn:
+        report = await session_laps(
+            conn, ctx.store, caller.tenant_id, _uuid(request.match_info["id"])
+        )
+    return _json(report.as_json())
+
+
 async def get_run(request: web.Request) -> web.Response:
     caller = caller_of(request)
     async with context_of(request).pool.acquire() as conn:
@@ -111,7 +124,7 @@ def _config(raw: str | None) -> dict[str, Any]:
         raise UsageError("config must be a JSON object")
     if _has_nul(value):  # JSON may spell it "\u0000"; Postgres jsonb refuses it
         raise UsageError("config contains a NUL character")
-    return value
+    return check_run_config(value)
 
 
 def _date(raw: str | None) -> dt.date | None:
@@ -185,16 +198,21 @@ async def _post_session(request: web.Request, traceparent: str | None) -> web.Re
         caller.tenant,
         max_bytes=ctx.settings.worker.max_artifact_bytes,
         connect=ctx.pool.acquire,
+        limits=ctx.settings.quotas,
     )
     async with staged:
         fields = await _read_upload(request, staged)
         if not staged.artifacts:
             raise UsageError("no file in the request")
         device = check_device(fields.get("device", ""))
+        priority = _int(fields.get("priority", str(priorities.UPLOAD)), "priority", -1000, 1000)
+        async with ctx.pool.acquire() as conn:  # an API key cannot go above its tenant's
+            await check_priority(conn, tenant_id=caller.tenant_id, priority=priority,
+                                 limits=ctx.settings.quotas)
         try:
             notice = SessionNotice(
                 artifacts=staged.artifacts,
-                priority=_int(fields.get("priority", "0"), "priority", -1000, 1000),
+                priority=priority,
                 config=_config(fields.get("config")),
                 requested_by=f"api:{caller.key_id}",
                 title=_title(fields.get("title")),

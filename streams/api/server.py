@@ -6,13 +6,15 @@ Routes (all JSON; see ``docs/sessions.md``)::
     POST /v1/sessions             upload a session (multipart "file" parts, or a raw body)
     GET  /v1/sessions             the caller's sessions (?device=, ?limit=)
     GET  /v1/sessions/{id}        one session with its runs and artifacts
+    GET  /v1/sessions/{id}/laps   the active run's laps (one row each) and start/finish line
     GET  /v1/runs/{id}            one run: status, summary, features, jobs, datasets
 
 Every error, whoever detects it, is ``{"error": {"code": ..., "message": ...}}``: 400 (usage,
 or text that is not UTF-8 or holds NUL, or a request aiohttp cannot parse), 401 (no or bad
 key), 404 (not found - including another tenant's ids - or no such route), 405 (wrong method),
-413 (too large), 500 (a bug) or 503 (a dependency). The middlewares below cover everything a
-handler or the router raises; :mod:`streams.api.protocol` covers what aiohttp answers itself.
+413 (too large), 429 (a daily quota, named in the message), 500 (a bug) or 503 (a
+dependency). The middlewares below cover everything a handler or the router raises;
+:mod:`streams.api.protocol` covers what aiohttp answers itself.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from streams.errors import NotFoundError, TidewayError, TransientError, UsageErr
 from streams.objects import ObjectStore, ObjectTooLargeError
 from streams.observability.events import ProcessHooks
 from streams.observability.readiness import nats_connected_check, postgres_check
+from streams.sessions.quotas import QuotaExceededError
 
 __all__ = ["build_app", "run_api"]
 
@@ -61,6 +64,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(413, exc.code, exc.message)
     except NotFoundError as exc:
         return error_response(404, exc.code, exc.message)
+    except QuotaExceededError as exc:  # the message names the quota
+        return error_response(429, exc.code, exc.message)
     except UsageError as exc:
         return error_response(400, exc.code, exc.message)
     except TransientError as exc:

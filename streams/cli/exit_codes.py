@@ -9,11 +9,12 @@ code    name         meaning
 2       ``USAGE``    the command line is wrong (unknown option, missing argument). This is
                      click's own code; Tideway never exits 2 for anything else
 3       ``FAILED``   the command ran and what it reports is a failure: ``sessions upload
-                     --wait`` on a run that ended ``failed`` or ``cancelled``; ``schema test``
-                     with a payload the pipeline would not process; ``dlq redrive`` when a
-                     redrive failed or none of the dead letters could be redriven; ``dlq
-                     resolve`` when a named id is not an open dead letter; ``demo`` when an
-                     envelope is unaccounted for
+                     --wait`` on a run that ended ``failed`` or ``cancelled``; ``sessions
+                     upload`` over a daily quota; ``sessions dlq redrive`` with an id that
+                     is not a dead letter; ``schema test`` with a payload the pipeline
+                     would not process; ``dlq redrive`` when a redrive failed or none of the
+                     dead letters could be redriven; ``dlq resolve`` when a named id is not
+                     an open dead letter; ``demo`` when an envelope is unaccounted for
 130     —            interrupted by Ctrl-C before it finished (the shell's convention)
 ======  ===========  ==========================================================================
 """

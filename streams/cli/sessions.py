@@ -1,4 +1,4 @@
-"""``tideway sessions upload | list | show | synth | reprocess | rollback`` and ``api-keys``.
+"""``tideway sessions upload | list | show | synth | reprocess | rollback | dlq`` and ``api-keys``.
 
 Uploads store the files in the object store and publish a notice for intake (``tideway up``
 or a ``tideway intake`` process must be running for the run to be created and processed);
@@ -74,7 +74,9 @@ def _config(raw: str | None) -> dict[str, Any]:
         raise UsageError(f"--config is not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise UsageError("--config must be a JSON object")
-    return value
+    from streams.sessions.notice import check_run_config
+
+    return check_run_config(value)
 
 
 def _follow(settings: Settings, *, as_json: bool, timeout: float, **which: Any) -> Any:
@@ -109,11 +111,43 @@ def _print_final(progress: Any, *, as_json: bool) -> None:
         raise typer.Exit(ExitCode.FAILED)
 
 
+def _print_laps(report: dict[str, Any]) -> None:
+    line = report["line"]
+    if line is not None:
+        print_record({"source": line["source"], "end 1": f"{line['lat1']:.7f}, {line['lon1']:.7f}",
+                      "end 2": f"{line['lat2']:.7f}, {line['lon2']:.7f}"},
+                     title="start/finish line")
+    if not report["laps"]:
+        console.print(f"no laps ({report['reason'] or 'none found'})")
+        return
+    # Rounded values and one notes column: the table fits an 80-column terminal (--json has
+    # every field at full precision).
+    def notes(lap: dict[str, Any]) -> str:
+        words = ["best"] if lap["is_best"] else []
+        words += [w for w, on in (("pit in", lap["pit_in"]), ("pit out", lap["pit_out"]))
+                  if on] or (["pit"] if lap["pit"] else [])
+        words += [f"stopped {lap['stopped_s']:.0f}s"] if lap["stopped_s"] else []
+        return ", ".join(words + ([] if lap["valid"] else ["not valid"]))
+
+    def num(value: float | None, digits: int) -> str:
+        return "" if value is None else f"{value:.{digits}f}"
+
+    rows = [{"lap": lap["lap"], "time s": num(lap["lap_time_s"], 3),
+             "Δ best s": num(lap["delta_to_best_s"], 3), "km": num(
+                 None if lap["distance_m"] is None else lap["distance_m"] / 1000, 3),
+             "top m/s": num(lap["max_speed_mps"], 1), "avg m/s": num(lap["avg_speed_mps"], 1),
+             "notes": notes(lap)} for lap in report["laps"]]
+    print_rows(rows, title="laps", columns=list(rows[0]))
+
+
 def register(app: typer.Typer) -> None:
     """Add ``sessions`` and ``api-keys`` to ``app``."""
     sessions = typer.Typer(help="Whole-session files: upload, inspect, reprocess.",
                            no_args_is_help=True)
     app.add_typer(sessions, name="sessions")
+    from streams.cli import session_dlq
+
+    session_dlq.register(sessions)
     keys = typer.Typer(help="API keys for the HTTP API.", no_args_is_help=True)
     app.add_typer(keys, name="api-keys")
 
@@ -122,7 +156,8 @@ def register(app: typer.Typer) -> None:
         files: list[Path] = typer.Argument(..., help="Session file(s), one session."),
         device: str = typer.Option(..., "--device", help="Device the session came from."),
         tenant: str | None = TENANT_OPTION,
-        priority: int = typer.Option(0, "--priority", help="Higher runs first."),
+        priority: int = typer.Option(100, "--priority",
+                                     help="Higher runs first (reprocess 0, backfill -100)."),
         config: str | None = typer.Option(None, "--config", help="Run config JSON or @file."),
         date: str | None = typer.Option(
             None, "--date", help="Day recorded (YYYY-MM-DD), for logs that carry no date."),
@@ -130,16 +165,21 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(600.0, "--timeout", help="Give up waiting after this."),
         as_json: bool = JSON_OPTION,
     ) -> None:
-        """Store FILES as one session and hand them to intake."""
+        """Store FILES as one session and hand them to intake (exit 3 over a daily quota)."""
+        from streams.cli.output import fail
         from streams.observability.tracing import configure_tracing
+        from streams.sessions.quotas import QuotaExceededError
         from streams.sessions.upload import upload_files
 
         configure_tracing("tideway-cli")  # only when the OTEL_* environment asks for traces
         owner = _tenant(tenant)
         settings = load_settings()
-        receipt = asyncio.run(upload_files(
-            settings, tenant=owner, device=device, paths=files, priority=priority,
-            config=_config(config), date=_date(date)))
+        try:
+            receipt = asyncio.run(upload_files(
+                settings, tenant=owner, device=device, paths=files, priority=priority,
+                config=_config(config), date=_date(date)))
+        except QuotaExceededError as exc:  # the command ran; the answer is "not today"
+            fail(exc.describe(), code=ExitCode.FAILED)
         if as_json and not wait:
             print_json(receipt.as_dict())
         elif not as_json:
@@ -178,10 +218,14 @@ def register(app: typer.Typer) -> None:
     def show(
         session: str = typer.Argument(..., help="Session id."),
         tenant: str | None = TENANT_OPTION,
+        laps: bool = typer.Option(
+            False, "--laps", help="Also the active run's laps and its start/finish line."),
         as_json: bool = JSON_OPTION,
     ) -> None:
-        """Show a session with its runs and artifacts."""
+        """Show a session with its runs and artifacts (and, with --laps, every lap)."""
+        from streams.objects import ObjectStore
         from streams.sessions import queries
+        from streams.sessions.lap_report import session_laps
         from streams.sessions.tenancy import tenant_id
 
         owner, sid = _tenant(tenant), _uuid(session)
@@ -195,6 +239,9 @@ def register(app: typer.Typer) -> None:
                 run = await queries.get_run(conn, tid, _uuid(found["active_run_id"]))
                 found["active_run"] = {k: run[k] for k in (
                     "status", "features_available", "feature_reasons", "summary")}
+            if laps:
+                store = ObjectStore(load_settings().objects())
+                found["laps"] = (await session_laps(conn, store, tid, sid)).as_json()
             return found
 
         data = _with_conn(work)
@@ -215,6 +262,8 @@ def register(app: typer.Typer) -> None:
                         for f, v in sorted(flags.items())],
                        title="features of the active run",
                        columns=("feature", "available", "reason"))
+        if laps:
+            _print_laps(data["laps"])
 
     @sessions.command("reprocess")
     def reprocess_cmd(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from schemas.error_codes import INTERNAL_ERROR
 from stages.ack_policy import Disposition, decide
 from stages.ingest.ingress import Receipt
-from streams.adapters.outage import Outages, describe
+from streams.adapters.outage import Outages, describe, wait_out
 from streams.config import Settings
 from streams.errors import TransientError
 from streams.ingest.fetch import Fetcher, acknowledge, receipt_of
@@ -155,18 +155,14 @@ def in_flight_warning(settings: Settings, workers: int) -> str | None:
 async def _open(settings: Settings, workers: int, stop: asyncio.Event) -> Resources | None:
     """Connect, retrying with backoff while a service is down (a consumer started before its
     database, say, waits for it instead of exiting)."""
-    rand = random.Random()
-    pause = settings.retry.redelivery_backoff()
     outages = Outages()  # kept across attempts: a service down at start-up is logged once
-    attempt = 0
-    while not stop.is_set():
-        try:
-            return await Resources.open(settings, pool_size=workers + 2, outages=outages)
-        except TransientError as exc:  # Resources.open has reported it to ``outages``
-            log.debug("cannot start consuming yet: %s", describe(exc))
-            await _pause(stop, pause.floored_delay(attempt, rand.random))
-            attempt += 1
-    return None
+    pause = settings.retry
+    # Resources.open reports each failure to ``outages`` itself.
+    return await wait_out(
+        lambda: Resources.open(settings, pool_size=workers + 2, outages=outages),
+        stop=stop, outage=None, initial_s=pause.redelivery_delay_s,
+        max_s=max(pause.redelivery_cap_s, pause.redelivery_delay_s),
+    )
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:

@@ -6,8 +6,9 @@
 - An *optional* job that ends without success resolves its dependents (``RESOLVE``): hard
   dependents inherit its reason and are skipped once nothing else is pending, which cascades.
 - A run whose ``jobs_open`` reached 0 is finalised: the pure reducer derives its state and
-  feature flags from the job outcomes, and a succeeded or partial run takes the session's
-  active pointer unless a newer run already has it.
+  feature flags from the job outcomes and the content summary ``publish_session`` wrote (the
+  run's only flags), and a succeeded or partial run takes the session's active pointer unless
+  a newer run already has it.
 """
 
 from __future__ import annotations
@@ -135,7 +136,10 @@ async def finalise_many(
             for j in run["jobs"] or []
         ]
         verdict = reduce_run(
-            outcomes, cancelled=run["status"] == RunState.CANCELLED, features=FEATURES
+            outcomes,
+            cancelled=run["status"] == RunState.CANCELLED,
+            features=FEATURES,
+            content=run["content"],  # publish_session's summary of what the content offers
         )
         if verdict.state not in TERMINAL_RUN:
             # jobs_open says every job ended but the jobs disagree: never finalise on a guess.

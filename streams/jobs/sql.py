@@ -429,9 +429,10 @@ LIMIT $3
 FOR UPDATE OF j SKIP LOCKED
 """
 
-# Runs (locked, in id order) with every job's outcome, for the reducer. $1 run ids.
+# Runs (locked, in id order) with every job's outcome and what publish_session found the
+# content offers (summary.features), for the reducer. $1 run ids.
 RUN_OUTCOMES: Final = """
-SELECT r.id, r.status, r.jobs_open,
+SELECT r.id, r.status, r.jobs_open, r.summary -> 'features' AS content,
        (SELECT jsonb_agg(jsonb_build_object(
             'name', j.name, 'job_type', j.job_type, 'critical', j.critical, 'state', j.state,
             'skip_reason', j.skip_reason, 'error_code', j.last_error_code))

@@ -23,15 +23,22 @@ ingest`` uses too (:mod:`stages.ack_policy`), with the same backoff:
 * accepted (run recorded, new or found) → ``RECORDED``: ack;
 * a notice that can never succeed (a malformed body or subject, a missing artifact or bucket
   object, refused by validation) → ``NEVER_SUCCEEDS``: dead letter, then term;
-* Postgres, the object store or NATS down, or a connection lost under the transaction →
-  ``UNAVAILABLE``: nak with the shared backoff (``retry.redelivery_backoff()``) for as long
-  as the outage lasts — the consumer has no JetStream delivery limit;
+* Postgres, the object store or NATS down, a connection lost under the transaction, or a
+  statement cut off by ``postgres_timeouts.command_s`` (``PG_TIMEOUT``) → ``UNAVAILABLE``:
+  nak with the shared backoff (``retry.redelivery_backoff()``, capped at
+  ``retry.redelivery_cap_s``) for as long as the outage lasts — the consumer has no
+  JetStream delivery limit;
 * anything else (a bug, a statement Postgres refuses for this notice) → ``RETRY``: nak with the
   same backoff until ``consumer.max_deliver`` deliveries, then dead-lettered like a notice
   that can never succeed, so a poison notice cannot cycle forever.
 
 A notice is terminated only once its dead letter is stored: if that publish fails, the notice
-is nak'ed and tried again - a notice is never dropped.
+is nak'ed and tried again - a notice is never dropped. Dead letters are listed, shown and
+redriven (published again as notices) by ``tideway sessions dlq``
+(:mod:`streams.sessions.dead_letters`).
+
+Every Postgres call intake makes has the batch side's time limits (``postgres_timeouts``); an
+intake started while Postgres is down waits for it (:func:`streams.adapters.outage.wait_out`).
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ from pydantic import ValidationError
 from stages.ack_policy import AckDecision, Action, Disposition, budget_spent, decide
 from streams.adapters import postgres
 from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
+from streams.adapters.outage import Outage, wait_out
 from streams.config import Settings
 from streams.errors import PermanentError, TidewayError, TransientError, UsageError
 from streams.names import Names
@@ -169,8 +177,21 @@ async def run_intake(
     ``hooks``: the process's observability (readiness checks, the fetch loop's heartbeat,
     notices counted by outcome)."""
     names = Names(namespace=settings.namespace)
-    pool = await postgres.create_pool(settings.postgres(), postgres.INTAKE_POOL)
-    nc = await connect_nats(settings.nats, name="tideway-intake")
+    limits = settings.postgres_timeouts
+    pool = await wait_out(
+        lambda: postgres.create_pool(
+            settings.postgres(), postgres.batch_pool(postgres.INTAKE_POOL, limits)
+        ),
+        stop=stop, outage=Outage("postgres"), initial_s=limits.retry_initial_s,
+        max_s=limits.retry_max_s,
+    )
+    if pool is None:  # stopped before Postgres came up
+        return
+    try:
+        nc = await connect_nats(settings.nats, name="tideway-intake")
+    except BaseException:
+        await pool.close()
+        raise
     try:
         js = nc.jetstream()
         sub = await js.pull_subscribe_bind(names.intake_durable, stream=names.sessions_stream)
@@ -282,6 +303,11 @@ async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
             )
     except TransientError as exc:
         return _Outcome(disposition=Disposition.UNAVAILABLE, code=exc.code, message=str(exc))
+    except TimeoutError:  # asyncpg's command_timeout (before _PG_GONE: it is an OSError)
+        return _Outcome(
+            disposition=Disposition.UNAVAILABLE, code="PG_TIMEOUT",
+            message="a Postgres statement ran past postgres_timeouts.command_s",
+        )
     except (ValidationError, UsageError, PermanentError) as exc:
         code = exc.code if isinstance(exc, TidewayError) else "BAD_NOTICE"
         return _Outcome(disposition=Disposition.NEVER_SUCCEEDS, code=code, message=str(exc))

@@ -5,12 +5,15 @@ Wire format (JSON, version 1)::
     {"version": 1,
      "artifacts": [{"name": "lap.nmea", "sha256": "<hex>", "size": 1234}],   # in the object store
      "objects": ["2026-03-01T10-00.nmea"],          # or: in the JetStream object-store bucket
-     "priority": 0, "config": {...}, "requested_by": "cli", "title": null,
+     "priority": 50, "config": {...}, "requested_by": "cli", "title": null,
      "date": null}                                   # or "YYYY-MM-DD"
 
 ``date`` is the day the session was recorded, for files that do not say (an NMEA log without
 RMC/ZDA dates); it reaches the parse stage as the run config's ``session_date``
-(:meth:`SessionNotice.run_config`).
+(:meth:`SessionNotice.run_config`). ``config`` is a run config as
+:class:`schemas.run_config.RunConfig` describes it: the uploaders check it before they store a
+byte (:func:`check_run_config`) and intake again before it records a run, so a notice from a
+device with a misspelt key is dead-lettered ``INVALID_CONFIG``, the key named.
 
 ``artifacts`` were already stored at their content address under the tenant (the CLI and the
 API do that before publishing); ``objects`` name files a device put into the session bucket,
@@ -31,13 +34,16 @@ import datetime as dt
 import hashlib
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from schemas.error_codes import INVALID_CONFIG
+from schemas.run_config import explain, parse_run_config
 from streams.errors import UsageError
+from streams.sessions import priorities
 
 __all__ = [
     "NoticeArtifact",
@@ -45,6 +51,7 @@ __all__ = [
     "artifact_id",
     "artifact_set_hash",
     "check_file_name",
+    "check_run_config",
     "file_name_problem",
     "session_id_for",
 ]
@@ -109,7 +116,7 @@ class SessionNotice(BaseModel):
     version: Literal[1] = 1
     artifacts: tuple[NoticeArtifact, ...] = ()
     objects: tuple[FileName, ...] = ()
-    priority: int = Field(0, ge=-1000, le=1000)
+    priority: int = Field(priorities.DEVICE, ge=-1000, le=1000)
     config: dict[str, Any] = Field(default_factory=dict)
     requested_by: str = Field("device", max_length=200)
     title: str | None = Field(None, max_length=500)
@@ -125,10 +132,21 @@ class SessionNotice(BaseModel):
         return orjson.dumps(self.model_dump(mode="json"))
 
     def run_config(self) -> dict[str, Any]:
-        """The run config: ``config`` plus ``session_date`` when the notice gives a date."""
+        """The run config: ``config`` plus ``session_date`` when the notice gives a date;
+        ``UsageError`` ``INVALID_CONFIG`` when it is not a valid run config."""
         if self.date is None:
-            return dict(self.config)
-        return {**self.config, "session_date": self.date.isoformat()}
+            return check_run_config(self.config)
+        return check_run_config({**self.config, "session_date": self.date.isoformat()})
+
+
+def check_run_config(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` (as given) if it is a valid run config; ``UsageError`` ``INVALID_CONFIG``
+    naming the first bad keys (``config.laps.min_lap_sx: unknown key``) if not."""
+    try:
+        parse_run_config(raw)
+    except ValidationError as exc:
+        raise UsageError(f"invalid run config: {explain(exc)}", code=INVALID_CONFIG) from None
+    return dict(raw)
 
 
 def artifact_id(tenant: str, sha256: str) -> uuid.UUID:

@@ -17,7 +17,6 @@ from typing import Any
 from streams.adapters import postgres
 from streams.config import Settings
 from streams.errors import NotFoundError, TransientError
-from streams.sessions.queries import combined_features
 from streams.sessions.tenancy import tenant_id as lookup_tenant
 
 __all__ = ["TERMINAL", "RunProgress", "wait_for_run"]
@@ -116,9 +115,6 @@ def _check_deadline(started: float, timeout_s: float | None, what: str) -> None:
 
 
 def _progress(row: Any, elapsed: float) -> RunProgress:
-    flags, reasons = combined_features(
-        row["features_available"], row["feature_reasons"], row["summary"]
-    )
     return RunProgress(
         run_id=row["id"],
         status=row["status"],
@@ -126,8 +122,8 @@ def _progress(row: Any, elapsed: float) -> RunProgress:
         jobs_open=row["jobs_open"],
         jobs=dict(row["jobs"]),
         failure_reason=row["failure_reason"],
-        features_available=flags,
-        feature_reasons=reasons,
+        features_available=dict(row["features_available"] or {}),  # as the reducer stored them
+        feature_reasons=dict(row["feature_reasons"] or {}),
         summary=row["summary"] or {},
         elapsed_s=elapsed,
     )

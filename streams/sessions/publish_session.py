@@ -11,8 +11,10 @@ active pointer to it and marks the session query-ready (blue/green, ``reprocess`
 Job states say whether a feature's job *ran*; the content says whether it *found* anything. A
 lap detector that succeeds on a road that never closes found no laps (``TRACK_NOT_CLOSED``).
 The summary's ``features`` map records that second view per feature
-(``{"laps": {"available": false, "reason": "TRACK_NOT_CLOSED"}}``), and the read models
-combine both: a feature is available only when its job succeeded *and* its content is there.
+(``{"laps": {"available": false, "reason": "TRACK_NOT_CLOSED"}}``), and the run reducer
+(``stages.jobs.run_state.reduce_run``, when the engine finalises the run) combines both: a
+feature is available only when its job succeeded *and* its content is there. The run stores
+that one answer; every reader shows it as stored.
 """
 
 from __future__ import annotations

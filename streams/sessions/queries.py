@@ -11,7 +11,7 @@ from typing import Any
 
 from streams.errors import NotFoundError
 
-__all__ = ["combined_features", "get_run", "get_session", "list_sessions", "run_id_by_key"]
+__all__ = ["get_run", "get_session", "list_sessions", "run_id_by_key"]
 
 _SESSION = """
 SELECT s.id, t.name AS tenant, d.external_id AS device, s.status, s.query_ready,
@@ -98,33 +98,10 @@ async def get_run(conn: Any, tenant_id: uuid.UUID, run_id: uuid.UUID) -> dict[st
     row = await conn.fetchrow(_RUN, run_id, tenant_id)
     if row is None:
         raise NotFoundError(f"no run {run_id}")
-    out = _plain(row)
-    out["features_available"], out["feature_reasons"] = combined_features(
-        out["features_available"], out["feature_reasons"], out["summary"]
-    )
+    out = _plain(row)  # feature flags as the run reducer stored them (content included)
     out["jobs"] = [_plain(r) for r in await conn.fetch(_RUN_JOBS, run_id)]
     out["datasets"] = [_plain(r) for r in await conn.fetch(_RUN_DATASETS, run_id)]
     return out
-
-
-def combined_features(
-    available: Any, reasons: Any, summary: Any
-) -> tuple[dict[str, bool], dict[str, str]]:
-    """Job-state feature flags narrowed by what the content offers (``publish.content_features``).
-
-    A feature is available only when its job succeeded (the engine's flags) *and* the stage
-    found its content; the content's reason (``TRACK_NOT_CLOSED``) replaces a missing one.
-    """
-    flags = dict(available or {})
-    why = dict(reasons or {})
-    content = (summary or {}).get("features") or {}
-    for feature, c in content.items():
-        if not c.get("available") and flags.get(feature, True):
-            flags[feature] = False
-            why[feature] = c.get("reason") or "UNAVAILABLE"
-        elif feature not in flags:
-            flags[feature] = bool(c.get("available"))
-    return flags, why
 
 
 async def run_id_by_key(conn: Any, tenant_id: uuid.UUID, key: str) -> uuid.UUID | None:

@@ -10,8 +10,10 @@ drops a duplicate publish inside its window; intake is idempotent beyond it). Th
 carries the session id, derived from the artifacts (see ``notice``), and the artifact-set
 hash that intake uses as the run's idempotency key, so a caller can find and wait for the run.
 
-A refused upload stores nothing: validation fails before promotion, and the temporary files
-are dropped. When the notice cannot be published after promotion, the files this upload put
+A refused upload stores nothing: validation fails before promotion - so does the tenant's
+daily quota, which :meth:`StagedUpload.publish` reserves first (:mod:`streams.sessions.quotas`;
+``QUOTA_EXCEEDED``) - and the temporary files are dropped. When the notice cannot be
+published after promotion, the reservation is given back and the files this upload put
 there are removed again - unless content addressing shares one with someone else: an object
 that was already there, one an ``artifacts`` row (an accepted session) refers to, or one another
 upload in this process is still handling. (An identical upload in another process that has
@@ -38,16 +40,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import asyncpg
 import nats
 from nats.js import JetStreamContext
 
 from streams.adapters import postgres
 from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
-from streams.config import Settings
+from streams.adapters.outage import describe
+from streams.config import QuotaSettings, Settings
 from streams.errors import TransientError, UsageError
 from streams.names import Names
 from streams.objects import ObjectStore, ObjectWriter, StoredObject, artifact_key
 from streams.observability import tracing
+from streams.sessions import priorities, quotas
 from streams.sessions.notice import (
     NoticeArtifact,
     SessionNotice,
@@ -83,6 +88,10 @@ _IN_FLIGHT: collections.Counter[str] = collections.Counter()
 
 Connect = Callable[[], AbstractAsyncContextManager[Any]]
 
+# Postgres cannot answer now (as intake reads it): the quota check is skipped, not the upload.
+_PG_GONE = (*postgres.UNREACHABLE, asyncpg.ConnectionDoesNotExistError,
+            asyncpg.InterfaceError)
+
 
 class StagedUpload:
     """One upload's files: staged while the request is read, stored only once it is accepted.
@@ -91,14 +100,17 @@ class StagedUpload:
     caller can validate the whole upload and build its notice; ``publish`` promotes them to
     their content address and publishes the notice. Leaving the ``async with``
     block any other way drops the staged files and removes the promoted ones nobody else
-    shares (see the module docstring). ``connect`` opens a Postgres connection for that check.
+    shares (see the module docstring). ``connect`` opens a Postgres connection for that check
+    and for the quota reservation; ``limits`` are the ``quotas`` settings.
     """
 
-    def __init__(self, store: ObjectStore, tenant: str, *, max_bytes: int, connect: Connect):
+    def __init__(self, store: ObjectStore, tenant: str, *, max_bytes: int, connect: Connect,
+                 limits: QuotaSettings):
         self._store = store
         self._tenant = tenant
         self._max = max_bytes
         self._connect = connect
+        self._limits = limits
         self._staged: list[tuple[str, ObjectWriter]] = []
         self._stored: list[StoredObject] = []
         self._registered: list[str] = []
@@ -130,20 +142,47 @@ class StagedUpload:
         *,
         traceparent: str | None,
     ) -> None:
-        """Promote the staged files, then publish ``notice``: the files belong to intake now.
+        """Reserve the files against the tenant's daily quotas (``QUOTA_EXCEEDED``: nothing
+        is stored), promote them, then publish ``notice``: the files belong to intake now.
 
         The notice's ``Nats-Msg-Id`` is the tenant and artifact-set hash, so JetStream drops a
         second publish of the same upload inside its duplicate window.
         """
-        await self._commit()
-        await publish_notice(
-            js,
-            receipt.subject,
-            notice,
-            msg_id=f"{self._tenant}:{receipt.artifact_set_hash}",
-            traceparent=traceparent,
-        )
+        if not self._staged:
+            raise UsageError("no file in the upload")
+        reservation = await self._reserve()
+        try:
+            await self._commit()
+            await publish_notice(
+                js,
+                receipt.subject,
+                notice,
+                msg_id=f"{self._tenant}:{receipt.artifact_set_hash}",
+                traceparent=traceparent,
+            )
+        except BaseException:
+            if reservation is not None:
+                try:
+                    async with self._connect() as conn:
+                        await quotas.release(conn, reservation)
+                except Exception:  # the upload's own error is the one to report
+                    log.exception("could not give back a quota reservation")
+            raise
         self._published = True
+
+    async def _reserve(self) -> quotas.Reservation | None:
+        """The quota reservation, or ``None`` while Postgres is unavailable: an upload made
+        during an outage is accepted uncounted - its notice waits on the stream for intake
+        (no upload is lost in an outage), and the quotas are checked again once it is back."""
+        try:
+            async with self._connect() as conn:
+                return await quotas.reserve(
+                    conn, tenant=self._tenant, artifacts=len(self._staged),
+                    size=sum(w.size for _, w in self._staged), limits=self._limits,
+                )
+        except (TransientError, TimeoutError, *_PG_GONE) as exc:
+            log.warning("daily quotas not checked, Postgres is unavailable: %s", describe(exc))
+            return None
 
     async def _commit(self) -> None:
         """Promote every staged file to its content address."""
@@ -200,7 +239,7 @@ class StagedUpload:
 
 @contextlib.asynccontextmanager
 async def _postgres(settings: Settings) -> AsyncIterator[Any]:
-    conn = await postgres.connect(settings.postgres())
+    conn = await postgres.connect(settings.postgres(), limits=settings.postgres_timeouts)
     try:
         yield conn
     finally:
@@ -294,7 +333,7 @@ async def upload_files(
     tenant: str,
     device: str,
     paths: Sequence[Path],
-    priority: int = 0,
+    priority: int = priorities.UPLOAD,
     config: Mapping[str, Any] | None = None,
     requested_by: str = "cli",
     date: dt.date | None = None,
@@ -338,6 +377,7 @@ async def _upload_files(
         tenant,
         max_bytes=settings.worker.max_artifact_bytes,
         connect=lambda: _postgres(settings),
+        limits=settings.quotas,
     )
     async with staged:
         for p in paths:
@@ -366,7 +406,7 @@ async def device_upload(
     device: str,
     name: str,
     data: bytes,
-    priority: int = 0,
+    priority: int = priorities.DEVICE,
     config: Mapping[str, Any] | None = None,
 ) -> None:
     """What a device does: put ``data`` into the session bucket as ``name``, publish a notice."""

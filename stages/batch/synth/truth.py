@@ -23,6 +23,7 @@ class TruthLap:
     start_s: float
     end_s: float
     lap_time_s: float
+    distance_m: float  # driven between the two crossings (the track's length)
     pit_in: bool
     pit_out: bool
 
@@ -117,7 +118,7 @@ def truth_laps(kin: Kinematics, laps: int, lap_len: float,
     cross = kin.time_at(LEAD_IN_M + lap_len * np.arange(laps + 1, dtype=np.float64))
     return tuple(
         TruthLap(lap=k, start_s=float(cross[k - 1]), end_s=float(cross[k]),
-                 lap_time_s=float(cross[k] - cross[k - 1]),
+                 lap_time_s=float(cross[k] - cross[k - 1]), distance_m=float(lap_len),
                  pit_in=pit_lap == k, pit_out=pit_lap is not None and pit_lap + 1 == k)
         for k in range(1, laps + 1)
     )

@@ -42,6 +42,17 @@ async def running_intake(settings: Settings) -> AsyncIterator[None]:
 
 
 @pytest.fixture
+def cli_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """``settings`` as the environment of an in-process ``tideway`` command (tenant acme)."""
+    monkeypatch.setenv("TIDEWAY_POSTGRES_DSN", settings.postgres())
+    monkeypatch.setenv("TIDEWAY_NATS_URL", settings.nats())
+    monkeypatch.setenv("TIDEWAY_NAMESPACE", settings.namespace)
+    monkeypatch.setenv("TIDEWAY_OBJECT_STORE", settings.objects())
+    monkeypatch.setenv("TIDEWAY_DEFAULT_TENANT", "acme")
+    return settings
+
+
+@pytest.fixture
 def nmea_file() -> Path:
     return data_file("nmea", NMEA_LOG)
 

@@ -7,22 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 from typer.testing import CliRunner
 
 from streams.cli.main import app
 from streams.config import Settings
 from tests.integration.sessions.conftest import running_system
-
-
-@pytest.fixture
-def cli_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TIDEWAY_POSTGRES_DSN", settings.postgres())
-    monkeypatch.setenv("TIDEWAY_NATS_URL", settings.nats())
-    monkeypatch.setenv("TIDEWAY_NAMESPACE", settings.namespace)
-    monkeypatch.setenv("TIDEWAY_OBJECT_STORE", settings.objects())
-    monkeypatch.setenv("TIDEWAY_DEFAULT_TENANT", "acme")
-    return settings
 
 
 async def _cli(*args: str) -> Any:

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from stages.batch import canonical
 from stages.batch.contract import ArtifactBlob
+from stages.batch.geo import LocalFrame
 
 T0_US = 1_714_557_600_000_000  # 2024-05-01T10:00:00Z
 
@@ -22,7 +23,8 @@ def gnss(n: int, *, hz: float = 10.0, speed: np.ndarray | None = None) -> pa.Tab
     step = np.arange(n)
     spd = np.full(n, 20.0) if speed is None else speed
     east_m = np.concatenate(([0.0], np.cumsum(spd[:-1] / hz)))
-    lon = 170.0 + np.degrees(east_m / (6_371_008.8 * np.cos(np.radians(45.0))))
+    # metres to degrees on the WGS84 ellipsoid, as the stages measure them (stages.batch.geo)
+    _, lon = LocalFrame(lat0_deg=-45.0, lon0_deg=170.0).to_latlon(east_m, np.zeros(n))
     return canonical.conform(
         canonical.GNSS,
         pa.table(

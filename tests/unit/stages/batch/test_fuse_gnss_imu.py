@@ -111,5 +111,5 @@ def test_poor_gnss_runs_in_degraded_mode() -> None:
 def test_config_overrides_are_applied() -> None:
     s = session(laps=2, seed=0)
     out = fuse_gnss_imu.run(StageInput(datasets={"gnss": s.gnss, "imu": s.imu},
-                                       config={"fusion": {"gnss_sigma_m": 5.0, "bogus": 1}}))
+                                       config={"fusion": {"gnss_sigma_m": 5.0}}))
     assert out.summary["gnss_sigma_m"] == 5.0

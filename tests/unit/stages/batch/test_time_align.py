@@ -120,3 +120,34 @@ def test_real_log_step_back_is_removed() -> None:
     ts = out.datasets["gnss"].column("ts").cast(pa.int64()).to_numpy()
     assert (np.diff(ts) > 0).all()
     assert out.summary["gnss_speed_source"] == "receiver"
+
+
+def test_a_lost_speed_is_the_receivers_interpolated_not_two_fixes_differenced() -> None:
+    """Positions 2 m noisy at 10 Hz: differencing neighbours 0.2 s apart reads ±10 m/s."""
+    n = 200
+    speed = np.linspace(20.0, 30.0, n)
+    gnss = streams.gnss(n, hz=10.0, speed=speed)
+    rng = np.random.default_rng(3)
+    lat = gnss.column("lat_deg").to_numpy() + rng.normal(0, 2.0 / 111_000, n)
+    lost = np.zeros(n, dtype=bool)
+    lost[10:190:7] = True  # single lost epochs
+    lost[100:130] = True  # and a 3 s stretch without receiver speed
+    course = np.where(np.arange(n) % 2 == 0, 359.0, 1.0)  # straddling north
+    table = gnss.set_column(1, "lat_deg", pa.array(lat))
+    table = table.set_column(4, "speed_mps", pa.array(np.where(lost, np.nan, speed),
+                                                      from_pandas=True))  # fmt: skip
+    table = table.set_column(5, "course_deg", pa.array(np.where(lost, np.nan, course),
+                                                       from_pandas=True))  # fmt: skip
+    out = time_align.run(StageInput(datasets={"gnss": canonical.conform("gnss", table)}))
+    g = out.datasets["gnss"]
+    filled = g.column("speed_mps").to_numpy()
+    single = lost.copy()
+    single[100:130] = False
+    assert np.abs(filled[single] - speed[single]).max() < 1e-9  # the receiver's, interpolated
+    # The long stretch: a velocity fitted to ±1 s of noisy fixes, not a neighbour difference.
+    assert np.abs(filled[100:130] - speed[100:130]).max() < 2.5
+    filled_course = g.column("course_deg").to_numpy()[single]
+    assert np.all(np.minimum(filled_course, 360.0 - filled_course) <= 1.0 + 1e-9)
+    assert out.summary["gnss_speed_interpolated"] == int(single.sum())
+    assert out.summary["gnss_speed_filled"] == int(lost.sum())
+    assert out.summary["gnss_speed_source"] == "mixed"

@@ -109,6 +109,26 @@ def test_gated_skips_still_succeed_and_explain_themselves() -> None:
     assert verdict.features_available["laps"] is True
 
 
+def test_content_narrows_the_flags_the_run_stores() -> None:
+    """A lap detector that succeeded on an open road found no laps: the verdict - the only
+    flags stored on the run - says so, with the content's reason."""
+    jobs = [
+        job("parse_raw", S.SUCCEEDED),
+        job("detect_laps", S.SUCCEEDED, critical=False),
+        job("compute_metrics", S.SUCCEEDED, critical=False),
+    ]
+    content = {
+        "laps": {"available": False, "reason": "TRACK_NOT_CLOSED"},
+        "lap_compare": {"available": False, "reason": "FEWER_THAN_2_VALID_LAPS"},
+    }
+    verdict = reduce_run(jobs, features=FEATURES, content=content)
+    assert verdict.state is R.SUCCEEDED
+    assert verdict.features_available["laps"] is False
+    assert verdict.feature_reasons["laps"] == "TRACK_NOT_CLOSED"
+    assert verdict.feature_reasons["lap_compare"] == "FEWER_THAN_2_VALID_LAPS"
+    assert reduce_run(jobs, features=FEATURES).features_available["laps"] is True
+
+
 def test_a_cancelled_optional_job_makes_the_run_partial() -> None:
     jobs = [job("a", S.SUCCEEDED), job("detect_laps", S.CANCELLED, critical=False)]
     verdict = reduce_run(jobs, features=FEATURES)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from stages.jobs.run_state import narrow_by_content
 from streams.sessions.publish_session import content_features
-from streams.sessions.queries import combined_features
 
 
 def test_content_features_from_stage_summaries() -> None:
@@ -40,10 +40,10 @@ def test_a_feature_is_available_only_when_job_and_content_agree() -> None:
             "jumps": {"available": False, "reason": "NO_IMU_STREAM"},
         }
     }
-    flags, why = combined_features(engine, reasons, summary)
+    flags, why = narrow_by_content(engine, reasons, summary["features"])
     assert flags == {"laps": False, "segments": True, "fusion": False, "jumps": False}
     assert why == {"laps": "TRACK_NOT_CLOSED", "fusion": "NO_IMU_STREAM", "jumps": "NO_IMU_STREAM"}
     # The engine's failure reason is kept when the job itself failed.
-    flags, why = combined_features({"laps": False}, {"laps": "LAP_DETECTION_FAILED"}, {})
+    flags, why = narrow_by_content({"laps": False}, {"laps": "LAP_DETECTION_FAILED"}, {})
     assert (flags, why) == ({"laps": False}, {"laps": "LAP_DETECTION_FAILED"})
-    assert combined_features(None, None, None) == ({}, {})
+    assert narrow_by_content({}, {}, None) == ({}, {})

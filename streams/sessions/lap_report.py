@@ -1,0 +1,137 @@
+"""The laps of a session's active run, per lap, with the start/finish line that timed them.
+
+What a user uploads a session for: one row per complete lap (times, distance, speeds, pit and
+validity flags) and the line the crossings were timed on (configured, or found where the track
+closes on itself). ``tideway sessions show --laps`` and ``GET /v1/sessions/{id}/laps`` both
+answer with :func:`session_laps`.
+
+The rows come from the run's canonical Parquet datasets on the object store (``lap_metrics``,
+joined with ``laps`` for the pit details), read sha256-verified - the same bytes ClickHouse was
+loaded from; the line and the reason for no laps (``TRACK_NOT_CLOSED``...) from the
+``detect_laps`` job's summary. Everything is scoped to the caller's tenant: another tenant's
+session reads as not found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import pyarrow as pa
+
+from streams.errors import NotFoundError
+from streams.objects import ObjectStore
+from streams.sessions.datasets import read_table
+
+__all__ = ["LapReport", "LapRow", "session_laps"]
+
+_ACTIVE: Final = """
+SELECT s.active_run_id,
+       (SELECT j.output FROM jobs j
+        WHERE j.run_id = s.active_run_id AND j.job_type = 'detect_laps'
+        ORDER BY j.created_at DESC LIMIT 1) AS laps_summary
+FROM sessions s WHERE s.id = $1 AND s.tenant_id = $2
+"""
+
+_DATASETS: Final = """
+SELECT name, storage_url, content_hash FROM derived_datasets
+WHERE run_id = $1 AND name = ANY($2::text[])
+"""
+
+_NO_ACTIVE_RUN: Final = "NO_ACTIVE_RUN"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LapRow:
+    """One complete lap (speeds in m/s; ``None`` where compute_metrics produced nothing)."""
+
+    lap: int
+    start: datetime
+    end: datetime
+    lap_time_s: float
+    distance_m: float | None
+    max_speed_mps: float | None
+    avg_speed_mps: float | None
+    delta_to_best_s: float | None
+    is_best: bool
+    valid: bool
+    pit: bool
+    pit_in: bool
+    pit_out: bool
+    stopped_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class LapReport:
+    """The laps of a session's active run; ``reason`` says why there are none."""
+
+    session_id: uuid.UUID
+    run_id: uuid.UUID | None
+    line: dict[str, Any] | None
+    reason: str | None
+    laps: tuple[LapRow, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain data (ids and times are stringified by the printers)."""
+        return asdict(self)
+
+
+async def session_laps(
+    conn: Any, store: ObjectStore, tenant_id: uuid.UUID, session_id: uuid.UUID
+) -> LapReport:
+    """The per-lap rows and the line of the session's active run (raises NotFoundError)."""
+    row = await conn.fetchrow(_ACTIVE, session_id, tenant_id)
+    if row is None:
+        raise NotFoundError(f"no session {session_id}")
+    run_id = row["active_run_id"]
+    if run_id is None:
+        return LapReport(session_id=session_id, run_id=None, line=None,
+                         reason=_NO_ACTIVE_RUN, laps=())  # fmt: skip
+    summary = row["laps_summary"] or {}
+    found = {r["name"]: r for r in await conn.fetch(_DATASETS, run_id, ["laps", "lap_metrics"])}
+    tables = await asyncio.to_thread(_read, store, found)
+    return LapReport(
+        session_id=session_id,
+        run_id=run_id,
+        line=summary.get("line"),
+        reason=summary.get("reason"),
+        laps=tuple(_rows(tables.get("laps"), tables.get("lap_metrics"))),
+    )
+
+
+def _read(store: ObjectStore, found: dict[str, Any]) -> dict[str, pa.Table]:
+    return {
+        name: read_table(store, r["storage_url"], sha256=r["content_hash"])
+        for name, r in found.items()
+    }
+
+
+def _rows(laps: pa.Table | None, metrics: pa.Table | None) -> list[LapRow]:
+    if laps is None:
+        return []
+    by_lap = {m["lap"]: m for m in metrics.to_pylist()} if metrics is not None else {}
+    out = []
+    for lap in laps.to_pylist():
+        m = by_lap.get(lap["lap"], {})
+        out.append(
+            LapRow(
+                lap=lap["lap"],
+                start=lap["start_ts"],
+                end=lap["end_ts"],
+                lap_time_s=lap["lap_time_s"],
+                distance_m=lap["distance_m"],
+                max_speed_mps=m.get("max_speed_mps"),
+                avg_speed_mps=m.get("avg_speed_mps"),
+                delta_to_best_s=m.get("delta_to_best_s"),
+                is_best=bool(m.get("is_best", False)),
+                valid=lap["valid"],
+                pit=lap["pit"],
+                pit_in=lap["pit_in"],
+                pit_out=lap["pit_out"],
+                stopped_s=lap["stopped_s"],
+            )
+        )
+    return out
