@@ -14,6 +14,9 @@ and no environment, so the same input always gives the same output.
   :mod:`stages.batch.canonical` for the names and schemas of the canonical streams).
 - ``StageInput.summaries`` - upstream job summaries by job type (e.g. ``"artifact_classify"``).
 - ``StageInput.config`` - the run's config (limits, start/finish line, ...).
+- ``StageInput.checkpoint`` - a callback long stages call between steps of their loops; it
+  raises :class:`StageStopped` once the job is to stop (cancelled, timed out, its worker
+  draining). The stage learns nothing else: no clock, no signal, just the engine's answer.
 
 A stage fails by raising :class:`SessionStageError` with a stable ``code`` from
 :mod:`schemas.error_codes`; those are non-retriable because a pure stage given the same input
@@ -22,7 +25,7 @@ fails the same way again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +38,7 @@ __all__ = [
     "SessionStageError",
     "StageInput",
     "StageOutput",
+    "StageStopped",
 ]
 
 
@@ -59,6 +63,7 @@ class StageInput:
     datasets: Mapping[str, pa.Table] = field(default_factory=dict)
     summaries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
+    checkpoint: Callable[[], None] = field(default=lambda: None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,3 +91,10 @@ class SessionStageError(StageError):
 
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message, code=code, retriable=False)
+
+
+class StageStopped(StageError):
+    """Raised by ``StageInput.checkpoint`` when the engine wants the stage to stop now."""
+
+    code = "CANCELLED"
+    retriable = True
