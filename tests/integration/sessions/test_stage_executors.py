@@ -7,9 +7,9 @@ artifact lifecycle there (the rows these tests make up are simply not found).
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
