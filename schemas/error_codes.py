@@ -359,6 +359,14 @@ WORKER_LOST: Final = _code(
     error_type=_T.INFRASTRUCTURE,
     severity=2,
 )
+WORKER_DRAINED: Final = _code(
+    "WORKER_DRAINED",
+    _A.JOB,
+    "the worker was stopping (SIGTERM) and the job outlasted worker.drain_s: queued again at once",
+    retriable=True,
+    error_type=_T.INFRASTRUCTURE,
+    severity=1,
+)
 CANCELLED: Final = _code(
     "CANCELLED", _A.JOB, "the job was cancelled", error_type=_T.CANCELLATION, severity=1
 )
@@ -399,6 +407,15 @@ RUN_NOT_RETRIABLE: Final = _code(
 )
 NO_PREVIOUS_RUN: Final = _code(
     "NO_PREVIOUS_RUN", _A.JOB, "reprocessing needs a previous run of the session"
+)
+RUN_VERIFICATION_FAILED: Final = _code(
+    "RUN_VERIFICATION_FAILED",
+    _A.JOB,
+    "before publishing, a run's dataset did not hash to its recorded sha256 (or is missing) or "
+    "its ClickHouse row count differs from the dataset's: the run stays inactive, the session "
+    "keeps its active run; `tideway runs retry` resumes it",
+    error_type=_T.VALIDATION,
+    severity=4,
 )
 BAD_DATASET_NAME: Final = _code(
     "BAD_DATASET_NAME", _A.JOB, "a stage returned a dataset name that is not a safe identifier"

@@ -25,7 +25,7 @@ from pydantic_settings import (
 )
 
 from stages.backoff import Backoff
-from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
+from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_LOST
 
 
 class _Group(BaseModel):
@@ -108,8 +108,23 @@ class WorkerSettings(_Group):
     heartbeat_s: float = Field(
         5.0, gt=0, description="How often a running job reports it is alive."
     )
-    stale_after_s: float = Field(
-        600.0, gt=0, description="A running job without heartbeat is reaped."
+    stale_after_s: float | None = Field(
+        None,
+        gt=0,
+        description="Override every job type's stale threshold (unset: each type's own, from "
+        "its JobSpec); a running job without heartbeat this long is reaped.",
+    )
+    max_lost: int = Field(
+        DEFAULT_MAX_LOST,
+        ge=1,
+        description="Attempts a job may lose to its worker (reaped, drained) before it fails "
+        "with WORKER_LOST; not counted against the job's own attempts.",
+    )
+    drain_s: float = Field(
+        30.0,
+        ge=0,
+        description="On SIGTERM: how long running jobs may finish before they are stopped and "
+        "queued again at once.",
     )
     tenant_max_running: int = Field(4, ge=1, description="Running jobs per tenant.")
     heavy_max_running: int = Field(2, ge=1, description="Running heavy jobs (fusion) globally.")

@@ -6,7 +6,7 @@
   atomically by an upload before its files are stored (``streams.sessions.quotas``).
 
 Revision ID: 0011_tenant_quotas
-Revises: 0008_trace_context
+Revises: 0009_job_lifecycle
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0011_tenant_quotas"
-down_revision = "0008_trace_context"
+down_revision = "0009_job_lifecycle"
 branch_labels = None
 depends_on = None
 

@@ -34,7 +34,7 @@ JOB_STATES = (
     "skipped",
 )
 RUN_STATES = ("pending", "running", "partial", "failed", "succeeded", "cancelled")
-ATTEMPT_STATES = ("succeeded", "failed", "timed_out", "cancelled")
+ATTEMPT_STATES = ("running", "succeeded", "failed", "timed_out", "cancelled")
 ARTIFACT_STATES = ("uploaded", "validated", "rejected", "deleted")
 SESSION_STATES = ("pending", "ready", "failed")
 
@@ -178,6 +178,9 @@ jobs = sa.Table(
     sa.Column("critical", sa.Boolean, nullable=False),
     sa.Column("attempt_count", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_attempts", sa.Integer, nullable=False),
+    # Attempts lost to their worker (reaped, drained): numbered, not counted against
+    # max_attempts; bounded by the worker.max_lost setting instead.
+    sa.Column("lost_count", sa.Integer, nullable=False, server_default="0"),
     # Dependencies not yet finished; the job is queued (or skipped) when it reaches 0.
     sa.Column("deps_pending", sa.Integer, nullable=False, server_default="0"),
     _ts("next_run_at"),
@@ -186,6 +189,10 @@ jobs = sa.Table(
     _ts("heartbeat_at"),
     sa.Column("soft_timeout_s", sa.Float, nullable=False),
     sa.Column("hard_timeout_s", sa.Float, nullable=False),
+    # The job type's stale threshold (spec 000 §5.3): silent this long, the worker is lost.
+    sa.Column("stale_after_s", sa.Float, nullable=False, server_default="600"),
+    # Who asked the running job to stop ('operator' for a user's cancel), for its attempt row.
+    sa.Column("cancel_source", sa.Text),
     sa.Column("last_error_code", sa.Text),
     sa.Column("last_error_message", sa.Text),
     sa.Column("idempotency_key", sa.Text),
@@ -211,8 +218,11 @@ jobs = sa.Table(
     sa.Index("ix_jobs_retry", "next_run_at", postgresql_where=sa.text("state = 'retry_wait'")),
     sa.CheckConstraint(_in("state", JOB_STATES), name="state_known"),
     sa.CheckConstraint(
-        "attempt_count >= 0 AND attempt_count <= max_attempts", name="attempts_range"
+        "lost_count >= 0 AND attempt_count >= lost_count"
+        " AND attempt_count - lost_count <= max_attempts",
+        name="attempts_range",
     ),
+    sa.CheckConstraint("stale_after_s > 0", name="stale_after_positive"),
     sa.CheckConstraint("deps_pending >= 0", name="deps_pending_positive"),
     sa.CheckConstraint(
         "soft_timeout_s > 0 AND hard_timeout_s >= soft_timeout_s", name="timeouts_order"
@@ -245,9 +255,12 @@ job_attempts = sa.Table(
     _uuid_fk("job_id", "jobs.id", ondelete="CASCADE"),
     sa.Column("attempt_number", sa.Integer, nullable=False),
     sa.Column("worker_id", sa.Text, nullable=False),
+    # 'running' from the claim until the attempt ends (then ended_at is set).
     sa.Column("status", sa.Text, nullable=False),
+    sa.Column("step_type", sa.Text),  # the job type (spec 004's step history)
     _ts("started_at"),
     _ts("ended_at"),
+    _ts("retry_at"),  # set when the attempt's end scheduled a retry of the job
     # Spec 004's taxonomy; error_sub_type is the stable code (e.g. CHECKSUM_MISMATCH).
     sa.Column("error_type", sa.Text),
     sa.Column("error_source", sa.Text),
@@ -264,8 +277,13 @@ job_attempts = sa.Table(
     sa.CheckConstraint("attempt_number >= 1", name="attempt_positive"),
     sa.CheckConstraint("error_severity BETWEEN 1 AND 5", name="severity_range"),
     sa.CheckConstraint(
-        "(status = 'succeeded') = (error_sub_type IS NULL)", name="error_iff_unsuccessful"
+        "(status IN ('running', 'succeeded')) = (error_sub_type IS NULL)",
+        name="error_iff_unsuccessful",
     ),
+    sa.CheckConstraint("(status = 'running') = (ended_at IS NULL)", name="running_is_open"),
+    # Each row is written at the claim and updated once at the attempt's end: room on its
+    # page keeps that update HOT (migration 0009).
+    postgresql_with={"fillfactor": 70},
 )
 
 derived_datasets = sa.Table(

@@ -15,6 +15,10 @@ and no environment, so the same input always gives the same output.
 - ``StageInput.summaries`` - upstream job summaries by job type (e.g. ``"artifact_classify"``).
 - ``StageInput.config`` - the run's config (limits, start/finish line, ...), which a stage
   reads through :func:`run_config` (the one description in :mod:`schemas.run_config`).
+- ``StageInput.config`` - the run's config (limits, start/finish line, ...).
+- ``StageInput.checkpoint`` - a callback long stages call between steps of their loops; it
+  raises :class:`StageStopped` once the job is to stop (cancelled, timed out, its worker
+  draining). The stage learns nothing else: no clock, no signal, just the engine's answer.
 
 A stage fails by raising :class:`SessionStageError` with a stable ``code`` from
 :mod:`schemas.error_codes`; those are non-retriable because a pure stage given the same input
@@ -23,7 +27,7 @@ fails the same way again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +43,7 @@ __all__ = [
     "SessionStageError",
     "StageInput",
     "StageOutput",
+    "StageStopped",
     "run_config",
 ]
 
@@ -64,6 +69,7 @@ class StageInput:
     datasets: Mapping[str, pa.Table] = field(default_factory=dict)
     summaries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
+    checkpoint: Callable[[], None] = field(default=lambda: None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,3 +119,8 @@ def run_config(config: Mapping[str, Any]) -> RunConfig:
         raise SessionStageError(
             explain(exc), code=_KEY_CODES.get(first, codes.INVALID_CONFIG)
         ) from None
+class StageStopped(StageError):
+    """Raised by ``StageInput.checkpoint`` when the engine wants the stage to stop now."""
+
+    code = "CANCELLED"
+    retriable = True

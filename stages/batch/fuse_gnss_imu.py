@@ -34,6 +34,7 @@ Skipped (summary ``skipped: true``) with ``reason`` ``NO_IMU_STREAM``, ``INSUFFI
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,10 @@ RESIDUALS = "fusion_residuals"
 NO_IMU_STREAM = "NO_IMU_STREAM"
 INSUFFICIENT_GNSS = "INSUFFICIENT_GNSS"
 NO_TIME_OVERLAP = "NO_TIME_OVERLAP"
+
+# The filter loops ask the engine whether to stop every 1024 fixes (a bit mask: the check
+# costs nothing next to a filter step).
+_CHECK_MASK = 1023
 
 
 def _velocity_measurements(fixes: GnssFixes, vc_e: FloatArray,
@@ -97,14 +102,15 @@ def run(inp: StageInput) -> StageOutput:
     inside = (fixes.t >= imu.t[0]) & (fixes.t <= imu.t[-1])
     if int(inside.sum()) < params.min_fixes:
         return _skipped(NO_TIME_OVERLAP, fixes=int(fixes.t.size))
-    return _fuse(fixes.subset(inside), imu, params)
+    return _fuse(fixes.subset(inside), imu, params, inp.checkpoint)
 
 
 def _skipped(reason: str, **extra: Any) -> StageOutput:
     return StageOutput(summary={"skipped": True, "reason": reason, **extra})
 
 
-def _fuse(fixes: GnssFixes, imu: ImuSeries, p: FusionConfig) -> StageOutput:
+def _fuse(fixes: GnssFixes, imu: ImuSeries, p: FusionConfig,
+          checkpoint: Callable[[], None]) -> StageOutput:
     frame = LocalFrame.around(fixes.lat, fixes.lon)
     ze, zn = frame.to_en(fixes.lat, fixes.lon)
     speed_fix = fixes.ground_speed(ze, zn)
@@ -123,7 +129,10 @@ def _fuse(fixes: GnssFixes, imu: ImuSeries, p: FusionConfig) -> StageOutput:
         sigma_v = p.gnss_velocity_sigma_mps
     if not p.use_gnss_velocity or not np.isfinite(sigma_v):
         we, wn = np.full_like(we, np.nan), np.full_like(wn, np.nan)
-    kf = _smooth(fixes.t, ye, yn, r, we, wn, sigma_v**2 if np.isfinite(sigma_v) else 1.0, p)
+    checkpoint()
+    kf = _smooth(fixes.t, ye, yn, r, we, wn, sigma_v**2 if np.isfinite(sigma_v) else 1.0, p,
+                 checkpoint)
+    checkpoint()
     ys_e, ws_e, var = _interpolate(kf, fixes.t, imu.t, axis=0, q=p.accel_psd)
     ys_n, ws_n, _ = _interpolate(kf, fixes.t, imu.t, axis=1, q=p.accel_psd)
     keep = (imu.t >= fixes.t[0] - 1.0) & (imu.t <= fixes.t[-1] + 1.0)
@@ -254,7 +263,8 @@ class _Smoothed:
 
 
 def _smooth(t: FloatArray, ye: FloatArray, yn: FloatArray, r: FloatArray, we: FloatArray,
-            wn: FloatArray, rv: float, p: FusionConfig) -> _Smoothed:
+            wn: FloatArray, rv: float, p: FusionConfig,
+            checkpoint: Callable[[], None]) -> _Smoothed:
     """Forward Kalman filter and Rauch-Tung-Striebel smoother on [y, ẏ] per axis: position
     measurements ``ye``/``yn`` (variance ``r``), then - as a second, independent scalar update
     - velocity measurements ``we``/``wn`` (variance ``rv``; NaN = none at that fix)."""
@@ -269,6 +279,8 @@ def _smooth(t: FloatArray, ye: FloatArray, yn: FloatArray, r: FloatArray, we: Fl
     innov, s_out, nis_out, acc_out = [], [], [], []
     rejects = 0
     for k in range(n):
+        if not k & _CHECK_MASK:
+            checkpoint()
         if k:
             h = tl[k] - tl[k - 1]
             x = [x[0] + h * x[1], x[1], x[2] + h * x[3], x[3]]
@@ -303,6 +315,8 @@ def _smooth(t: FloatArray, ye: FloatArray, yn: FloatArray, r: FloatArray, we: Fl
         acc_out.append(ok)
     xs, ps = list(xf), list(pf)
     for k in range(n - 2, -1, -1):
+        if not k & _CHECK_MASK:
+            checkpoint()
         h = tl[k + 1] - tl[k]
         fa, fb, fd = pf[k]
         qa, qb, qd = pp[k + 1]

@@ -117,12 +117,14 @@ def run(inp: StageInput) -> StageOutput:
     fmts: list[str] = []
     session_date = _session_date(inp.config)
     for blob in inp.artifacts:
+        inp.checkpoint()  # between files: each one is decompressed and decoded whole
         plain, _ = plain_bytes(blob, limits)
         fmt = _format_of(blob.name, plain, classified)
         parsed = formats.read(fmt, plain, session_date=session_date)
         parts.append(parsed)
         fmts.append(fmt)
         readers.append({"name": blob.name, "format": fmt, **parsed.stats})
+    inp.checkpoint()
     units, frame = _merge_units(parts)
     datasets: dict[str, pa.Table] = {}
     for stream in canonical.STREAMS:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 Facts = Mapping[str, Any]
 
@@ -36,59 +36,17 @@ class GatingDecision:
 
 @dataclass(frozen=True, kw_only=True)
 class Gate:
-    """Skip jobs of ``job_type`` with ``reason`` when ``test(config, capabilities)`` holds."""
+    """Skip jobs of ``job_type`` with ``reason`` when ``test(config, capabilities)`` holds.
 
-    job_type: str
+    Gates are declared on their job type's ``JobSpec`` (``stages.jobs.dag``), which fills in
+    ``job_type``; ``stages.jobs.dag.GATES`` lists them all.
+    """
+
     reason: str
     source: str
     detail: str
     test: Callable[[Facts, Facts], bool]
-
-
-GATES: Final[tuple[Gate, ...]] = (
-    Gate(
-        job_type="fuse_gnss_imu",
-        reason="FUSION_DISABLED",
-        source="config",
-        detail="config skip_fusion is true",
-        test=lambda c, k: c.get("skip_fusion") is True,
-    ),
-    Gate(
-        job_type="fuse_gnss_imu",
-        reason="NO_IMU_STREAM",
-        source="capabilities",
-        detail="no IMU stream in the session",
-        test=lambda c, k: k.get("imu") is False,
-    ),
-    Gate(
-        job_type="fuse_gnss_imu",
-        reason="GNSS_QUALITY_INSUFFICIENT",
-        source="capabilities",
-        detail="GNSS quality too low for fusion",
-        test=lambda c, k: k.get("gnss_quality") == "insufficient",
-    ),
-    Gate(
-        job_type="detect_laps",
-        reason="LAPS_DISABLED",
-        source="config",
-        detail="config skip_laps is true",
-        test=lambda c, k: c.get("skip_laps") is True,
-    ),
-    Gate(
-        job_type="detect_laps",
-        reason="NO_GNSS_STREAM",
-        source="capabilities",
-        detail="no GNSS stream in the session",
-        test=lambda c, k: k.get("gnss") is False,
-    ),
-    Gate(
-        job_type="detect_segments",
-        reason="SEGMENTS_DISABLED",
-        source="config",
-        detail="config skip_segments is true",
-        test=lambda c, k: c.get("skip_segments") is True,
-    ),
-)
+    job_type: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +62,7 @@ def evaluate(
     *,
     config: Facts | None = None,
     capabilities: Facts | None = None,
-    gates: Iterable[Gate] = GATES,
+    gates: Iterable[Gate],
 ) -> list[GatingDecision]:
     """The first matching gate for each candidate, in candidate order."""
     cfg, caps = config or {}, capabilities or {}

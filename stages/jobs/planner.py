@@ -30,6 +30,7 @@ class PlannedJob:
     max_attempts: int
     soft_timeout_s: float
     hard_timeout_s: float
+    stale_after_s: float
     state: JobState
     deps_pending: int
     skip_reason: str | None = None
@@ -80,7 +81,8 @@ def plan_run(
     validate_dag(dag)
     order = topological_order(dag)
     optional = [Candidate(name=n, job_type=dag[n].job_type) for n in order if not dag[n].critical]
-    decisions = evaluate(optional, config=config, capabilities=capabilities)
+    gates = [gate for spec in dag.values() for gate in spec.gates]
+    decisions = evaluate(optional, config=config, capabilities=capabilities, gates=gates)
     skipped = {d.job: d.reason for d in decisions}
     gating = list(decisions)
     jobs: list[PlannedJob] = []
@@ -113,6 +115,7 @@ def plan_run(
                 max_attempts=spec.retry.attempts(default_attempts),
                 soft_timeout_s=spec.soft_timeout_s,
                 hard_timeout_s=spec.hard_timeout_s,
+                stale_after_s=spec.stale_after_s,
                 state=state,
                 deps_pending=pending,
                 skip_reason=skipped.get(name),

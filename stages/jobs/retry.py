@@ -17,6 +17,10 @@ from typing import Final
 #: Attempts of a job type whose DAG entry sets none (``TIDEWAY_RETRY__JOB_MAX_ATTEMPTS``).
 DEFAULT_MAX_ATTEMPTS: Final = 3
 
+#: Attempts a job may lose to its worker (kill -9, OOM kill, drain) before it fails with
+#: ``WORKER_LOST`` (``TIDEWAY_WORKER__MAX_LOST``). Not counted against its own attempts.
+DEFAULT_MAX_LOST: Final = 3
+
 
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:

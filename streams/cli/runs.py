@@ -1,18 +1,22 @@
-"""``tideway runs list|show|cancel|retry`` (``tideway worker`` is in :mod:`streams.cli.processes`).
+"""``tideway runs list|show|cancel|retry|backfill`` (``tideway worker`` is elsewhere).
 
 ``runs show`` draws the run's DAG as a tree: one node per job in dependency order with its
 state, what it waits for (soft dependencies in parentheses), attempts and timings, and one child
 per failed, timed-out or cancelled attempt with its error code, type, source and severity.
-More run commands (reprocess, rollback) attach to :data:`runs_app`.
+``runs retry`` resumes: jobs whose inputs, config and versions are unchanged reuse their verified
+outputs (``streams.sessions.resume``). ``runs backfill`` reprocesses many sessions with the
+current versions at a low priority, once per session (``streams.sessions.reprocess.backfill``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime
+from collections import Counter
+from datetime import UTC, datetime
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 from rich.tree import Tree
 
@@ -23,8 +27,14 @@ from streams.config import load_settings
 from streams.errors import NotFoundError, UsageError
 from streams.jobs import queue
 from streams.jobs.run_views import JobView, RunView, list_runs, show_run
+from streams.sessions.reprocess import BACKFILL_PRIORITY, BackfillItem, BackfillScope, backfill
 
-runs_app = typer.Typer(help="Processing runs: list, show, cancel, retry.", no_args_is_help=True)
+runs_app = typer.Typer(
+    help="Processing runs: list, show, cancel, retry, backfill.", no_args_is_help=True
+)
+
+_RUN_STATUS = "SELECT status, count(*) AS n FROM processing_runs WHERE id = ANY($1) GROUP BY 1"
+_ENDED = frozenset({"succeeded", "partial", "failed", "cancelled"})
 
 _STYLE = {
     "succeeded": "green",
@@ -120,7 +130,8 @@ def retry_command(
     run_id: str = typer.Argument(..., help="A failed, cancelled or partial run."),
     requested_by: str = typer.Option("operator", "--requested-by"),
 ) -> None:
-    """Start a new run repeating this one (same artifacts, config and versions)."""
+    """Start a new run repeating this one (same artifacts, config and versions); jobs whose
+    inputs are unchanged reuse the verified outputs of the earlier run instead of recomputing."""
     settings = load_settings()
 
     async def main() -> queue.EnqueuedRun:
@@ -138,6 +149,87 @@ def retry_command(
     print_record({"run": new.run_id, "retry of": run_id, "status": "pending"}, title="Retry")
 
 
+@runs_app.command("backfill")
+def backfill_command(
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's sessions."),
+    device: str | None = typer.Option(None, "--device", help="Only this device's sessions."),
+    since: datetime | None = typer.Option(None, "--since", help="Uploaded at or after (UTC)."),
+    until: datetime | None = typer.Option(None, "--until", help="Uploaded before (UTC)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="At most this many sessions."),
+    priority: int = typer.Option(
+        BACKFILL_PRIORITY, "--priority", help="Priority of the new runs (uploads: 100, reprocess: 0)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would run; start nothing."),
+    wait: bool = typer.Option(False, "--wait", help="Follow the new runs until they end."),
+    requested_by: str = typer.Option("operator", "--requested-by"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Reprocess sessions with the current versions, once each (sessions with a run at these
+    versions and config are left alone, so running it again starts nothing new)."""
+    settings = load_settings()
+    scope = BackfillScope(
+        tenant=tenant, device=device, since=_utc(since), until=_utc(until), limit=limit
+    )
+
+    async def main() -> tuple[list[BackfillItem], Counter[str]]:
+        conn = await postgres.connect(settings.postgres())
+        try:
+            with _progress(as_json) as bar:
+                task = bar.add_task("sessions", total=None)
+
+                def advance(item: BackfillItem, done: int, total: int) -> None:
+                    bar.update(task, completed=done, total=total)
+
+                items = await backfill(
+                    conn, scope, dry_run=dry_run, priority=priority, requested_by=requested_by,
+                    namespace=settings.namespace,
+                    default_attempts=settings.retry.job_max_attempts, on_item=advance,
+                )  # fmt: skip
+                bar.update(task, total=len(items), completed=len(items))
+                started = [i.run_id for i in items if i.action == "started" and i.run_id]
+                ended: Counter[str] = Counter()
+                if wait and started:
+                    ended = await _follow(conn, started, bar)
+        finally:
+            await conn.close()
+        return items, ended
+
+    items, ended = asyncio.run(main())
+    columns = ("session_id", "tenant", "device", "uploaded_at", "action", "run_id", "status")
+    rows = [{c: getattr(i, c) for c in columns} for i in items]
+    title = "Backfill (dry run)" if dry_run else "Backfill"
+    print_rows(rows, columns=columns, title=title, as_json=as_json)
+    if not as_json:
+        counts = Counter(i.action for i in items)
+        line = ", ".join(f"{n} {action}" for action, n in sorted(counts.items())) or "no sessions"
+        if ended:
+            line += "; runs ended: " + ", ".join(f"{n} {s}" for s, n in sorted(ended.items()))
+        console.print(line)
+
+
+def _progress(quiet: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, disable=quiet, transient=False,
+    )  # fmt: skip
+
+
+async def _follow(conn: Conn, run_ids: list[uuid.UUID], bar: Progress) -> Counter[str]:
+    """Poll the runs until every one has ended, advancing a progress bar."""
+    task = bar.add_task("runs ended", total=len(run_ids))
+    while True:
+        counts = Counter({r["status"]: r["n"] for r in await conn.fetch(_RUN_STATUS, run_ids)})
+        done = sum(n for status, n in counts.items() if status in _ENDED)
+        bar.update(task, completed=done)
+        if done >= len(run_ids):
+            return counts
+        await asyncio.sleep(1.0)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
 def render_run(view: RunView) -> Tree:
     """The run as a rich tree: jobs in dependency order, failed attempts beneath them."""
     run = view.run
@@ -149,6 +241,18 @@ def render_run(view: RunView) -> Tree:
     tree = Tree(head)
     if run.failure_reason:
         tree.add(Text(f"failure: {run.failure_reason}", style="red"))
+    check = view.summary.get("verification")
+    if check:  # publish_session's health check (streams.sessions.verify)
+        if check.get("ok"):
+            tree.add(Text(
+                f"verification: ok ({check.get('datasets')} datasets, "
+                f"{check.get('bytes_read', 0) / 1e6:.1f} MB hashed, "
+                f"{len(check.get('tables') or {})} ClickHouse tables counted)", style="green",
+            ))  # fmt: skip
+        else:
+            node = tree.add(Text("verification: FAILED", style="bold red"))
+            for problem in check.get("problems") or []:
+                node.add(Text(problem, style="red"))
     if view.features_available:
         flags = ", ".join(
             name if ok else f"{name} ✗ {view.feature_reasons.get(name, '')}".rstrip()

@@ -35,9 +35,14 @@ async def end_attempt(
     error: AttemptFailure,
     critical: bool,
     attempt_status: str,
+    lost: bool = False,
     now: Now,
     channel: str,
 ) -> FailOutcome:
+    """End attempt ``attempt`` of ``job_id`` held by ``worker`` (in state ``expected``).
+
+    ``lost``: the attempt was lost to its worker (reaped, drained), so it counts in the job's
+    ``lost_count`` rather than against its own attempts."""
     final = target in (JobState.FAILED, JobState.CANCELLED)
     row = await conn.fetchrow(
         sql.END_ATTEMPT,
@@ -55,6 +60,7 @@ async def end_attempt(
         recorded_severity(error, final=final, critical=critical),
         {},
         expected.value,
+        lost,
     )
     if row is None:
         return FailOutcome(outcome=await holder_outcome(conn, job_id, worker, attempt))
@@ -73,7 +79,12 @@ async def end_attempt(
         finished_runs = await settle(
             conn, closed=[closed], finished_runs=finished, now=now, channel=channel
         )
-    return FailOutcome(outcome=Outcome.APPLIED, state=target, finished_runs=finished_runs)
+    return FailOutcome(
+        outcome=Outcome.APPLIED,
+        state=target,
+        next_run_at=row["next_run_at"],
+        finished_runs=finished_runs,
+    )
 
 
 async def refusal(conn: Conn, job: ClaimedJob) -> Outcome:

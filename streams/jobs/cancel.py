@@ -6,6 +6,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from stages.jobs.errors import ErrorSource
 from stages.jobs.job_state import JobState
 from stages.jobs.run_state import RunState
 from streams.adapters.postgres import Conn
@@ -27,13 +28,28 @@ class CancelSummary:
     status: RunState
 
 
-async def cancel_run(conn: Conn, run_id: uuid.UUID, *, now: Now = None) -> CancelSummary:
+async def cancel_run(
+    conn: Conn,
+    run_id: uuid.UUID,
+    *,
+    source: ErrorSource = ErrorSource.OPERATOR,
+    now: Now = None,
+) -> CancelSummary:
     """Cancel a run (spec 000 §10): status ``cancelled``, not-started jobs ``cancelled``,
-    running jobs ``cancel_requested`` (finalised when the last one acknowledges)."""
+    running jobs ``cancel_requested`` (finalised when the last one acknowledges).
+
+    ``source``: who asked (a user by default); each running job's acknowledging attempt
+    records it as its error source."""
 
     async def work(c: Conn) -> CancelSummary:
         row = await c.fetchrow(
-            sql.STOP_RUN, now, run_id, RunState.CANCELLED.value, None, "RUN_CANCELLED"
+            sql.STOP_RUN,
+            now,
+            run_id,
+            RunState.CANCELLED.value,
+            None,
+            "RUN_CANCELLED",
+            source.value,
         )
         if row is None:
             raise NotFoundError(f"no run {run_id}")
@@ -53,14 +69,16 @@ async def cancel_job(
     conn: Conn,
     job_id: uuid.UUID,
     *,
+    source: ErrorSource = ErrorSource.OPERATOR,
     now: Now = None,
     channel: str,
 ) -> JobState:
     """Cancel one job: not started -> ``cancelled`` (its dependents react as to a failure:
-    a critical job's run is cancelled), running -> ``cancel_requested``. Returns the state."""
+    a critical job's run is cancelled), running -> ``cancel_requested``. Returns the state.
+    ``source``: who asked (a user by default), recorded on the acknowledging attempt."""
 
     async def work(c: Conn) -> JobState:
-        row = await c.fetchrow(sql.CANCEL_JOB, now, job_id)
+        row = await c.fetchrow(sql.CANCEL_JOB, now, job_id, source.value)
         if row is None:
             current = await c.fetchrow(sql.JOB_HOLDER, job_id)
             if current is None:

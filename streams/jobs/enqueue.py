@@ -61,6 +61,7 @@ async def enqueue_run(
             "deps_pending": j.deps_pending,
             "soft_timeout_s": j.soft_timeout_s,
             "hard_timeout_s": j.hard_timeout_s,
+            "stale_after_s": j.stale_after_s,
             "skip_reason": j.skip_reason,
             "payload": dict(j.payload),
         }

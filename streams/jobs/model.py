@@ -53,6 +53,13 @@ class ClaimedJob:
     locked_by: str
     locked_at: datetime
     payload: Mapping[str, Any] = field(default_factory=dict)
+    lost: int = 0
+    """Earlier attempts lost to their worker (not counted against ``max_attempts``)."""
+
+    @property
+    def own_attempt(self) -> int:
+        """This attempt's number among the job's own (lost attempts left out), 1-based."""
+        return self.attempt - self.lost
 
     @classmethod
     def from_row(cls, row: Row) -> ClaimedJob:
@@ -74,6 +81,7 @@ class ClaimedJob:
             locked_by=row["locked_by"],
             locked_at=row["locked_at"],
             payload=row["payload"] or {},
+            lost=row["lost_count"],
         )
 
 

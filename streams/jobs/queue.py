@@ -69,6 +69,7 @@ __all__ = [
     "jobs_channel",
     "promote",
     "reap",
+    "release",
     "retry_run",
 ]
 
@@ -269,7 +270,7 @@ async def fail(
     decision = decide(
         code=error.code,
         retriable=error.retriable,
-        attempt=job.attempt,
+        attempt=job.own_attempt,
         max_attempts=job.max_attempts,
         non_retriable=spec.retry.non_retriable if spec else frozenset(),
         schedule=spec.retry.backoff_s if spec and spec.retry.backoff_s else schedule,
@@ -289,6 +290,51 @@ async def fail(
             error=error,
             critical=job.critical,
             attempt_status="timed_out" if timed_out else "failed",
+            now=now,
+            channel=channel,
+        ),
+    )
+
+
+async def release(
+    conn: Conn,
+    job: ClaimedJob,
+    *,
+    max_lost: int,
+    drain_s: float,
+    now: Now = None,
+    channel: str,
+) -> FailOutcome:
+    """A draining worker stopped ``job`` at its deadline: give it back for another worker.
+
+    The attempt is lost to infrastructure, not failed by the job: it counts in ``lost_count``
+    and the job is ``retry_wait`` due at once (promoted on the next poll of any worker) -
+    unless it has now been lost ``max_lost`` times, when it fails with ``WORKER_DRAINED``.
+    The attempt row says ``cancelled`` (the worker stopped it) with ``retry_at`` set.
+    """
+    losses = job.lost + 1
+    retry = losses < max_lost
+    error = describe(
+        codes.WORKER_DRAINED,
+        f"stopped by its draining worker after {drain_s:g}s (lost {losses} of at most "
+        f"{max_lost} times)",
+        retriable=retry,
+        source=ErrorSource.WORKER,
+    )
+    return await atomically(
+        conn,
+        lambda c: end_attempt(
+            c,
+            job.id,
+            worker=job.locked_by,
+            attempt=job.attempt,
+            expected=JobState.RUNNING,
+            target=JobState.RETRY_WAIT if retry else JobState.FAILED,
+            delay_s=0.0 if retry else None,
+            error=error,
+            critical=job.critical,
+            attempt_status="cancelled",
+            lost=True,
             now=now,
             channel=channel,
         ),

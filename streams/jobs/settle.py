@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stages.jobs.dag import FEATURES
+from stages.jobs.dag import FEATURES, GATES
 from stages.jobs.gating import Candidate, evaluate
 from stages.jobs.job_state import JobState
 from stages.jobs.run_state import TERMINAL_RUN, JobOutcome, RunState, reduce_run
@@ -101,7 +101,7 @@ async def stop_run(
     now: Any,
 ) -> int:
     """Cancel what has not started, ask running jobs to stop; returns the run's open jobs."""
-    row = await conn.fetchrow(sql.STOP_RUN, now, run_id, status.value, reason, job_reason)
+    row = await conn.fetchrow(sql.STOP_RUN, now, run_id, status.value, reason, job_reason, None)
     if row is None:
         return -1
     return int(row["jobs_open"])
@@ -179,7 +179,7 @@ async def apply_gating(
     """Skip optional jobs that ``capabilities`` rule out; returns them and whether the run ended."""
     rows = await conn.fetch(sql.GATE_CANDIDATES, run_id)
     candidates = [Candidate(name=r["name"], job_type=r["job_type"]) for r in rows]
-    decisions = evaluate(candidates, capabilities=capabilities)
+    decisions = evaluate(candidates, capabilities=capabilities, gates=GATES)
     if not decisions:
         return [], False
     ids = {r["name"]: r["id"] for r in rows}

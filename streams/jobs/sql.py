@@ -54,7 +54,8 @@ candidates AS (
     SELECT j.id, j.tenant_id, j.heavy, j.priority, j.created_at
     FROM jobs j
     WHERE j.state = 'queued'
-      AND j.attempt_count < j.max_attempts
+      -- attempts lost to their worker are not the job's own (lost_count, migration 0009)
+      AND j.attempt_count - j.lost_count < j.max_attempts
       AND ($4::text[] IS NULL OR j.pool = ANY($4::text[]))
       AND ($5::text[] IS NULL OR j.job_type = ANY($5::text[]))
       -- NOT IN (a hashed subplan) keeps the walk on ix_jobs_claim; NOT EXISTS or an array
@@ -87,8 +88,18 @@ claimed AS (
     FROM chosen c, p
     WHERE j.id = c.id AND j.state = 'queued'
     RETURNING j.id, j.run_id, j.tenant_id, j.name, j.job_type, j.pool, j.critical, j.heavy,
-              j.priority, j.attempt_count, j.max_attempts, j.soft_timeout_s, j.hard_timeout_s,
-              j.locked_by, j.locked_at, j.payload, j.created_at
+              j.priority, j.attempt_count, j.lost_count, j.max_attempts, j.soft_timeout_s,
+              j.hard_timeout_s, j.locked_by, j.locked_at, j.payload, j.created_at
+),
+-- The attempt's history row exists while it runs (spec 004); its end completes it. Each claim
+-- numbers a new attempt, so the insert cannot conflict (and a claim lost in a crash loses its
+-- row with it).
+opened AS (
+    INSERT INTO job_attempts
+        (job_id, attempt_number, worker_id, status, step_type, started_at, trace_id)
+    SELECT c.id, c.attempt_count, $3, 'running', c.job_type, c.locked_at,
+           substr(r.traceparent, 4, 32)
+    FROM claimed c JOIN processing_runs r ON r.id = c.run_id
 ),
 started AS (
     UPDATE processing_runs r
@@ -151,17 +162,32 @@ done AS (
     -- planner would read every running job through ix_jobs_active)
     WHERE j.id = ANY ((SELECT array_agg(id) FROM input)::uuid[]) AND j.id = i.id
       AND j.state = 'running' AND j.locked_by = $2 AND j.attempt_count = i.attempt
-    RETURNING j.id, j.run_id, j.attempt_count, j.locked_at, i.metrics, p.now
+    RETURNING j.id, j.run_id, j.job_type, j.attempt_count, j.locked_at, i.metrics, p.now
 ),
+-- Completes the attempt row the claim opened: a plain UPDATE (an upsert would try the insert
+-- first and pay an index probe per row; job_attempts' fillfactor leaves room for the new
+-- version on the same page, so the update is HOT and touches no index).
 attempts AS (
+    UPDATE job_attempts a
+    SET status = 'succeeded', ended_at = d.now,
+        metrics = coalesce(d.metrics, '{{}}'::jsonb)
+                  || jsonb_build_object('duration_s', extract(epoch FROM d.now - d.locked_at))
+    FROM done d
+    WHERE a.job_id = d.id AND a.attempt_number = d.attempt_count
+    RETURNING a.job_id
+),
+-- An attempt claimed before migration 0009 has no row yet: write it whole.
+attempts_unopened AS (
     INSERT INTO job_attempts
-        (job_id, attempt_number, worker_id, status, started_at, ended_at, metrics, trace_id)
-    SELECT d.id, d.attempt_count, $2, 'succeeded', d.locked_at, d.now,
+        (job_id, attempt_number, worker_id, status, step_type, started_at, ended_at, metrics,
+         trace_id)
+    SELECT d.id, d.attempt_count, $2, 'succeeded', d.job_type, d.locked_at, d.now,
            coalesce(d.metrics, '{{}}'::jsonb)
            || jsonb_build_object('duration_s', extract(epoch FROM d.now - d.locked_at)),
            -- the run's trace id (traceparent is 00-<trace id>-<span id>-<flags>)
            (SELECT substr(r.traceparent, 4, 32) FROM processing_runs r WHERE r.id = d.run_id)
     FROM done d
+    WHERE d.id NOT IN (SELECT job_id FROM attempts)
 ),
 datasets AS (
     INSERT INTO derived_datasets
@@ -262,7 +288,10 @@ SELECT
 # End one attempt without success: retry_wait, failed, or (acknowledging a cancellation)
 # cancelled. $2 expected locked_by, $3 job id, $4 expected attempt, $5 new state,
 # $6 seconds until the retry (NULL unless retry_wait), $7 code, $8 message, $9 attempt status,
-# $10 error type, $11 error source, $12 severity, $13 metrics, $14 expected state.
+# $10 error type, $11 error source, $12 severity, $13 metrics, $14 expected state,
+# $15 whether the attempt was lost to its worker (counted in lost_count, not as a failure).
+# A cancelled attempt records who asked for the cancellation (jobs.cancel_source) as its
+# source when known; an attempt that scheduled a retry records when (retry_at).
 END_ATTEMPT: Final = f"""
 WITH p AS ({NOW}),
 moved AS (
@@ -270,20 +299,30 @@ moved AS (
     SET state = $5::text, next_run_at = p.now + $6::float8 * interval '1 second',
         last_error_code = $7,
         last_error_message = $8, heartbeat_at = NULL, updated_at = p.now,
+        lost_count = j.lost_count + $15::bool::int,
         finished_at = CASE WHEN $5::text IN ('failed', 'cancelled') THEN p.now END
     FROM p
     WHERE j.id = $3 AND j.state = $14::text AND j.locked_by = $2 AND j.attempt_count = $4
-    RETURNING j.id, j.run_id, j.name, j.job_type, j.critical, j.locked_at, p.now
+    RETURNING j.id, j.run_id, j.name, j.job_type, j.critical, j.locked_at, j.next_run_at,
+              j.cancel_source, p.now
 ),
 attempt AS (
     INSERT INTO job_attempts
-        (job_id, attempt_number, worker_id, status, started_at, ended_at, error_type,
-         error_source, error_sub_type, error_severity, error_message, metrics, trace_id)
-    SELECT m.id, $4, $2, $9, m.locked_at, m.now, $10, $11, $7, $12, $8,
+        (job_id, attempt_number, worker_id, status, step_type, started_at, ended_at, retry_at,
+         error_type, error_source, error_sub_type, error_severity, error_message, metrics,
+         trace_id)
+    SELECT m.id, $4, $2, $9, m.job_type, m.locked_at, m.now, m.next_run_at, $10,
+           CASE WHEN $5::text = 'cancelled' THEN coalesce(m.cancel_source, $11) ELSE $11 END,
+           $7, $12, $8,
            $13::jsonb || jsonb_build_object('duration_s', extract(epoch FROM m.now - m.locked_at)),
            -- the run's trace id (traceparent is 00-<trace id>-<span id>-<flags>)
            (SELECT substr(r.traceparent, 4, 32) FROM processing_runs r WHERE r.id = m.run_id)
     FROM moved m
+    ON CONFLICT (job_id, attempt_number) DO UPDATE
+    SET status = excluded.status, ended_at = excluded.ended_at, retry_at = excluded.retry_at,
+        error_type = excluded.error_type, error_source = excluded.error_source,
+        error_sub_type = excluded.error_sub_type, error_severity = excluded.error_severity,
+        error_message = excluded.error_message, metrics = excluded.metrics
 ),
 runs AS (
     UPDATE processing_runs r SET jobs_open = r.jobs_open - 1, updated_at = p.now
@@ -291,7 +330,8 @@ runs AS (
     WHERE r.id = m.run_id AND $5::text IN ('failed', 'cancelled')
     RETURNING r.jobs_open
 )
-SELECT m.run_id, m.name, m.job_type, m.critical, (SELECT jobs_open FROM runs) AS jobs_open
+SELECT m.run_id, m.name, m.job_type, m.critical, m.next_run_at,
+       (SELECT jobs_open FROM runs) AS jobs_open
 FROM moved m
 """
 
@@ -299,7 +339,8 @@ FROM moved m
 JOB_HOLDER: Final = "SELECT state, locked_by, attempt_count FROM jobs WHERE id = $1"
 
 # Stop a whole run: not-started jobs are cancelled, running ones asked to stop.
-# $2 run id, $3 run status (failed | cancelled), $4 failure reason, $5 reason for the jobs.
+# $2 run id, $3 run status (failed | cancelled), $4 failure reason, $5 reason for the jobs,
+# $6 who asked (error source: 'operator' for a user's cancel; NULL when the run stops itself).
 STOP_RUN: Final = f"""
 WITH p AS ({NOW}),
 stopped AS (
@@ -311,7 +352,7 @@ stopped AS (
     RETURNING j.id
 ),
 requested AS (
-    UPDATE jobs j SET state = 'cancel_requested', updated_at = p.now
+    UPDATE jobs j SET state = 'cancel_requested', cancel_source = $6::text, updated_at = p.now
     FROM p
     WHERE j.run_id = $2 AND j.state = 'running'
     RETURNING j.id
@@ -332,7 +373,8 @@ SELECT (SELECT count(*) FROM stopped) AS stopped, (SELECT count(*) FROM requeste
 FROM run
 """
 
-# Cancel one job: not started -> cancelled, running -> cancel_requested. $2 job id.
+# Cancel one job: not started -> cancelled, running -> cancel_requested. $2 job id,
+# $3 who asked (error source).
 CANCEL_JOB: Final = f"""
 WITH p AS ({NOW}),
 moved AS (
@@ -341,7 +383,7 @@ moved AS (
         skip_reason = CASE WHEN j.state = 'running' THEN j.skip_reason
                            ELSE coalesce(j.skip_reason, 'CANCELLED') END,
         finished_at = CASE WHEN j.state = 'running' THEN NULL ELSE p.now END,
-        updated_at = p.now
+        cancel_source = $3::text, updated_at = p.now
     FROM p
     WHERE j.id = $2 AND j.state IN ('created', 'queued', 'retry_wait', 'running')
     RETURNING j.id, j.run_id, j.name, j.critical, j.state
@@ -414,15 +456,17 @@ SELECT (SELECT count(*) FROM promoted) AS promoted, (SELECT count(*) FROM woken)
 """
 
 # Active jobs whose worker stopped heartbeating or that ran past their hard timeout.
-# $2 stale_after seconds, $3 limit. Locked until the reaper's transaction ends.
+# $2 stale_after seconds (NULL: each job's own threshold, from its type), $3 limit.
+# Locked until the reaper's transaction ends.
 REAP_CANDIDATES: Final = f"""
 WITH p AS ({NOW})
-SELECT j.id, j.run_id, j.name, j.job_type, j.state, j.attempt_count, j.max_attempts,
-       j.locked_by, j.critical,
+SELECT j.id, j.run_id, j.name, j.job_type, j.state, j.attempt_count, j.lost_count,
+       j.max_attempts, j.locked_by, j.critical,
+       coalesce($2::float8, j.stale_after_s) AS stale_after_s,
        j.locked_at + j.hard_timeout_s * interval '1 second' < p.now AS hard_timed_out
 FROM jobs j, p
 WHERE j.state IN ('running', 'cancel_requested')
-  AND (j.heartbeat_at < p.now - $2 * interval '1 second'
+  AND (j.heartbeat_at < p.now - coalesce($2::float8, j.stale_after_s) * interval '1 second'
        OR j.locked_at + j.hard_timeout_s * interval '1 second' < p.now)
 ORDER BY j.locked_at
 LIMIT $3
@@ -523,16 +567,16 @@ INSERT_JOBS: Final = """
 WITH inserted AS (
     INSERT INTO jobs
         (run_id, tenant_id, name, job_type, state, priority, pool, heavy, critical,
-         max_attempts, deps_pending, soft_timeout_s, hard_timeout_s, skip_reason, payload,
-         finished_at)
+         max_attempts, deps_pending, soft_timeout_s, hard_timeout_s, stale_after_s,
+         skip_reason, payload, finished_at)
     SELECT $1, $2, x.name, x.job_type, x.state, $3, x.pool, x.heavy, x.critical,
-           x.max_attempts, x.deps_pending, x.soft_timeout_s, x.hard_timeout_s, x.skip_reason,
-           coalesce(x.payload, '{}'::jsonb),
+           x.max_attempts, x.deps_pending, x.soft_timeout_s, x.hard_timeout_s, x.stale_after_s,
+           x.skip_reason, coalesce(x.payload, '{}'::jsonb),
            CASE WHEN x.state = 'skipped' THEN now() END
     FROM jsonb_to_recordset($4::jsonb) AS x(
         name text, job_type text, state text, pool text, heavy bool, critical bool,
         max_attempts int, deps_pending int, soft_timeout_s float8, hard_timeout_s float8,
-        skip_reason text, payload jsonb)
+        stale_after_s float8, skip_reason text, payload jsonb)
     RETURNING id, name, state, pool
 ),
 edges AS (

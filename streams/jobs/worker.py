@@ -18,14 +18,22 @@ One worker process runs up to ``concurrency`` jobs at a time on one event loop:
   share a round trip, when idle each completes immediately. Under a backlog the worker also
   claims in batches (a quarter of its slots at a time) rather than one job per free slot.
 - **Heartbeat.** Every ``heartbeat_s`` the worker refreshes all its jobs in one statement. A job
-  whose cancellation was requested gets its context flagged (``checkpoint()`` raises); a job no
-  longer held (reaped after a stall, hard timeout) is abandoned locally.
+  whose cancellation was requested is stopped: its context is flagged (``checkpoint()`` raises)
+  and its task cancelled, which reaches the computation (a stage running in the compute pool
+  has its process stopped, see ``streams.sessions.stage_executors``); the worker then records
+  the acknowledgement. A job no longer held (reaped after a stall, hard timeout) is abandoned
+  locally the same way.
 - **Maintain.** Every worker promotes due ``retry_wait`` jobs each poll, and reaps stale ones
-  every ``min(stale_after_s / 2, 60)`` seconds; both are race-free, so running them in every
+  every ``min(stale_after_s / 2, 30)`` seconds (each job's own threshold, from its type, unless
+  ``worker.stale_after_s`` overrides them all); both are race-free, so running them in every
   worker is safe and needs no leader.
 
-On ``stop`` the worker claims nothing more, lets running jobs finish, flushes and returns.
-A crashed worker needs nothing: its jobs stop heartbeating and the reaper takes them back.
+On ``stop`` (SIGTERM) the worker **drains**: it claims nothing more and gives running jobs up
+to ``worker.drain_s`` to finish; whatever is still running then is stopped like a cancelled
+job and released - ``retry_wait`` due at once, counted as a lost attempt (``WORKER_DRAINED``),
+not one of the job's own - so another worker takes it over without waiting for the reaper.
+Then it flushes and returns. A crashed worker needs nothing: its jobs stop heartbeating and
+the reaper takes them back after their type's stale threshold.
 
 Observability
 -------------
@@ -92,6 +100,8 @@ class _Running:
     slot: bool = True  # holds one of the worker's execution slots
     finishing: bool = False  # the outcome is being recorded: never abandon or time it out
     timed_out: bool = False  # stopped by the watchdog at the soft timeout
+    cancelling: bool = False  # stopped because cancellation was requested: acknowledge it
+    drained: bool = False  # stopped at the drain deadline: release it for another worker
     abandoned: bool = False  # no longer held in the database (reaped): drop it silently
     result: JobResult | None = None
     started: float = 0.0  # loop time of the claim
@@ -177,8 +187,10 @@ class _Worker:
 
     async def run(self) -> None:
         dsn = self.settings.postgres()
-        self.db = await postgres.create_pool(dsn, postgres.WORKER_POOL)
-        listener = await postgres.connect(dsn)
+        self.db = await postgres.create_pool(
+            dsn, postgres.batch_pool(postgres.WORKER_POOL, self.settings.postgres_timeouts)
+        )
+        listener = await postgres.connect(dsn, limits=self.settings.postgres_timeouts)
         await listener.add_listener(self.channel, self._on_notify)
         if self.hooks is not None:
             store = ObjectStore(self.settings.objects())
@@ -199,8 +211,7 @@ class _Worker:
         )
         try:
             await self._claim_loop()
-            tasks = [r.task for r in self.running.values() if r.task is not None]
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._drain()
         finally:
             await self.done.put(None)
             await asyncio.gather(helpers[0], return_exceptions=True)
@@ -279,6 +290,28 @@ class _Worker:
         await self.stop.wait()
         self.wake.set()
 
+    async def _drain(self) -> None:
+        """Wait up to ``drain_s`` for running jobs, then stop and release the rest."""
+        tasks = [r.task for r in self.running.values() if r.task is not None]
+        if not tasks:
+            return
+        log.info("worker %s draining: %d job(s) running, %gs to finish", self.id, len(tasks),
+                 self.cfg.drain_s)
+        _done, pending = await asyncio.wait(tasks, timeout=self.cfg.drain_s or None)
+        if pending and self.cfg.drain_s > 0:
+            for entry in list(self.running.values()):
+                if entry.task in pending and not entry.finishing:
+                    entry.drained = True
+                    self._stop(entry)
+        # Released jobs record their outcome in their own task; completions are flushed.
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _stop(self, entry: _Running) -> None:
+        """Make ``entry``'s executor stop now (cancelling its task reaches the computation)."""
+        entry.ctx.request_cancel()  # a threaded executor stops at a checkpoint
+        if entry.task is not None:
+            entry.task.cancel()
+
     # -- executing -----------------------------------------------------------------------
     async def _execute(self, entry: _Running) -> None:
         job, ctx = entry.job, entry.ctx
@@ -288,26 +321,21 @@ class _Worker:
                 result = await self.executors[job.job_type](ctx)
             finally:
                 entry.ran_s = asyncio.get_running_loop().time() - entry.started
-        except Cancelled:
+        except Cancelled:  # the executor stopped at a checkpoint
+            if entry.abandoned:
+                return
             entry.finishing = True
-            await self._guarded(self._acknowledge(entry))
+            await self._guarded(self._stopped(entry))
         except asyncio.CancelledError:
-            if not entry.timed_out:
-                if entry.abandoned:
-                    return  # reaped or re-claimed: the job is no longer ours
+            if entry.abandoned:
+                return  # reaped or re-claimed: the job is no longer ours
+            if not (entry.timed_out or entry.cancelling or entry.drained):
                 raise
-            # The watchdog stopped the executor at the job's soft timeout.
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
             entry.finishing = True
-            error = describe(
-                codes.SOFT_TIMEOUT,
-                f"soft timeout of {job.soft_timeout_s:g}s",
-                retriable=True,
-                source=ErrorSource.WORKER,
-            )
-            await self._guarded(self._fail(entry, error, timed_out=True))
+            await self._guarded(self._stopped(entry))
         except Exception as exc:
             entry.finishing = True
             await self._guarded(self._fail(entry, error_from_exception(exc)))
@@ -320,6 +348,21 @@ class _Worker:
         finally:
             if not handed_over:
                 self._let_go(entry)
+
+    async def _stopped(self, entry: _Running) -> None:
+        """Record why the worker stopped ``entry``: drained, timed out or cancelled."""
+        if entry.drained:
+            await self._release_drained(entry)
+        elif entry.timed_out:  # the watchdog stopped the executor at the job's soft timeout
+            error = describe(
+                codes.SOFT_TIMEOUT,
+                f"soft timeout of {entry.job.soft_timeout_s:g}s",
+                retriable=True,
+                source=ErrorSource.WORKER,
+            )
+            await self._fail(entry, error, timed_out=True)
+        else:  # cancellation was requested (learnt from a heartbeat)
+            await self._acknowledge(entry)
 
     def _release(self, entry: _Running) -> None:
         if entry.slot:
@@ -402,6 +445,27 @@ class _Worker:
         else:
             self._ended(entry, "failed", error_code=error.code)
 
+    async def _release_drained(self, entry: _Running) -> None:
+        async with self.db.acquire() as conn:
+            result = await queue.release(
+                conn,
+                entry.job,
+                max_lost=self.cfg.max_lost,
+                drain_s=self.cfg.drain_s,
+                channel=self.channel,
+            )
+            if result.outcome is Outcome.CANCEL_REQUESTED:
+                result = await queue.acknowledge_cancel(conn, entry.job, channel=self.channel)
+        self._runs_finished(result.finished_runs)
+        if result.outcome is not Outcome.APPLIED:
+            return
+        if result.state is JobState.RETRY_WAIT:
+            self._ended(entry, "retry_scheduled", error_code=codes.WORKER_DRAINED)
+        elif result.state is JobState.CANCELLED:
+            self._ended(entry, "cancelled")
+        else:
+            self._ended(entry, "failed", error_code=codes.WORKER_DRAINED)
+
     async def _acknowledge(self, entry: _Running) -> None:
         async with self.db.acquire() as conn:
             result = await queue.acknowledge_cancel(conn, entry.job, channel=self.channel)
@@ -470,11 +534,11 @@ class _Worker:
             await asyncio.sleep(_TICK_S)
             now = loop.time()
             for entry in list(self.running.values()):
-                if now >= entry.deadline and not (entry.finishing or entry.timed_out):
+                if now >= entry.deadline and not (
+                    entry.finishing or entry.timed_out or entry.cancelling or entry.drained
+                ):
                     entry.timed_out = True
-                    entry.ctx.request_cancel()  # a threaded executor stops at a checkpoint
-                    if entry.task is not None:
-                        entry.task.cancel()
+                    self._stop(entry)
 
     # -- heartbeats and maintenance ------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
@@ -496,7 +560,10 @@ class _Worker:
             for entry in entries:
                 state = held.get(entry.job.id)
                 if state is JobState.CANCEL_REQUESTED:
-                    entry.ctx.request_cancel()
+                    if not (entry.finishing or entry.cancelling or entry.timed_out
+                            or entry.drained):
+                        entry.cancelling = True
+                        self._stop(entry)
                 elif state is None and not entry.finishing and entry.task is not None:
                     log.warning(
                         "job %s (%s) is no longer held by %s; abandoning it",
@@ -505,8 +572,7 @@ class _Worker:
                         self.id,
                     )
                     entry.abandoned = True
-                    entry.ctx.request_cancel()
-                    entry.task.cancel()
+                    self._stop(entry)
 
     def _reaped(self, reaped_jobs: Sequence[queue.Reaped]) -> None:
         by_type: dict[str, int] = {}
@@ -522,7 +588,8 @@ class _Worker:
                 self.observer.on_reap(job_type=job_type, count=count)
 
     async def _maintain_loop(self) -> None:
-        reap_every = max(0.1, min(self.cfg.stale_after_s / 2, 60.0))
+        # Job types' own thresholds are a minute or more; an override (tests) may be shorter.
+        reap_every = max(0.1, min((self.cfg.stale_after_s or 60.0) / 2, 30.0))
         loop = asyncio.get_running_loop()
         next_reap = loop.time() + reap_every * self._u()
         while True:
@@ -534,6 +601,7 @@ class _Worker:
                         reaped_jobs = await queue.reap(
                             conn,
                             stale_after_s=self.cfg.stale_after_s,
+                            max_lost=self.cfg.max_lost,
                             schedule=self.settings.retry.job_backoff_s,
                             rand=self._u,
                             channel=self.channel,

@@ -1,7 +1,10 @@
 """publish_session: the run's summary for the UI, and what its content actually offers.
 
 ``publish_session`` is the last job of a run and only runs when every required job succeeded.
-It gathers the upstream summaries into one run summary (stored in
+It first runs the run's health check (``streams.sessions.verify``: every dataset read back and
+hash-checked, every materialised dataset's ClickHouse rows counted); a run that fails it fails
+here with ``RUN_VERIFICATION_FAILED`` and never takes the session's pointer. It then gathers
+the upstream summaries into one run summary (stored in
 ``processing_runs.summary``): the file format, the streams and their sizes, the time range,
 laps (count, best lap), segments (corners, straights, jumps), fusion health, the materialised
 ClickHouse tables and the datasets. The engine then finalises the run in the same
@@ -22,9 +25,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from streams.clickhouse import ClickHouse
 from streams.jobs.executor import Executor, JobContext
 from streams.jobs.model import JobResult
 from streams.sessions.executor_resources import ExecutorResources
+from streams.sessions.verify import DatasetToCheck, VerificationFailed, verify_run
 
 __all__ = ["content_features", "publish_executor", "run_summary"]
 
@@ -103,12 +108,30 @@ def run_summary(ctx: JobContext) -> dict[str, Any]:
 
 
 def publish_executor(executors: ExecutorResources) -> Executor:
-    """The ``publish_session`` executor: write the run summary (the engine points the session)."""
+    """The ``publish_session`` executor: check the run, then write its summary (the engine then
+    points the session at it)."""
+
+    settings = executors.settings
 
     async def execute(ctx: JobContext, /) -> JobResult:
         ctx.checkpoint()
-        summary = run_summary(ctx)
         pool = await executors.db()
+        report = await verify_run(
+            ClickHouse(settings.clickhouse(), settings.clickhouse_database),
+            executors.store,
+            run_id=str(ctx.job.run_id),
+            datasets=[
+                DatasetToCheck(
+                    name=d.name, url=d.storage_url, sha256=d.content_hash, rows=d.row_count or 0
+                )
+                for d in ctx.datasets.values()
+            ],
+        )
+        if not report.ok:
+            await pool.execute(_SET_SUMMARY, ctx.job.run_id, {"verification": report.as_json()})
+            raise VerificationFailed(report)
+        ctx.checkpoint()
+        summary = {**run_summary(ctx), "verification": report.as_json()}
         await pool.execute(_SET_SUMMARY, ctx.job.run_id, summary)
         return JobResult(summary=summary)
 

@@ -1,4 +1,4 @@
-"""Reprocess and rollback: blue/green processing runs of one session (spec 000 §13, spec 003).
+"""Reprocess, backfill and rollback: blue/green processing runs (spec 000 §13, spec 003).
 
 A session's runs are immutable, and so are their datasets; what moves is one pointer,
 ``sessions.active_run_id``, which the API, the CLI and ClickHouse readers follow.
@@ -7,6 +7,12 @@ A session's runs are immutable, and so are their datasets; what moves is one poi
   (and the source run's config unless another is given). Nothing changes for readers until the
   new run ends: the engine moves the pointer when - and only when - it ends succeeded or partial
   and is newer than the active run. A failed or cancelled reprocess leaves the session as it was.
+- :func:`backfill` reprocesses many sessions (by tenant, device, upload time) with the current
+  versions, at a priority below interactive uploads. It is idempotent: a session that already
+  has a run at the current versions with its config and artifacts - whatever became of that
+  run - gets no second one (checked under the session's row lock, so two backfills running at
+  once cannot both start one). A failed or cancelled backfill run is retried, and resumed, with
+  ``tideway runs retry`` (``streams.sessions.resume``).
 - :func:`rollback` moves the pointer back to the newest earlier run that ended succeeded or
   partial (or to a named one). Old runs and their datasets stay for audit and for rolling
   forward again; every move is appended to ``sessions.metadata.pointer_history``.
@@ -15,20 +21,33 @@ A session's runs are immutable, and so are their datasets; what moves is one poi
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from datetime import datetime
+from typing import Any, Final, Literal
 
 from stages.jobs.planner import plan_run
 from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 from streams.errors import NotFoundError, UsageError
 from streams.jobs.enqueue import EnqueuedRun, enqueue_run
 from streams.names import Names
+from streams.sessions import priorities
 from streams.sessions.versions import current_versions
 
-__all__ = ["Rollback", "reprocess", "rollback"]
+__all__ = [
+    "BACKFILL_PRIORITY",
+    "BackfillItem",
+    "BackfillScope",
+    "Rollback",
+    "backfill",
+    "reprocess",
+    "rollback",
+]
 
 _GOOD: Final = ("succeeded", "partial")
+
+BACKFILL_PRIORITY: Final = priorities.BACKFILL
+"""Backfill runs' default priority: below interactive uploads and reprocesses."""
 
 _SESSION = """
 SELECT s.id, s.tenant_id, s.active_run_id
@@ -46,6 +65,46 @@ FROM processing_runs r
 WHERE r.session_id = $1
 ORDER BY (r.id = $2) DESC, r.created_at DESC
 LIMIT 1
+"""
+
+# A run of the session at these versions ($2-$4) over the same artifacts and config as the
+# run a reprocess would start from ($5, $6): such a session is already current.
+_CURRENT_RUN = """
+SELECT r.id FROM processing_runs r
+WHERE r.session_id = $1 AND r.parser_version = $2 AND r.pipeline_version = $3
+  AND r.fusion_version IS NOT DISTINCT FROM $4
+  AND r.artifact_set_hash = $5 AND r.config = $6::jsonb
+ORDER BY r.created_at DESC
+LIMIT 1
+"""
+
+# Backfill candidates: sessions by tenant ($1), device ($2) and upload time [$3, $4), oldest
+# first, with the run a reprocess starts from and any run already at the versions $5-$7.
+_BACKFILL_SESSIONS = """
+SELECT s.id, t.name AS tenant, d.external_id AS device, s.created_at,
+       src.id AS source_run, cur.id AS current_run, cur.status AS current_status
+FROM sessions s
+JOIN tenants t ON t.id = s.tenant_id
+JOIN devices d ON d.id = s.device_id
+LEFT JOIN LATERAL (
+    SELECT r.id, r.config, r.artifact_set_hash FROM processing_runs r
+    WHERE r.session_id = s.id
+    ORDER BY (r.id = s.active_run_id) DESC, r.created_at DESC
+    LIMIT 1
+) src ON true
+LEFT JOIN LATERAL (
+    SELECT r.id, r.status FROM processing_runs r
+    WHERE r.session_id = s.id AND r.parser_version = $5 AND r.pipeline_version = $6
+      AND r.fusion_version IS NOT DISTINCT FROM $7
+      AND r.artifact_set_hash = src.artifact_set_hash AND r.config = src.config
+    ORDER BY r.created_at DESC
+    LIMIT 1
+) cur ON true
+WHERE ($1::text IS NULL OR t.name = $1) AND ($2::text IS NULL OR d.external_id = $2)
+  AND ($3::timestamptz IS NULL OR s.created_at >= $3)
+  AND ($4::timestamptz IS NULL OR s.created_at < $4)
+ORDER BY s.created_at, s.id
+LIMIT $8
 """
 
 _PREVIOUS_GOOD = """
@@ -77,6 +136,38 @@ WHERE id = $1
 
 
 @dataclass(frozen=True, kw_only=True)
+class BackfillScope:
+    """Which sessions a backfill covers: every filter given must match (``None``: any)."""
+
+    tenant: str | None = None
+    device: str | None = None
+    since: datetime | None = None  # uploaded at or after
+    until: datetime | None = None  # uploaded before
+    limit: int | None = None
+
+
+BackfillAction = Literal["started", "would_start", "current", "no_run"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackfillItem:
+    """One session of a backfill and what became of it.
+
+    ``action``: ``started`` (``run_id`` is the new run), ``would_start`` (dry run), ``current``
+    (``run_id`` is the run already at the current versions, in state ``status``) or
+    ``no_run`` (the session has no run to reprocess from).
+    """
+
+    session_id: uuid.UUID
+    tenant: str
+    device: str
+    uploaded_at: datetime
+    action: BackfillAction
+    run_id: uuid.UUID | None = None
+    status: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Rollback:
     """Where the pointer was and where it is now."""
 
@@ -95,8 +186,14 @@ async def reprocess(
     priority: int | None = None,
     namespace: str = "",
     default_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    action: Literal["reprocess", "backfill"] = "reprocess",
+    unless_current: bool = False,
 ) -> EnqueuedRun:
-    """Start a new run of ``session_id`` with the current versions (blue/green, see above)."""
+    """Start a new run of ``session_id`` with the current versions (blue/green, see above).
+
+    ``unless_current``: when the session already has a run at the current versions with the
+    same config and artifacts, start nothing and return that run (``created=False``)."""
+    versions = current_versions()
     async with conn.transaction():
         session = await conn.fetchrow(_SESSION, session_id, tenant)
         if session is None:
@@ -105,30 +202,109 @@ async def reprocess(
         if source is None:
             raise UsageError(f"session {session_id} has no run to reprocess")
         run_config = dict(source["config"] if config is None else config)
+        if unless_current:
+            existing = await conn.fetchval(
+                _CURRENT_RUN,
+                session_id,
+                versions.parser,
+                versions.pipeline,
+                versions.fusion,
+                source["artifact_set_hash"],
+                run_config,
+            )
+            if existing is not None:
+                return EnqueuedRun(run_id=existing, created=False)
         enqueued = await enqueue_run(
             conn,
             tenant_id=session["tenant_id"],
             session_id=session_id,
             plan=plan_run(run_config, default_attempts=default_attempts),
             config=run_config,
-            versions=current_versions(),
+            versions=versions,
             artifact_ids=list(source["artifact_ids"]),
             artifact_set_hash=source["artifact_set_hash"],
-            priority=source["priority"] if priority is None else priority,
-            requested_by=f"reprocess:{requested_by}",
+            priority=priorities.REPROCESS if priority is None else priority,
+            requested_by=f"{action}:{requested_by}",
             channel=Names(namespace=namespace).jobs_channel,
         )
         await conn.execute(
             _NOTE,
             session_id,
             {
-                "action": "reprocess",
+                "action": action,
                 "run_id": str(enqueued.run_id),
                 "from_run": str(source["id"]),
                 "by": requested_by,
             },
         )
     return enqueued
+
+
+async def backfill(
+    conn: Any,
+    scope: BackfillScope,
+    *,
+    dry_run: bool = False,
+    priority: int = BACKFILL_PRIORITY,
+    requested_by: str = "operator",
+    namespace: str = "",
+    default_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    on_item: Callable[[BackfillItem, int, int], None] | None = None,
+) -> list[BackfillItem]:
+    """Reprocess every session of ``scope`` not yet at the current versions (see above).
+
+    ``on_item(item, done, total)`` is called after each session (progress)."""
+    versions = current_versions()
+    rows = await conn.fetch(
+        _BACKFILL_SESSIONS,
+        scope.tenant,
+        scope.device,
+        scope.since,
+        scope.until,
+        versions.parser,
+        versions.pipeline,
+        versions.fusion,
+        scope.limit,
+    )
+    items: list[BackfillItem] = []
+    for row in rows:
+        base = {
+            "session_id": row["id"],
+            "tenant": row["tenant"],
+            "device": row["device"],
+            "uploaded_at": row["created_at"],
+        }
+        if row["source_run"] is None:
+            item = BackfillItem(**base, action="no_run")
+        elif row["current_run"] is not None:
+            item = BackfillItem(
+                **base, action="current", run_id=row["current_run"], status=row["current_status"]
+            )
+        elif dry_run:
+            item = BackfillItem(**base, action="would_start")
+        else:
+            # Checked again under the session's lock: another backfill may have just started it.
+            run = await reprocess(
+                conn,
+                tenant=row["tenant"],
+                session_id=row["id"],
+                requested_by=requested_by,
+                priority=priority,
+                namespace=namespace,
+                default_attempts=default_attempts,
+                action="backfill",
+                unless_current=True,
+            )
+            item = BackfillItem(
+                **base,
+                action="started" if run.created else "current",
+                run_id=run.run_id,
+                status="pending" if run.created else None,
+            )
+        items.append(item)
+        if on_item is not None:
+            on_item(item, len(items), len(rows))
+    return items
 
 
 async def rollback(

@@ -2,10 +2,22 @@
 
 Theory of operation
 -------------------
-For the fourteen pure-stage job types the executor turns the engine's :class:`JobContext`
+The table is derived from the DAG's :class:`~stages.jobs.dag.JobSpec` entries: a spec with a
+``stage`` gets the pure-stage executor below, one with an ``executor`` gets what that factory
+builds from this table's resources (``materialise_clickhouse``, ``publish_session``), so adding
+a job type is one DAG entry and this module imports neither of those executors.
+
+For the pure-stage job types the executor turns the engine's :class:`JobContext`
 into a picklable :class:`~streams.sessions.stage_job.StageJob` and runs its body in a compute
 pool - a process pool by default, so CPU-heavy stages run in parallel and never on the event
-loop (``compute="thread"`` keeps them in threads, which tests use for speed). The body reads
+loop (``compute="thread"`` keeps them in threads, which tests use for speed).
+
+- **Stopping** (cancellation, soft timeout, drain): the worker cancels the executor's task.
+  In the process pool (pebble's, chosen because it can stop one task's process without
+  breaking the pool) that terminates the process computing the stage - its CPU work ends
+  within moments and the pool starts a fresh process in its place, so a retry never runs
+  next to a stale attempt. In the thread pool the stage is told through its ``checkpoint``
+  callback, which the long stages call inside their loops. The body reads
 the inputs it uses (sha256-verified), runs the stage, writes each output table as Parquet to a
 temporary directory and promotes it atomically; the executor returns a ``JobResult`` whose
 ``DatasetRecord`` list the engine records in the completing transaction.
@@ -32,46 +44,34 @@ engine per process, so the ClickHouse load must stay in the process that owns it
 from __future__ import annotations
 
 import asyncio
+import importlib
 import multiprocessing
+import threading
 import time
-from collections.abc import Iterator, Mapping
-from concurrent.futures import Executor as PoolExecutor
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from functools import partial
 from typing import Any, Final, Literal
+
+import pebble
 
 from stages.batch import canonical
 from stages.errors import StageError
-from stages.jobs.dag import DEFAULT_DAG, topological_order
+from stages.jobs.dag import DEFAULT_DAG, STAGES, topological_order
 from streams.config import Settings
 from streams.errors import PermanentError, TransientError
 from streams.jobs.executor import Executor, JobContext
 from streams.jobs.model import DatasetRecord, JobResult
 from streams.objects import ObjectStore
+from streams.sessions import artifact_lifecycle
 from streams.sessions.datasets import DatasetFile, idempotency_key, output_prefix
-from streams.sessions.materialise import materialise_executor
-from streams.sessions.publish_session import publish_executor
+from streams.sessions.executor_resources import ExecutorResources
+from streams.sessions.resume import Lineages, resume_job
 from streams.sessions.stage_job import InputRef, StageJob, StageRun, run_stage_job
 
 __all__ = ["STAGES", "SessionExecutors", "default_executors", "local_name", "record_name"]
-
-STAGES: Final[Mapping[str, str]] = {
-    "artifact_validate": "stages.batch.artifact_validate:run",
-    "artifact_classify": "stages.batch.artifact_classify:run",
-    "parse_raw": "stages.batch.parse_raw:run",
-    "normalise_units": "stages.batch.normalise_units:run",
-    "time_align": "stages.batch.time_align:run",
-    "downsample_L0": "stages.batch.downsample:run_l0",
-    "downsample_L1": "stages.batch.downsample:run_l1",
-    "downsample_L2": "stages.batch.downsample:run_l2",
-    "fuse_gnss_imu": "stages.batch.fuse_gnss_imu:run",
-    "fuse_quality_summary": "stages.batch.fuse_quality_summary:run",
-    "detect_laps": "stages.batch.detect_laps:run",
-    "detect_segments": "stages.batch.detect_segments:run",
-    "compute_metrics": "stages.batch.compute_metrics:run",
-    "build_indexes": "stages.batch.build_indexes:run",
-}
-"""Job type -> ``module:function`` of its pure stage."""
 
 _ORDER: Final = {name: i for i, name in enumerate(topological_order(DEFAULT_DAG))}
 
@@ -130,13 +130,18 @@ class SessionExecutors(Mapping[str, Executor]):
         self.compute = compute
         self.workers = workers or max(1, settings.worker.concurrency)
         self.store = ObjectStore(settings.objects())
-        self._pool: PoolExecutor | None = None
+        self._processes: pebble.ProcessPool | None = None
+        self._threads: ThreadPoolExecutor | None = None
         self._db: Any = None
         self._db_lock = asyncio.Lock()
+        self.lineages = Lineages()
 
-        self._table: dict[str, Executor] = {t: self._stage_executor(t) for t in STAGES}
-        self._table["materialise_clickhouse"] = materialise_executor(self)
-        self._table["publish_session"] = publish_executor(self)
+        self._table: dict[str, Executor] = {}
+        for spec in DEFAULT_DAG.values():
+            if spec.stage:
+                self._table[spec.job_type] = self._stage_executor(spec.job_type)
+            elif spec.executor:
+                self._table[spec.job_type] = _factory(spec.executor)(self)
 
     # -- Mapping ---------------------------------------------------------------------------
     def __getitem__(self, job_type: str) -> Executor:
@@ -149,19 +154,45 @@ class SessionExecutors(Mapping[str, Executor]):
         return len(self._table)
 
     # -- resources -------------------------------------------------------------------------
-    def compute_pool(self) -> PoolExecutor:
-        """The pool stage bodies run in (created on first use)."""
-        if self._pool is None:
-            if self.compute == "process":
-                # spawn: a forked child would inherit the event loop's threads and locks. The
-                # initializer imports every stage in each process before its first job.
-                ctx = multiprocessing.get_context("spawn")
-                self._pool = ProcessPoolExecutor(
-                    max_workers=self.workers, mp_context=ctx, initializer=_import_stages
-                )
-            else:
-                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="stage")
-        return self._pool
+    def process_pool(self) -> pebble.ProcessPool:
+        """The process pool stage bodies run in (created on first use)."""
+        if self._processes is None:
+            # spawn: a forked child would inherit the event loop's threads and locks. The
+            # initializer imports every stage in each process before its first job (and in
+            # each process started in place of one stopped with its job).
+            self._processes = pebble.ProcessPool(
+                max_workers=self.workers,
+                initializer=_import_stages,
+                context=multiprocessing.get_context("spawn"),
+            )
+        return self._processes
+
+    def thread_pool(self) -> ThreadPoolExecutor:
+        """The thread pool stage bodies run in with ``compute="thread"``."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self.workers, thread_name_prefix="stage")
+        return self._threads
+
+    async def run_body(self, spec: StageJob) -> StageRun:
+        """Run one stage body in the compute pool; cancelling the caller stops the body.
+
+        A process-pool body is stopped by stopping its process (pebble terminates it and starts
+        another); a thread-pool body sees its ``checkpoint`` raise at the stage's next one.
+        """
+        if self.compute == "process":
+            future = self.process_pool().schedule(run_stage_job, args=(spec,))
+            try:
+                return await asyncio.wrap_future(future)
+            except asyncio.CancelledError:
+                future.cancel()  # type: ignore[no-untyped-call]  # (wrap_future does too)
+                raise
+        stop = threading.Event()
+        body = partial(run_stage_job, spec, stop=stop.is_set)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.thread_pool(), body)
+        except asyncio.CancelledError:
+            stop.set()
+            raise
 
     async def warm_up(self) -> None:
         """Start every compute process now rather than on the first jobs (~1-2 s each).
@@ -169,11 +200,13 @@ class SessionExecutors(Mapping[str, Executor]):
         Each task holds its process briefly, so the pool has to start all of them; every
         process runs the initializer (imports, a Parquet round trip) before its first task.
         """
-        loop = asyncio.get_running_loop()
-        pool = self.compute_pool()
+        if self.compute != "process":
+            return
+        pool = self.process_pool()
         await asyncio.gather(
-            *(loop.run_in_executor(pool, time.sleep, 0.3) for _ in range(self.workers))
-        )
+            *(asyncio.wrap_future(pool.schedule(time.sleep, args=(0.3,)))
+              for _ in range(self.workers))
+        )  # fmt: skip
 
     async def db(self) -> Any:
         """A small asyncpg pool for the I/O executors (created on first use)."""
@@ -182,26 +215,34 @@ class SessionExecutors(Mapping[str, Executor]):
                 from streams.adapters import postgres
 
                 self._db = await postgres.create_pool(
-                    self.settings.postgres(), postgres.EXECUTOR_POOL
+                    self.settings.postgres(),
+                    postgres.batch_pool(postgres.EXECUTOR_POOL, self.settings.postgres_timeouts),
                 )
         return self._db
 
     async def aclose(self) -> None:
-        """Release the compute pool and the DB pool."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        """Release the compute pools and the DB pool."""
+        if self._processes is not None:
+            self._processes.stop()  # type: ignore[no-untyped-call]  # stops a running body
+            await asyncio.to_thread(self._processes.join)
+            self._processes = None
+        if self._threads is not None:
+            self._threads.shutdown(wait=True, cancel_futures=True)
+            self._threads = None
         if self._db is not None:
             await self._db.close()
             self._db = None
 
     # -- pure stages -----------------------------------------------------------------------
-    def stage_job(self, ctx: JobContext) -> StageJob:
-        """The picklable body spec of ``ctx``'s job (see the module docstring)."""
+    def stage_job(self, ctx: JobContext, *, lineage: uuid.UUID | None = None) -> StageJob:
+        """The picklable body spec of ``ctx``'s job (see the module docstring).
+
+        ``lineage``: the first run of the retry chain ``ctx``'s run belongs to, which the key
+        names instead of the run (``streams.sessions.resume``); default: the run itself."""
         job = ctx.job
         config = {"max_artifact_bytes": self.settings.worker.max_artifact_bytes, **ctx.config}
         key = idempotency_key(
-            run_id=str(job.run_id),
+            run_id=str(lineage or job.run_id),
             job_type=job.name,
             input_hashes=ctx.input_hashes,
             config=config,
@@ -227,12 +268,35 @@ class SessionExecutors(Mapping[str, Executor]):
             config=config,
         )
 
+    async def _record_artifacts(self, ctx: JobContext, run: StageRun) -> None:
+        """The intake stages' verdicts onto the artifact rows (``artifact_lifecycle``)."""
+        job_type, failure = ctx.job.job_type, run.failure
+        if job_type == "artifact_validate":
+            if failure is None:
+                await artifact_lifecycle.record_validation(await self.db(), ctx.artifacts,
+                                                           passed=True)
+            elif failure.source == "stage" and not failure.retriable:
+                await artifact_lifecycle.record_validation(
+                    await self.db(), ctx.artifacts, passed=False, message=failure.message
+                )
+        elif job_type == "artifact_classify" and run.outputs is not None:
+            await artifact_lifecycle.record_classification(
+                await self.db(), ctx.artifacts, run.outputs.summary
+            )
+
     def _stage_executor(self, job_type: str) -> Executor:
         async def execute(ctx: JobContext, /) -> JobResult:
             ctx.checkpoint()
-            spec = self.stage_job(ctx)
-            loop = asyncio.get_running_loop()
-            run = await loop.run_in_executor(self.compute_pool(), run_stage_job, spec)
+            db = await self.db()
+            lineage = await self.lineages.of(db, ctx.job.run_id)
+            spec = self.stage_job(ctx, lineage=lineage[-1])
+            resumed = await resume_job(
+                db, self.store, earlier_runs=lineage[1:], job_name=ctx.job.name, key=spec.key
+            )
+            if resumed is not None:
+                return resumed
+            run = await self.run_body(spec)
+            await self._record_artifacts(ctx, run)
             if run.failure is not None:
                 _raise(run)
             assert run.outputs is not None
@@ -251,10 +315,17 @@ class SessionExecutors(Mapping[str, Executor]):
         return execute
 
 
+def _factory(path: str) -> Callable[[ExecutorResources], Executor]:
+    """The executor factory a spec names (``module:function``)."""
+    module, _, name = path.partition(":")
+    factory: Callable[[ExecutorResources], Executor] = getattr(
+        importlib.import_module(module), name
+    )
+    return factory
+
+
 def _import_stages() -> None:
     """Import every stage and round-trip a Parquet file once (first use costs ~0.2 s)."""
-    import importlib
-
     import pyarrow as pa
 
     from streams.sessions.datasets import decode_parquet, encode_parquet

@@ -26,14 +26,14 @@ import importlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stages.batch.contract import ArtifactBlob, StageInput, StageOutput
+from stages.batch.contract import ArtifactBlob, StageInput, StageOutput, StageStopped
 from stages.errors import StageError
 from streams.errors import TidewayError, TransientError
 from streams.objects import ObjectStore
@@ -191,9 +191,17 @@ def _stage(path: str) -> Any:
     return getattr(importlib.import_module(module), func)
 
 
-def run_stage_job(job: StageJob) -> StageRun:
-    """Run one job's body (see the module docstring). Never raises for expected failures."""
+def run_stage_job(job: StageJob, *, stop: Callable[[], bool] | None = None) -> StageRun:
+    """Run one job's body (see the module docstring). Never raises for expected failures.
+
+    ``stop``: asked at the stage's checkpoints (a thread-pool body; a process-pool body is
+    stopped with its process instead); once true the stage raises ``StageStopped``."""
     timings: dict[str, float] = {}
+
+    def checkpoint() -> None:
+        if stop is not None and stop():
+            raise StageStopped(f"{job.job_name}: stopped at a checkpoint")
+
     try:
         store = ObjectStore(job.store_root, atomic_rename=job.atomic_rename)
         started = time.perf_counter()
@@ -211,7 +219,11 @@ def run_stage_job(job: StageJob) -> StageRun:
         timings["artifacts_s"] = time.perf_counter() - started
         datasets = LazyDatasets(store, job.inputs)
         inp = StageInput(
-            artifacts=blobs, datasets=datasets, summaries=job.summaries, config=job.config
+            artifacts=blobs,
+            datasets=datasets,
+            summaries=job.summaries,
+            config=job.config,
+            checkpoint=checkpoint,
         )
         started = time.perf_counter()
         out: StageOutput = _stage(job.stage)(inp)

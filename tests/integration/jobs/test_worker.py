@@ -104,7 +104,8 @@ async def test_cancelling_a_run_stops_a_job_at_its_checkpoint(
     assert await job_states(conn, run_id) == {"long": "cancelled", "after": "cancelled"}
     assert 0 < checkpoints < 3000
     attempt = await conn.fetchrow("SELECT status, error_sub_type, error_source FROM job_attempts")
-    assert tuple(attempt) == ("cancelled", "CANCELLED", "worker")
+    # A user's cancel: the attempt says who asked for it, not who noticed (spec 004).
+    assert tuple(attempt) == ("cancelled", "CANCELLED", "operator")
 
 
 async def test_many_workers_never_run_a_job_twice(

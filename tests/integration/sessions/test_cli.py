@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import orjson
 from typer.testing import CliRunner
 
@@ -83,3 +84,31 @@ async def test_upload_wait_exits_3_when_the_run_fails(cli_env: Settings, tmp_pat
         )
     assert result.exit_code == 3, (result.output, result.exception)
     assert orjson.loads(result.output)["status"] == "failed"
+
+
+async def test_runs_backfill_dry_run_then_wait_then_nothing_left(
+    cli_env: Settings, tmp_path: Path
+) -> None:
+    out = tmp_path / "s.csv"
+    await _cli("sessions", "synth", "--laps", "1", "--imu-hz", "20", "--out", str(out))
+    async with running_system(cli_env):
+        done = orjson.loads(
+            await _cli("sessions", "upload", str(out), "--device", "k1", "--wait", "--json")
+        )
+    assert done["status"] in {"succeeded", "partial"}
+    conn = await asyncpg.connect(cli_env.postgres())
+    try:  # the run was made by an older pipeline
+        await conn.execute("UPDATE processing_runs SET pipeline_version = 'older'")
+    finally:
+        await conn.close()
+
+    dry = orjson.loads(await _cli("runs", "backfill", "--tenant", "acme", "--dry-run", "--json"))
+    assert [d["action"] for d in dry] == ["would_start"]
+    async with running_system(cli_env):
+        text = await _cli("runs", "backfill", "--tenant", "acme", "--wait")
+    assert "1 started" in text and "runs ended: 1 " in text, text
+    again = orjson.loads(await _cli("runs", "backfill", "--json"))
+    assert [d["action"] for d in again] == ["current"]
+    assert again[0]["status"] in {"succeeded", "partial"}
+    shown = await _cli("runs", "show", again[0]["run_id"])
+    assert "verification: ok (" in shown, shown

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,15 @@ from streams.errors import NotFoundError, UsageError
 from streams.objects import ObjectStore
 from streams.sessions.datasets import read_table
 from streams.sessions.progress import wait_for_run
-from streams.sessions.reprocess import reprocess, rollback
+from streams.sessions.reprocess import (
+    BACKFILL_PRIORITY,
+    BackfillScope,
+    backfill,
+    reprocess,
+    rollback,
+)
 from streams.sessions.upload import upload_files
+from streams.sessions.versions import current_versions
 from tests.integration.sessions.conftest import running_system
 
 
@@ -97,3 +106,85 @@ async def test_reprocess_moves_the_pointer_only_on_success_and_rollback_moves_it
             await rollback(conn, tenant="acme", session_id=session, to_run=third.run_id)
         with pytest.raises(NotFoundError):  # another tenant does not see the session
             await reprocess(conn, tenant="globex", session_id=session)
+
+
+async def _runs_of(pool: Any, session_id: uuid.UUID) -> list[Any]:
+    async with pool.acquire() as conn:
+        return list(
+            await conn.fetch(
+                "SELECT id, requested_by, priority, parser_version FROM processing_runs "
+                "WHERE session_id = $1 ORDER BY created_at",
+                session_id,
+            )
+        )
+
+
+async def test_backfill_starts_one_low_priority_run_per_stale_session_however_often_it_runs(
+    settings: Settings, pool: Any, nmea_file: Path
+) -> None:
+    async with running_system(settings):
+        sessions = {}
+        for tenant in ("acme", "globex"):
+            receipt = await upload_files(settings, tenant=tenant, device="d1", paths=[nmea_file])
+            done = await wait_for_run(
+                settings, tenant=tenant, artifact_set_hash=receipt.artifact_set_hash, timeout_s=60
+            )
+            assert done.status in {"succeeded", "partial"}, done
+            sessions[tenant] = receipt.session_id
+    acme, globex = sessions["acme"], sessions["globex"]
+    ns = settings.namespace
+
+    # Runs made with the code of today are current: a backfill has nothing to do.
+    async with pool.acquire() as conn:
+        items = await backfill(conn, BackfillScope(), namespace=ns)
+    assert sorted(i.action for i in items) == ["current", "current"]
+
+    # The parser changed since (the runs pin an older version): both sessions are stale.
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE processing_runs SET parser_version = 'older'")
+        dry = await backfill(conn, BackfillScope(tenant="acme"), dry_run=True, namespace=ns)
+    assert [(i.session_id, i.action, i.device) for i in dry] == [(acme, "would_start", "d1")]
+    assert len(await _runs_of(pool, acme)) == 1  # a dry run starts nothing
+
+    seen: list[tuple[str, int, int]] = []
+    async with pool.acquire() as conn:
+        first = await backfill(
+            conn, BackfillScope(tenant="acme", device="d1"), namespace=ns,
+            on_item=lambda item, done, total: seen.append((item.action, done, total)),
+        )  # fmt: skip
+        again = await backfill(conn, BackfillScope(tenant="acme"), namespace=ns)
+    assert [i.action for i in first] == ["started"] and seen == [("started", 1, 1)]
+    assert [(i.action, i.run_id) for i in again] == [("current", first[0].run_id)]
+    runs = await _runs_of(pool, acme)
+    assert len(runs) == 2  # one backfill run, however often it is asked for
+    assert runs[1]["id"] == first[0].run_id
+    assert runs[1]["requested_by"] == "backfill:operator"
+    assert runs[1]["priority"] == BACKFILL_PRIORITY < 0  # below interactive uploads
+    assert runs[1]["parser_version"] == current_versions().parser
+
+    # Two backfills at once: the session's lock lets exactly one of them start a run.
+    async with pool.acquire() as c1, pool.acquire() as c2:
+        both = await asyncio.gather(
+            backfill(c1, BackfillScope(tenant="globex"), namespace=ns),
+            backfill(c2, BackfillScope(tenant="globex"), namespace=ns),
+        )
+    assert sorted(i.action for items in both for i in items) == ["current", "started"]
+    assert len(await _runs_of(pool, globex)) == 2
+
+    # Outside the time range: nothing.
+    async with pool.acquire() as conn:
+        later = await backfill(
+            conn, BackfillScope(since=datetime.now(UTC) + timedelta(days=1)), namespace=ns
+        )
+    assert later == []
+
+    # The backfill runs are ordinary reprocesses: they end and take the pointer.
+    async with running_system(settings):
+        done = await wait_for_run(settings, run_id=first[0].run_id, timeout_s=60)
+    assert done.status in {"succeeded", "partial"}
+    async with pool.acquire() as conn:
+        assert await _active(pool, acme) == first[0].run_id
+        assert [i.action for i in await backfill(conn, BackfillScope(), namespace=ns)] == [
+            "current",
+            "current",
+        ]

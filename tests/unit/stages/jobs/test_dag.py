@@ -6,6 +6,9 @@ import pytest
 
 from stages.jobs.dag import (
     DEFAULT_DAG,
+    FEATURES,
+    GATES,
+    STAGES,
     DagError,
     Dep,
     JobSpec,
@@ -95,3 +98,27 @@ def test_dependents_closure() -> None:
     found = dependents(DEFAULT_DAG, ["detect_laps"])
     assert {"detect_segments", "compute_metrics", "build_indexes", "publish_session"} <= found
     assert "downsample_L1" not in found
+
+
+def test_each_job_type_is_declared_once_with_what_runs_it() -> None:
+    for spec in DEFAULT_DAG.values():
+        assert bool(spec.stage) != bool(spec.executor), spec.name
+        assert spec.stale_after_s > 0 and spec.version_group in ("parser", "pipeline", "fusion")
+    assert STAGES["downsample_L1"] == "stages.batch.downsample:run_l1"
+    assert DEFAULT_DAG["materialise_clickhouse"].executor.startswith("streams.sessions.")
+    assert {f.name: f.job_type for f in FEATURES}["fusion"] == "fuse_gnss_imu"
+    assert [g.reason for g in GATES if g.job_type == "detect_laps"] == [
+        "LAPS_DISABLED",
+        "NO_GNSS_STREAM",
+    ]
+    # Lost workers are told apart faster for short jobs than for fusion.
+    assert (
+        DEFAULT_DAG["artifact_validate"].stale_after_s < DEFAULT_DAG["fuse_gnss_imu"].stale_after_s
+    )
+
+
+def test_a_spec_runs_a_stage_or_an_executor_not_both() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        JobSpec(name="x", stage="m:f", executor="m:g")
+    with pytest.raises(ValueError, match="version group"):
+        JobSpec(name="x", version_group="nightly")

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from stages.jobs.dag import DEFAULT_DAG
-from stages.jobs.gating import GATES, Candidate, capabilities_of, evaluate
+from functools import partial
+
+from stages.jobs.dag import DEFAULT_DAG, GATES
+from stages.jobs.gating import Candidate, capabilities_of
+from stages.jobs.gating import evaluate as evaluate_with
+
+evaluate = partial(evaluate_with, gates=GATES)
 
 FUSE = Candidate(name="fuse_gnss_imu", job_type="fuse_gnss_imu")
 LAPS = Candidate(name="detect_laps", job_type="detect_laps")
@@ -28,6 +33,12 @@ def test_capabilities_gate_and_config_wins_first() -> None:
 def test_gates_only_target_optional_jobs() -> None:
     for gate in GATES:
         assert not DEFAULT_DAG[gate.job_type].critical
+
+
+def test_gates_are_declared_on_their_job_type() -> None:
+    assert {g.job_type for g in GATES} == {"fuse_gnss_imu", "detect_laps", "detect_segments"}
+    for spec in DEFAULT_DAG.values():
+        assert all(g.job_type == spec.job_type for g in spec.gates)
 
 
 def test_capabilities_of_summary() -> None:

@@ -1,8 +1,13 @@
-"""Stage executors without services: names, idempotency keys, reuse on retry, error mapping."""
+"""Stage executors: names, idempotency keys, reuse on retry, error mapping.
+
+Against a real (migrated) Postgres: an executor looks up its run's retry lineage and records
+artifact lifecycle there (the rows these tests make up are simply not found).
+"""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -65,9 +70,15 @@ def _fresh_table_cache() -> None:
 
 
 @pytest.fixture
-def executors(tmp_path: Path) -> SessionExecutors:
-    settings = Settings(object_store=str(tmp_path / "objects"), data_dir=tmp_path)
-    return SessionExecutors(settings, compute="thread", workers=1)
+async def executors(tmp_path: Path, pg_dsn: str) -> AsyncIterator[SessionExecutors]:
+    settings = Settings(
+        object_store=str(tmp_path / "objects"), data_dir=tmp_path, postgres_dsn=pg_dsn
+    )
+    ex = SessionExecutors(settings, compute="thread", workers=1)
+    try:
+        yield ex
+    finally:
+        await ex.aclose()
 
 
 def _artifact(ex: SessionExecutors, data: bytes, name: str) -> ArtifactRef:
