@@ -157,7 +157,7 @@ def backfill_command(
     until: datetime | None = typer.Option(None, "--until", help="Uploaded before (UTC)."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="At most this many sessions."),
     priority: int = typer.Option(
-        BACKFILL_PRIORITY, "--priority", help="Priority of the new runs (uploads: 100, reprocess: 0)."
+        BACKFILL_PRIORITY, "--priority", help="Priority of the new runs (uploads: 100)."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would run; start nothing."),
     wait: bool = typer.Option(False, "--wait", help="Follow the new runs until they end."),
