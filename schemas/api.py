@@ -222,6 +222,26 @@ class Session(_Body):
     artifacts: list[SessionArtifact]
 
 
+class TrackPoint(_Body):
+    t: datetime
+    lat: float
+    lon: float
+    speed_mps: float | None
+
+
+class SessionTrack(_Body):
+    """The active run's downsampled GNSS series, thinned for drawing."""
+
+    session_id: uuid.UUID
+    run_id: uuid.UUID | None
+    dataset: str | None = Field(description="`gnss_L1`, or `gnss_L2` when L1 is absent.")
+    rows: int = Field(description="Rows in the dataset, before thinning.")
+    points: list[TrackPoint]
+    reason: str | None = Field(
+        description="Why there are no points: `NO_ACTIVE_RUN` or `NO_GNSS_SERIES`."
+    )
+
+
 class ReceiptArtifact(_Body):
     name: str
     sha256: str
@@ -599,6 +619,79 @@ class ResolveRequest(_Request):
 class ResolveReport(_Body):
     resolved: list[int]
     not_resolved: list[int]
+
+
+# -- fleet ----------------------------------------------------------------------------------
+
+FleetSort = Literal[
+    "device",
+    "last_seen_at",
+    "envelopes",
+    "invalid_share",
+    "duplicates",
+    "out_of_order",
+    "seq_gaps",
+    "latency_p50_s",
+    "clock_skew_s",
+]
+
+
+class FleetQuery(BaseModel):
+    """The window, the sort and the search of the fleet's device table."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    window_minutes: int = Field(60, ge=1, le=1440, description="The recent window read.")
+    sort: FleetSort = Field("last_seen_at", description="`clock_skew_s` sorts by its size.")
+    order: Literal["asc", "desc"] = "desc"
+    search: Text | None = Field(None, max_length=200, description="Part of the device id.")
+    limit: int = Field(100, ge=1, le=1000, description="Devices answered (the first by sort).")
+
+
+class DeviceQuality(_Body):
+    """One device's data-quality figures over the window (see docs/api.md, Fleet)."""
+
+    device: str
+    last_seen_at: datetime
+    envelopes: int = Field(description="Received, duplicates not counted.")
+    invalid_share: float = Field(description="Share of envelopes that failed validation.")
+    duplicates: int
+    out_of_order: int = Field(description="Envelopes whose seq is below the one before them.")
+    seq_gaps: int = Field(description="seq numbers in the window's range that never arrived.")
+    latency_p50_s: float | None = Field(description="Median received - measured, seconds.")
+    clock_skew_s: float | None = Field(description="Smallest received - measured, seconds.")
+
+
+class FleetReport(_Body):
+    """The fleet over a recent window: ingest by status, open dead letters, device figures."""
+
+    at: datetime
+    window_s: int
+    statuses: dict[str, int] = Field(description="Envelopes received per status.")
+    rate_per_min: float = Field(description="Envelopes received per minute, all statuses.")
+    open_dead_letters: int
+    matched: int = Field(description="Devices seen in the window that match the search.")
+    devices: list[DeviceQuality] = Field(description="The first `limit` of them, sorted.")
+
+
+class RecentMessage(_Body):
+    id: int
+    received_at: datetime
+    measured_at: datetime | None
+    seq: int | None
+    topic: str = Field(description="The subject's last token.")
+    status: str
+    error_code: str | None
+
+
+class DeviceActivity(_Body):
+    """A device's hot state (Redis: the newest measurement per topic) and its newest envelopes."""
+
+    device: str
+    state: dict[str, Any] = Field(
+        description="Per topic: `ts`, `seq`, `values`, `message_key`, `received_at`."
+    )
+    messages: list[RecentMessage] = Field(description="The newest 50, newest first.")
 
 
 # -- messages -------------------------------------------------------------------------------

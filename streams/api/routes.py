@@ -28,9 +28,12 @@ from schemas.api import (
     DeadLetterPage,
     DeadLetterQuery,
     Device,
+    DeviceActivity,
     DeviceChange,
     DevicePage,
     DeviceQuery,
+    FleetQuery,
+    FleetReport,
     Health,
     MessageExplanation,
     RedriveReport,
@@ -54,10 +57,12 @@ from schemas.api import (
     SessionPage,
     SessionQuery,
     SessionSummary,
+    SessionTrack,
     UploadForm,
     UploadReceipt,
 )
 from streams.api import event_stream
+from streams.api import fleet_routes as fleet
 from streams.api import registry_routes as reg
 from streams.api import run_routes as runs
 from streams.api import telemetry_routes as tel
@@ -72,6 +77,7 @@ from streams.observability import tracing
 from streams.sessions import queries
 from streams.sessions.notice import SessionNotice
 from streams.sessions.tenancy import check_device
+from streams.sessions.track import session_track
 from streams.sessions.upload import StagedUpload, receipt_for
 
 __all__ = ["OPENAPI", "ROUTES", "add_routes"]
@@ -133,6 +139,13 @@ async def get_session(request: web.Request) -> web.Response:
     async with context_of(request).pool.acquire() as conn:
         row = await queries.get_session(conn, caller.tenant_id, path_uuid(request))
     return reply(Session.model_validate(row))
+
+
+async def get_session_track(request: web.Request) -> web.Response:
+    ctx, caller = context_of(request), caller_of(request)
+    async with ctx.pool.acquire() as conn:
+        track = await session_track(conn, ctx.store, caller.tenant_id, path_uuid(request))
+    return reply(SessionTrack.model_validate(track))
 
 
 async def get_run(request: web.Request) -> web.Response:
@@ -317,6 +330,9 @@ ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/v1/sessions/{id}", handler=get_session, tag=_SESSIONS,
           summary="One session with its runs and artifacts", response=Session,
           path_types={"id": _UUID}, errors=(404,)),
+    Route(method="GET", path="/v1/sessions/{id}/track", handler=get_session_track,
+          tag=_SESSIONS, summary="The active run's downsampled GNSS track, for drawing",
+          response=SessionTrack, path_types={"id": _UUID}, errors=(404,)),
     Route(method="POST", path="/v1/sessions/{id}/reprocess", handler=runs.reprocess_session,
           tag=_SESSIONS, summary="Start a new run with the current versions (blue/green)",
           status=202, body=ReprocessRequest, response=RunStarted, path_types={"id": _UUID},
@@ -340,10 +356,16 @@ ROUTES: tuple[Route, ...] = (
           summary="Start a new run repeating a failed, cancelled or partial one", status=202,
           response=RunStarted, path_types={"id": _UUID}, errors=(404, 409)),
     # -- devices and schemas
+    Route(method="GET", path="/v1/fleet", handler=fleet.get_fleet, tag=_DEVICES,
+          summary="Ingest by status, open dead letters and each device's data quality over a "
+                  "recent window", query=FleetQuery, response=FleetReport),
     Route(method="GET", path="/v1/devices", handler=reg.list_devices, tag=_DEVICES,
           summary="The caller's devices by id", query=DeviceQuery, response=DevicePage),
     Route(method="GET", path="/v1/devices/{device}", handler=reg.get_device, tag=_DEVICES,
           summary="One device", response=Device, errors=(404,)),
+    Route(method="GET", path="/v1/devices/{device}/activity", handler=fleet.get_device_activity,
+          tag=_DEVICES, summary="The device's hot state and its newest envelopes",
+          response=DeviceActivity, errors=(404,)),
     Route(method="POST", path="/v1/devices/{device}/activate", handler=reg.activate_device,
           tag=_DEVICES, summary="Process and publish the device's envelopes",
           response=DeviceChange, errors=(404,)),

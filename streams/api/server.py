@@ -1,7 +1,8 @@
 """The HTTP API process: an aiohttp application with API-key auth and tenant scoping.
 
 Routes: the table :data:`streams.api.routes.ROUTES`, described by the OpenAPI document served
-at ``/v1/openapi.json`` (committed as ``docs/openapi.json``; see ``docs/api.md``).
+at ``/v1/openapi.json`` (committed as ``docs/openapi.json``; see ``docs/api.md``), and the web
+console at ``/`` (:mod:`streams.api.static`).
 
 Every error, whoever detects it, is an RFC 9457 problem (``application/problem+json``) with a
 stable ``code``: 400 (usage, or text that is not UTF-8 or holds NUL, or a request aiohttp cannot
@@ -32,6 +33,7 @@ from streams.api.inputs import check_query
 from streams.api.keys import authenticate
 from streams.api.protocol import ApiRunner
 from streams.api.request_id import REQUEST_ID, request_ids
+from streams.api.static import add_console, is_console_path
 from streams.config import Settings
 from streams.errors import NotFoundError, TidewayError, TransientError, UsageError
 from streams.objects import ObjectStore, ObjectTooLargeError
@@ -100,8 +102,9 @@ async def _edge(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 @web.middleware
 async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path in _PUBLIC or request.match_info.http_exception is not None:
-        return await handler(request)  # public, or the router's 404/405 (no key needed)
+    public = request.path in _PUBLIC or is_console_path(request.path)
+    if public or request.match_info.http_exception is not None:
+        return await handler(request)  # public, the console's files, or the router's 404/405
     secret = request.headers.get("X-API-Key", "")
     bearer = request.headers.get("Authorization", "")
     if not secret and bearer.lower().startswith("bearer "):
@@ -126,6 +129,7 @@ def build_app(ctx: ApiContext, *, observe: Sequence[Middleware] = ()) -> web.App
     app = web.Application(middlewares=chain)
     app[CONTEXT] = ctx
     routes.add_routes(app)
+    add_console(app)
     return app
 
 

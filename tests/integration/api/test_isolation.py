@@ -67,8 +67,14 @@ async def test_every_route_hides_one_tenants_things_from_another(seeded: Seeded)
             assert answer["code"] == "NOT_FOUND"
             assert theirs.content_type == "application/problem+json"
             continue
-        # A list: globex's is empty, acme's on the same route is not.
         assert theirs.status == 200, (route.path, answer)
+        if route.path == "/v1/fleet":  # a report: globex's counts nothing, acme's does
+            assert (answer["devices"], answer["statuses"], answer["open_dead_letters"]) == (
+                [], {}, 0)  # fmt: skip
+            ours = await (await client.get(path, headers=seeded.acme)).json()
+            assert ours["devices"] and ours["open_dead_letters"], ours
+            continue
+        # A list: globex's is empty, acme's on the same route is not.
         assert answer == {"items": [], "next": None}, route.path
         ours = await (await client.get(path, headers=seeded.acme)).json()
         assert ours["items"], f"acme sees nothing on {route.path}: the check would be vacuous"
