@@ -586,6 +586,9 @@ BAD_REQUEST: Final = _code("BAD_REQUEST", _A.API, "the request is malformed")
 METHOD_NOT_ALLOWED: Final = _code(
     "METHOD_NOT_ALLOWED", _A.API, "the route does not accept this method"
 )
+UNAUTHENTICATED: Final = _code(
+    "UNAUTHENTICATED", _A.API, "no API key, or an unknown or revoked one (401)"
+)
 
 
 CODES: Final[Mapping[str, ErrorCodeInfo]] = MappingProxyType(_ROWS)

@@ -91,6 +91,15 @@ class Names:
         """Postgres LISTEN/NOTIFY channel that wakes idle workers."""
         return self._p("tideway_jobs").lower()
 
+    # -- domain events (core NATS, streams.domain_events) --------------------------------
+    def event_subject(self, tenant: str, kind: str) -> str:
+        """``events.<tenant>.<kind>``: ``session.published``, ``run.<state>``."""
+        return self._s(f"events.{tenant}.{kind}")
+
+    def events_subjects(self, tenant: str) -> str:
+        """Every domain event of one tenant."""
+        return self._s(f"events.{tenant}.>")
+
     # -- Redis / ClickHouse ---------------------------------------------------------------
     @property
     def redis_prefix(self) -> str:

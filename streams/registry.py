@@ -60,9 +60,10 @@ SELECT s.name, count(v.id) AS versions, max(v.version) AS latest_version,
        (SELECT count(*) FROM devices d JOIN device_schema_versions dv ON dv.id = d.schema_version_id
         WHERE dv.schema_id = s.id) AS devices
 FROM device_schemas s JOIN device_schema_versions v ON v.schema_id = s.id
-WHERE s.tenant_id = $1
+WHERE s.tenant_id = $1 AND ($2::text IS NULL OR s.name > $2)
 GROUP BY s.id, s.name ORDER BY s.name
-"""
+LIMIT $3
+"""  # $2: the last name of the previous page (keyset paging); $3 NULL: no limit
 
 _SCHEMA_VERSION = """
 SELECT v.id, s.name AS schema, v.version, v.content_hash, v.source_text, v.spec, v.created_at,
@@ -88,8 +89,10 @@ _DEVICE = _DEVICE_COLUMNS + "WHERE d.tenant_id = $1 AND d.external_id = $2"
 
 _LIST_DEVICES = _DEVICE_COLUMNS + """
 WHERE d.tenant_id = $1 AND ($2::text IS NULL OR s.name = $2) AND ($3::bool IS NULL OR d.active = $3)
+  AND ($4::text IS NULL OR d.external_id > $4)
 ORDER BY d.external_id
-"""
+LIMIT $5
+"""  # $4: the last id of the previous page (keyset paging); $5 NULL: no limit
 
 _INSERT_DEVICE = """
 INSERT INTO devices (tenant_id, external_id, name, active, schema_version_id)
@@ -226,9 +229,11 @@ async def _insert_topics(conn: Any, version_id: uuid.UUID, schema: SchemaFile) -
         ])
 
 
-async def list_schemas(conn: Any, tenant: str) -> list[SchemaSummary]:
-    """Every schema of ``tenant`` with its newest version."""
-    rows = await conn.fetch(_LIST_SCHEMAS, await _tenant(conn, tenant))
+async def list_schemas(conn: Any, tenant: str, *, after: str | None = None,
+                       limit: int | None = None) -> list[SchemaSummary]:
+    """Every schema of ``tenant`` with its newest version, by name (``limit`` of them named
+    after ``after`` when given)."""
+    rows = await conn.fetch(_LIST_SCHEMAS, await _tenant(conn, tenant), after, limit)
     return [SchemaSummary(**dict(row)) for row in rows]
 
 
@@ -281,9 +286,12 @@ async def add_device(conn: Any, tenant: str, external_id: str, *, name: str | No
 
 
 async def list_devices(conn: Any, tenant: str, *, schema: str | None = None,
-                       active: bool | None = None) -> list[Device]:
-    """Devices of ``tenant``, optionally only those on ``schema`` or in one activation state."""
-    rows = await conn.fetch(_LIST_DEVICES, await _tenant(conn, tenant), schema, active)
+                       active: bool | None = None, after: str | None = None,
+                       limit: int | None = None) -> list[Device]:
+    """Devices of ``tenant`` by id, optionally only those on ``schema`` or in one activation
+    state (``limit`` of them with ids after ``after`` when given)."""
+    rows = await conn.fetch(_LIST_DEVICES, await _tenant(conn, tenant), schema, active, after,
+                            limit)
     return [Device.from_row(row) for row in rows]
 
 

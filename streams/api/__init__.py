@@ -1,1 +1,2 @@
-"""The HTTP API (aiohttp): session uploads and run status, API-key auth, tenant-scoped."""
+"""The HTTP API (aiohttp): sessions, runs, devices, schemas, dead letters and live events of the
+caller's tenant, described by an OpenAPI document (``docs/api.md``)."""

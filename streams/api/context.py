@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
 from nats.aio.client import Client as NatsClient
 
+from schemas.api import Problem
 from streams.api.keys import Caller
 from streams.config import Settings
 from streams.objects import ObjectStore
@@ -52,11 +54,32 @@ def caller_of(request: web.Request) -> Caller:
 
 
 def error_response(
-    status: int, code: str, message: str, *, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    *,
+    headers: dict[str, str] | None = None,
+    request_id: str | None = None,
 ) -> web.Response:
-    """The JSON error body every failure uses."""
-    body = {"error": {"code": code, "message": message}}
-    return web.json_response(body, status=status, headers=headers)
+    """The error body every failure uses: RFC 9457 problem details with a stable ``code``."""
+    try:
+        title = HTTPStatus(status).phrase
+    except ValueError:
+        title = "Error"
+    problem = Problem(
+        type=f"urn:tideway:error:{code}",
+        title=title,
+        status=status,
+        detail=message,
+        code=code,
+        request_id=request_id,
+    )
+    return web.Response(
+        body=problem.model_dump_json(exclude_none=True).encode(),
+        status=status,
+        headers=headers,
+        content_type="application/problem+json",
+    )
 
 
 # Codes for the failures aiohttp itself detects (no route, wrong method, unparseable request,

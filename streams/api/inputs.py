@@ -10,13 +10,14 @@ a request carrying such text is a 400 before any handler or statement sees it.
 
 from __future__ import annotations
 
+import uuid
 from urllib.parse import parse_qsl
 
-from aiohttp import BodyPartReader
+from aiohttp import BodyPartReader, web
 
 from streams.errors import UsageError
 
-__all__ = ["check_query", "check_text", "read_field"]
+__all__ = ["check_query", "check_text", "path_int", "path_text", "path_uuid", "read_field"]
 
 
 def check_text(what: str, value: str) -> str:
@@ -55,3 +56,25 @@ async def read_field(part: BodyPartReader, name: str) -> str:
     except UnicodeDecodeError as exc:
         raise UsageError(f"form field {name!r} is not valid UTF-8") from exc
     return check_text(f"form field {name!r}", text)
+
+
+def path_uuid(request: web.Request, name: str = "id") -> uuid.UUID:
+    """The path parameter ``name`` as an id (400 when it is not one)."""
+    raw = request.match_info[name]
+    try:
+        return uuid.UUID(raw)
+    except ValueError as exc:
+        raise UsageError(f"not an id: {name}") from exc
+
+
+def path_int(request: web.Request, name: str = "id") -> int:
+    """The path parameter ``name`` as a numeric id (400 when it is not one)."""
+    raw = request.match_info[name]
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+        raise UsageError(f"{name} must be a number")
+    return int(raw)
+
+
+def path_text(request: web.Request, name: str) -> str:
+    """The path parameter ``name`` as clean text (see :func:`check_text`)."""
+    return check_text(f"path parameter {name!r}", request.match_info[name])

@@ -24,6 +24,8 @@ from streams.observability.http_metrics import route_label
 from streams.observability.logs import log_context
 
 HEADER = "X-Request-Id"
+REQUEST_ID = web.RequestKey("request_id", str)
+"""The request's id, for error bodies (set by :func:`request_ids`)."""
 _WELL_FORMED = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 access_log = logging.getLogger("streams.api.access")
@@ -41,6 +43,7 @@ def request_id_of(request: web.Request) -> str:
 async def request_ids(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Bind the request id for the request, log it once, and return it as a header."""
     request_id = request_id_of(request)
+    request[REQUEST_ID] = request_id
     started = time.perf_counter()
     status = 500
     with log_context(request_id=request_id):

@@ -1,4 +1,10 @@
-"""The API's handlers. Each reads the caller's tenant from the request and scopes to it."""
+"""The API's route table and its session handlers. Each reads the caller's tenant from the
+request and scopes to it.
+
+:data:`ROUTES` is the one list of routes: :func:`add_routes` serves it and
+:func:`streams.api.openapi.document` describes it (``/v1/openapi.json``), each route with the
+``schemas.api`` models of its query, body and answer.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +20,58 @@ from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import ValidationError
 
+from schemas.api import (
+    CancelResult,
+    DeadLetter,
+    DeadLetterGroupPage,
+    DeadLetterGroupQuery,
+    DeadLetterPage,
+    DeadLetterQuery,
+    Device,
+    DeviceActivity,
+    DeviceChange,
+    DevicePage,
+    DeviceQuery,
+    FleetQuery,
+    FleetReport,
+    Health,
+    MessageExplanation,
+    RedriveReport,
+    ReprocessRequest,
+    ResolveReport,
+    ResolveRequest,
+    RollbackRequest,
+    RollbackResult,
+    Run,
+    RunDag,
+    RunPage,
+    RunQuery,
+    RunStarted,
+    SchemaPage,
+    SchemaQuery,
+    SchemaTestReport,
+    SchemaTestRequest,
+    SchemaVersion,
+    SchemaVersionQuery,
+    Session,
+    SessionLaps,
+    SessionPage,
+    SessionQuery,
+    SessionSummary,
+    SessionTrack,
+    UploadForm,
+    UploadReceipt,
+)
+from streams.api import event_stream
+from streams.api import fleet_routes as fleet
+from streams.api import registry_routes as reg
+from streams.api import run_routes as runs
+from streams.api import telemetry_routes as tel
+from streams.api.bodies import query_of, reply
 from streams.api.context import caller_of, context_of
-from streams.api.inputs import read_field
+from streams.api.inputs import path_uuid, read_field
+from streams.api.openapi import Route, document, dumps
+from streams.api.pages import decode_cursor, instant, page_of
 from streams.errors import UsageError
 from streams.names import Names
 from streams.observability import tracing
@@ -24,9 +80,10 @@ from streams.sessions.lap_report import session_laps
 from streams.sessions.notice import SessionNotice, check_run_config
 from streams.sessions.quotas import check_priority
 from streams.sessions.tenancy import check_device
+from streams.sessions.track import session_track
 from streams.sessions.upload import StagedUpload, receipt_for
 
-__all__ = ["add_routes"]
+__all__ = ["OPENAPI", "ROUTES", "add_routes"]
 
 _CHUNK = 1 << 20
 # How long POST /v1/sessions waits for intake to create the run before answering without it.
@@ -37,24 +94,13 @@ _TITLE_MAX = 500  # SessionNotice.title's bound, checked here to answer 400, not
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/v1/healthz", healthz)
-    app.router.add_post("/v1/sessions", post_session)
-    app.router.add_get("/v1/sessions", list_sessions)
-    app.router.add_get("/v1/sessions/{id}", get_session)
-    app.router.add_get("/v1/sessions/{id}/laps", get_session_laps)
-    app.router.add_get("/v1/runs/{id}", get_run)
-
-
-def _json(data: Any, status: int = 200) -> web.Response:
-    body = orjson.dumps(data, default=str, option=orjson.OPT_NON_STR_KEYS)
-    return web.Response(body=body, status=status, content_type="application/json")
-
-
-def _uuid(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError as exc:
-        raise UsageError(f"not an id: {value!r}") from exc
+    """Serve every route of :data:`ROUTES` on ``app``."""
+    for route in ROUTES:  # GET routes answer HEAD too (aiohttp's add_get)
+        if route.method == "GET":
+            app.router.add_get(route.path, route.handler, name=route.operation_id)
+        else:
+            app.router.add_route(route.method, route.path, route.handler, name=route.operation_id)
+    event_stream.setup(app)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -67,23 +113,42 @@ async def healthz(request: web.Request) -> web.Response:
     except (OSError, TimeoutError, Exception):  # any failure means "not healthy"
         checks["postgres"] = False
     ok = all(checks.values())
-    return _json({"status": "ok" if ok else "degraded", "checks": checks}, 200 if ok else 503)
+    return reply(Health(status="ok" if ok else "degraded", checks=checks), 200 if ok else 503)
+
+
+async def openapi(request: web.Request) -> web.Response:
+    """The OpenAPI document of this API (the same as the committed ``docs/openapi.json``)."""
+    return web.Response(body=OPENAPI, content_type="application/json")
 
 
 async def list_sessions(request: web.Request) -> web.Response:
-    caller = caller_of(request)
-    device = request.query.get("device")
-    limit = _int(request.query.get("limit", "50"), "limit", 1, 1000)
+    caller, q = caller_of(request), query_of(request, SessionQuery)
+    after = decode_cursor(q.cursor, instant, uuid.UUID)
     async with context_of(request).pool.acquire() as conn:
-        rows = await queries.list_sessions(conn, caller.tenant_id, device=device, limit=limit)
-    return _json({"sessions": rows})
+        rows = await queries.list_sessions(
+            conn,
+            caller.tenant_id,
+            device=q.device,
+            limit=q.limit + 1,
+            after=(after[0], after[1]) if after else None,
+        )
+    items, next_ = page_of(request, rows, q.limit, lambda r: (r["created_at"].isoformat(), r["id"]))
+    page = [SessionSummary.model_validate(r) for r in items]
+    return reply(SessionPage(items=page, next=next_))
 
 
 async def get_session(request: web.Request) -> web.Response:
     caller = caller_of(request)
     async with context_of(request).pool.acquire() as conn:
-        row = await queries.get_session(conn, caller.tenant_id, _uuid(request.match_info["id"]))
-    return _json(row)
+        row = await queries.get_session(conn, caller.tenant_id, path_uuid(request))
+    return reply(Session.model_validate(row))
+
+
+async def get_session_track(request: web.Request) -> web.Response:
+    ctx, caller = context_of(request), caller_of(request)
+    async with ctx.pool.acquire() as conn:
+        track = await session_track(conn, ctx.store, caller.tenant_id, path_uuid(request))
+    return reply(SessionTrack.model_validate(track))
 
 
 async def get_session_laps(request: web.Request) -> web.Response:
@@ -91,16 +156,16 @@ async def get_session_laps(request: web.Request) -> web.Response:
     ctx, caller = context_of(request), caller_of(request)
     async with ctx.pool.acquire() as conn:
         report = await session_laps(
-            conn, ctx.store, caller.tenant_id, _uuid(request.match_info["id"])
+            conn, ctx.store, caller.tenant_id, path_uuid(request)
         )
-    return _json(report.as_json())
+    return reply(SessionLaps.model_validate(report.as_json()))
 
 
 async def get_run(request: web.Request) -> web.Response:
     caller = caller_of(request)
     async with context_of(request).pool.acquire() as conn:
-        row = await queries.get_run(conn, caller.tenant_id, _uuid(request.match_info["id"]))
-    return _json(row)
+        row = await queries.get_run(conn, caller.tenant_id, path_uuid(request))
+    return reply(Run.model_validate(row))
 
 
 def _int(raw: str, name: str, lo: int, hi: int) -> int:
@@ -187,7 +252,7 @@ async def post_session(request: web.Request) -> web.Response:
     # The upload is a span continuing the caller's W3C trace context, if it sent one (a new
     # trace otherwise); the notice carries it on to intake and the run.
     with tracing.continue_trace("session.upload", request.headers.get("traceparent"),
-                                {"tideway.route": "POST /v1/sessions"}) as trace:
+                                {"tideway.route": "POST /v1/sessions"}) as trace:  # fmt: skip
         return await _post_session(request, trace)
 
 
@@ -233,7 +298,7 @@ async def _post_session(request: web.Request, traceparent: str | None) -> web.Re
         "session": f"/v1/sessions/{receipt.session_id}",
         "run": f"/v1/runs/{run_id}" if run_id else None,
     }
-    return _json(body, status=202)
+    return reply(UploadReceipt.model_validate(body), status=202)
 
 
 def _title(raw: str | None) -> str | None:
@@ -252,3 +317,125 @@ async def _wait_for_run(pool: Any, tenant_id: uuid.UUID, key: str) -> uuid.UUID 
             return found
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.25)
+
+
+_UUID = {"type": "string", "format": "uuid"}
+_UPLOAD = {
+    "multipart/form-data": {"schema": UploadForm.model_json_schema()},
+    "application/octet-stream": {"schema": {"contentMediaType": "application/octet-stream"}},
+}
+_UPLOAD_HELP = (
+    "Multipart: one or more `file` parts and the fields below. A raw body is one file; its "
+    "fields (and `filename`) then come from the query string. Answers once intake has made "
+    "the run, or after 5 s without it (`run_id` null)."
+)
+_SESSIONS, _RUNS, _DEVICES, _SCHEMAS = "sessions", "runs", "devices", "schemas"
+_DLQ = "dead letters"
+
+ROUTES: tuple[Route, ...] = (
+    Route(method="GET", path="/v1/healthz", handler=healthz, tag="service", public=True,
+          summary="Postgres and NATS reachable (503 when not)", response=Health),
+    Route(method="GET", path="/v1/openapi.json", handler=openapi, tag="service", public=True,
+          summary="This document",
+          content={"application/json": {"schema": {"type": "object"}}}),
+    # -- sessions and runs
+    Route(method="POST", path="/v1/sessions", handler=post_session, tag=_SESSIONS,
+          summary="Upload a session's files", status=202, response=UploadReceipt,
+          request_content=_UPLOAD, description=_UPLOAD_HELP, errors=(413, 422, 429)),
+    Route(method="GET", path="/v1/sessions", handler=list_sessions, tag=_SESSIONS,
+          summary="The caller's sessions, newest first", query=SessionQuery,
+          response=SessionPage),
+    Route(method="GET", path="/v1/sessions/{id}", handler=get_session, tag=_SESSIONS,
+          summary="One session with its runs and artifacts", response=Session,
+          path_types={"id": _UUID}, errors=(404,)),
+    Route(method="GET", path="/v1/sessions/{id}/track", handler=get_session_track,
+          tag=_SESSIONS, summary="The active run's downsampled GNSS track, for drawing",
+          response=SessionTrack, path_types={"id": _UUID}, errors=(404,)),
+    Route(method="GET", path="/v1/sessions/{id}/laps", handler=get_session_laps,
+          tag=_SESSIONS, summary="The active run's laps (one row each) and start/finish line",
+          response=SessionLaps, path_types={"id": _UUID}, errors=(404,)),
+    Route(method="POST", path="/v1/sessions/{id}/reprocess", handler=runs.reprocess_session,
+          tag=_SESSIONS, summary="Start a new run with the current versions (blue/green)",
+          status=202, body=ReprocessRequest, response=RunStarted, path_types={"id": _UUID},
+          errors=(404, 422)),
+    Route(method="POST", path="/v1/sessions/{id}/rollback", handler=runs.rollback_session,
+          tag=_SESSIONS, summary="Point the session back at its previous good run",
+          body=RollbackRequest, response=RollbackResult, path_types={"id": _UUID},
+          errors=(404, 409)),
+    Route(method="GET", path="/v1/runs", handler=runs.list_runs_, tag=_RUNS,
+          summary="The caller's runs, newest first", query=RunQuery, response=RunPage),
+    Route(method="GET", path="/v1/runs/{id}", handler=get_run, tag=_RUNS,
+          summary="One run: status, summary, features, jobs, datasets", response=Run,
+          path_types={"id": _UUID}, errors=(404,)),
+    Route(method="GET", path="/v1/runs/{id}/dag", handler=runs.get_run_dag, tag=_RUNS,
+          summary="A run's DAG: jobs in dependency order with edges and attempts",
+          response=RunDag, path_types={"id": _UUID}, errors=(404,)),
+    Route(method="POST", path="/v1/runs/{id}/cancel", handler=runs.cancel_run, tag=_RUNS,
+          summary="Cancel a run (running jobs stop at their next checkpoint)",
+          response=CancelResult, path_types={"id": _UUID}, errors=(404,)),
+    Route(method="POST", path="/v1/runs/{id}/retry", handler=runs.retry_run, tag=_RUNS,
+          summary="Start a new run repeating a failed, cancelled or partial one", status=202,
+          response=RunStarted, path_types={"id": _UUID}, errors=(404, 409)),
+    # -- devices and schemas
+    Route(method="GET", path="/v1/fleet", handler=fleet.get_fleet, tag=_DEVICES,
+          summary="Ingest by status, open dead letters and each device's data quality over a "
+                  "recent window", query=FleetQuery, response=FleetReport),
+    Route(method="GET", path="/v1/devices", handler=reg.list_devices, tag=_DEVICES,
+          summary="The caller's devices by id", query=DeviceQuery, response=DevicePage),
+    Route(method="GET", path="/v1/devices/{device}", handler=reg.get_device, tag=_DEVICES,
+          summary="One device", response=Device, errors=(404,)),
+    Route(method="GET", path="/v1/devices/{device}/activity", handler=fleet.get_device_activity,
+          tag=_DEVICES, summary="The device's hot state and its newest envelopes",
+          response=DeviceActivity, errors=(404,)),
+    Route(method="POST", path="/v1/devices/{device}/activate", handler=reg.activate_device,
+          tag=_DEVICES, summary="Process and publish the device's envelopes",
+          response=DeviceChange, errors=(404,)),
+    Route(method="POST", path="/v1/devices/{device}/deactivate", handler=reg.deactivate_device,
+          tag=_DEVICES, summary="Record the device's envelopes, skip mutate/derive/publish",
+          response=DeviceChange, errors=(404,)),
+    Route(method="GET", path="/v1/schemas", handler=reg.list_schemas, tag=_SCHEMAS,
+          summary="The caller's schemas by name", query=SchemaQuery, response=SchemaPage),
+    Route(method="GET", path="/v1/schemas/{name}", handler=reg.get_schema, tag=_SCHEMAS,
+          summary="One version of a schema with its parameters", query=SchemaVersionQuery,
+          response=SchemaVersion, errors=(404,)),
+    Route(method="POST", path="/v1/schemas/{name}/test", handler=reg.test_schema, tag=_SCHEMAS,
+          summary="Run a sample through validate, mutate and derive", body=SchemaTestRequest,
+          response=SchemaTestReport, errors=(404, 422)),
+    # -- dead letters and envelopes
+    Route(method="GET", path="/v1/dead-letter-groups", handler=tel.list_dead_letter_groups,
+          tag=_DLQ, summary="Dead letters grouped by error signature, with counts and a sample",
+          query=DeadLetterGroupQuery, response=DeadLetterGroupPage),
+    Route(method="POST", path="/v1/dead-letter-groups/{group}/redrive", handler=tel.redrive_group,
+          tag=_DLQ, summary="Redrive every open dead letter of a group",
+          response=RedriveReport, errors=(404, 422)),
+    Route(method="POST", path="/v1/dead-letter-groups/{group}/resolve", handler=tel.resolve_group,
+          tag=_DLQ, summary="Resolve every open dead letter of a group", body=ResolveRequest,
+          response=ResolveReport, errors=(404,)),
+    Route(method="GET", path="/v1/dead-letters", handler=tel.list_dead_letters, tag=_DLQ,
+          summary="Dead letters (of one group), oldest first", query=DeadLetterQuery,
+          response=DeadLetterPage, errors=(404,)),
+    Route(method="GET", path="/v1/dead-letters/{id}", handler=tel.get_dead_letter, tag=_DLQ,
+          summary="One dead letter with its original envelope", response=DeadLetter,
+          path_types={"id": {"type": "integer", "minimum": 0}}, errors=(404,)),
+    Route(method="POST", path="/v1/dead-letters/{id}/redrive", handler=tel.redrive_dead_letter,
+          tag=_DLQ, summary="Re-run publish for one dead letter", response=RedriveReport,
+          path_types={"id": {"type": "integer", "minimum": 0}}, errors=(404, 422)),
+    Route(method="POST", path="/v1/dead-letters/{id}/resolve", handler=tel.resolve_dead_letter,
+          tag=_DLQ, summary="Close one dead letter with a note", body=ResolveRequest,
+          response=ResolveReport, path_types={"id": {"type": "integer", "minimum": 0}},
+          errors=(404,)),
+    Route(method="GET", path="/v1/events", handler=event_stream.stream_events, tag="events",
+          summary="The caller's domain events, live (server-sent events)",
+          description=(
+              "One SSE message per event: `event` is its type (`session.published`, "
+              "`run.<state>`), `data` its JSON body. Hints for live views, at most once: "
+              "re-read the resource after a gap. See docs/api.md."
+          ),
+          content={"text/event-stream": {"schema": {"type": "string"}}}),
+    Route(method="GET", path="/v1/messages/{id}", handler=tel.explain_message, tag="envelopes",
+          summary="Explain one envelope (by id or dedupe key)", response=MessageExplanation,
+          errors=(404,)),
+)  # fmt: skip
+
+OPENAPI: bytes = dumps(document(ROUTES))
+"""The served document (made once: the table does not change while the process runs)."""

@@ -1,20 +1,17 @@
 """The HTTP API process: an aiohttp application with API-key auth and tenant scoping.
 
-Routes (all JSON; see ``docs/sessions.md``)::
+Routes: the table :data:`streams.api.routes.ROUTES`, described by the OpenAPI document served
+at ``/v1/openapi.json`` (committed as ``docs/openapi.json``; see ``docs/api.md``), and the web
+console at ``/`` (:mod:`streams.api.static`).
 
-    GET  /v1/healthz              no auth: Postgres and NATS reachable -> 200, else 503
-    POST /v1/sessions             upload a session (multipart "file" parts, or a raw body)
-    GET  /v1/sessions             the caller's sessions (?device=, ?limit=)
-    GET  /v1/sessions/{id}        one session with its runs and artifacts
-    GET  /v1/sessions/{id}/laps   the active run's laps (one row each) and start/finish line
-    GET  /v1/runs/{id}            one run: status, summary, features, jobs, datasets
-
-Every error, whoever detects it, is ``{"error": {"code": ..., "message": ...}}``: 400 (usage,
-or text that is not UTF-8 or holds NUL, or a request aiohttp cannot parse), 401 (no or bad
-key), 404 (not found - including another tenant's ids - or no such route), 405 (wrong method),
-413 (too large), 429 (a daily quota, named in the message), 500 (a bug) or 503 (a
-dependency). The middlewares below cover everything a handler or the router raises;
-:mod:`streams.api.protocol` covers what aiohttp answers itself.
+Every error, whoever detects it, is an RFC 9457 problem (``application/problem+json``) with a
+stable ``code``: 400 (usage, or text that is not UTF-8 or holds NUL, or a request aiohttp cannot
+parse), 401 (no or bad key), 404 (not found - including another tenant's ids - or no such
+route), 405 (wrong method), 409 (an action the thing's state refuses), 413 (too large), 422
+(another Tideway rule), 429 (a daily quota, named in the
+detail), 500 (a bug) or 503 (a dependency). The middlewares below cover
+everything a handler or the router raises; :mod:`streams.api.protocol` covers what aiohttp
+answers itself.
 """
 
 from __future__ import annotations
@@ -23,10 +20,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from schemas import error_codes as codes
 from streams.adapters import postgres
 from streams.adapters.nats import connect_nats
 from streams.api import routes
@@ -34,7 +33,8 @@ from streams.api.context import CONTEXT, ApiContext, error_response, http_code, 
 from streams.api.inputs import check_query
 from streams.api.keys import authenticate
 from streams.api.protocol import ApiRunner
-from streams.api.request_id import request_ids
+from streams.api.request_id import REQUEST_ID, request_ids
+from streams.api.static import add_console, is_console_path
 from streams.config import Settings
 from streams.errors import NotFoundError, TidewayError, TransientError, UsageError
 from streams.objects import ObjectStore, ObjectTooLargeError
@@ -49,7 +49,13 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-_PUBLIC = frozenset({"/v1/healthz"})
+_PUBLIC = frozenset(route.path for route in routes.ROUTES if route.public)
+# Refusals of an action by the state of what it acts on (409 Conflict rather than 400).
+_CONFLICTS = frozenset({codes.RUN_NOT_RETRIABLE, codes.NO_PREVIOUS_RUN, codes.DEVICE_EXISTS})
+
+
+def _problem(request: web.Request, status: int, code: str, message: str, **kw: Any) -> web.Response:
+    return error_response(status, code, message, request_id=request.get(REQUEST_ID), **kw)
 
 
 @web.middleware
@@ -61,21 +67,21 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
         return _http_error(request, exc)
     except ObjectTooLargeError as exc:
-        return error_response(413, exc.code, exc.message)
+        return _problem(request, 413, exc.code, exc.message)
     except NotFoundError as exc:
-        return error_response(404, exc.code, exc.message)
-    except QuotaExceededError as exc:  # the message names the quota
-        return error_response(429, exc.code, exc.message)
+        return _problem(request, 404, exc.code, exc.message)
+    except QuotaExceededError as exc:  # the detail names the quota
+        return _problem(request, 429, exc.code, exc.message)
     except UsageError as exc:
-        return error_response(400, exc.code, exc.message)
+        return _problem(request, 409 if exc.code in _CONFLICTS else 400, exc.code, exc.message)
     except TransientError as exc:
         log.warning("API dependency failure: %s", exc)
-        return error_response(503, exc.code, exc.message)
+        return _problem(request, 503, exc.code, exc.message)
     except TidewayError as exc:
-        return error_response(422, exc.code, exc.message)
+        return _problem(request, 422, exc.code, exc.message)
     except Exception:
         log.exception("unexpected error answering %s %s", request.method, request.path)
-        return error_response(500, http_code(500), "an unexpected error occurred")
+        return _problem(request, 500, http_code(500), "an unexpected error occurred")
 
 
 def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
@@ -88,7 +94,7 @@ def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
         message = "no such route"  # not the path: it may hold anything the client sent
     else:
         message = exc.reason
-    return error_response(exc.status, http_code(exc.status), message, headers=headers)
+    return _problem(request, exc.status, http_code(exc.status), message, headers=headers)
 
 
 @web.middleware
@@ -100,19 +106,20 @@ async def _edge(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 @web.middleware
 async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path in _PUBLIC or request.match_info.http_exception is not None:
-        return await handler(request)  # public, or the router's 404/405 (no key needed)
+    public = request.path in _PUBLIC or is_console_path(request.path)
+    if public or request.match_info.http_exception is not None:
+        return await handler(request)  # public, the console's files, or the router's 404/405
     secret = request.headers.get("X-API-Key", "")
     bearer = request.headers.get("Authorization", "")
     if not secret and bearer.lower().startswith("bearer "):
         secret = bearer[7:].strip()
     if not secret:
-        return error_response(401, "UNAUTHENTICATED", "an API key is required")
+        return _problem(request, 401, codes.UNAUTHENTICATED, "an API key is required")
     ctx = request.app[CONTEXT]
     async with ctx.pool.acquire() as conn:
         caller = await authenticate(conn, secret)
     if caller is None:
-        return error_response(401, "UNAUTHENTICATED", "unknown or revoked API key")
+        return _problem(request, 401, codes.UNAUTHENTICATED, "unknown or revoked API key")
     set_caller(request, caller)
     return await handler(request)
 
@@ -126,6 +133,7 @@ def build_app(ctx: ApiContext, *, observe: Sequence[Middleware] = ()) -> web.App
     app = web.Application(middlewares=chain)
     app[CONTEXT] = ctx
     routes.add_routes(app)
+    add_console(app)
     return app
 
 

@@ -26,7 +26,7 @@ from streams.adapters.nats import connect_nats
 from streams.adapters.redis import redis_client
 from streams.cli.exit_codes import ExitCode
 from streams.cli.output import console
-from streams.cli.services import services_table
+from streams.cli.services import console_url, services_table
 from streams.clickhouse import ClickHouse
 from streams.config import Settings
 from streams.names import Names
@@ -139,6 +139,11 @@ async def run_demo(
     """Run the demo; returns the process exit code (``observability``: the process's)."""
     async with system(settings, hooks=observability, metrics=metrics) as (s, started, stop):
         console.print(services_table(started.services, s, metrics=metrics))
+        console.print(
+            f"console: {console_url(s)} (sign in with a key from "
+            f"`tideway api-keys create NAME --tenant {DEMO_TENANT}`)",
+            markup=False,
+        )
         probe = await _Probe.open(s)
         try:
             return await _feed_and_watch(

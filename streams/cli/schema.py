@@ -18,12 +18,10 @@ import typer
 
 from schemas.device_schema import SchemaFile, SchemaFileError, load_schema_file
 from stages.errors import StageError
-from stages.ingest.derive import derive
+from stages.ingest.dry_run import evaluate_payload, sample_values
 from stages.ingest.ingress import EnvelopeError, load_json
-from stages.ingest.mutate import mutate
 from stages.ingest.program import compile_schema
 from stages.ingest.topic_program import TopicProgram
-from stages.ingest.validate import Issue, validate
 from streams import registry
 from streams.adapters import postgres
 from streams.cli.exit_codes import ExitCode
@@ -158,41 +156,7 @@ def _read_values(path: Path) -> Any:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except EnvelopeError as exc:
         raise UsageError(f"{path}: not valid JSON: {exc.message}") from None
-    if isinstance(data, dict) and isinstance(data.get("values"), dict) and "ts" in data:
-        return data["values"]
-    return data
-
-
-def evaluate_payload(program: TopicProgram, values: Any) -> dict[str, Any]:
-    """What the three pure stages produce for ``values``, as plain data.
-
-    ``outcome`` follows the pipeline: ``failed_validation`` stops before mutate,
-    ``failed_mutate``/``failed_derive`` name the stage whose evaluation failed.
-    """
-    checked = validate(program, values)
-    report: dict[str, Any] = {
-        "schema": program.schema, "topic": program.topic, "content_hash": program.content_hash,
-        "validate": {"ok": checked.ok, "extracted": checked.extracted,
-                     "issues": [_issue(i) for i in checked.issues]},
-        "mutate": None, "derive": None, "outcome": "failed_validation",
-    }
-    if not checked.ok:
-        return report
-    mutated = mutate(program, checked.extracted)
-    report["mutate"] = {"values": mutated.values, "change_set": mutated.change_set,
-                        "error": _issue(mutated.error)}
-    if mutated.error is not None:
-        report["outcome"] = "failed_mutate"
-        return report
-    derived = derive(program, mutated.values)
-    report["derive"] = {"derived": derived.derived, "final": derived.final,
-                        "error": _issue(derived.error)}
-    report["outcome"] = "failed_derive" if derived.error is not None else "processed"
-    return report
-
-
-def _issue(issue: Issue | None) -> dict[str, Any] | None:
-    return None if issue is None else asdict(issue)
+    return sample_values(data)
 
 
 def _print_report(report: dict[str, Any]) -> None:

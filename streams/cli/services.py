@@ -10,6 +10,11 @@ from rich.table import Table
 from streams.config import Settings
 
 
+def console_url(settings: Settings) -> str:
+    """Where the web console is (``tideway api`` serves it at ``/``)."""
+    return f"http://{settings.api.host}:{settings.api.port}/"
+
+
 def services_table(
     services: dict[str, str], settings: Settings, *, metrics: str | None = None
 ) -> Table:
@@ -34,6 +39,7 @@ def services_table(
         "objects", settings.objects(), "embedded" if settings.object_store is None else "configured"
     )
     table.add_row("http api", f"http://{settings.api.host}:{settings.api.port}", "tideway")
+    table.add_row("console", console_url(settings), "tideway")
     if metrics is not None:
         table.add_row("metrics (/metrics, /livez, /readyz)", metrics, "tideway")
     return table

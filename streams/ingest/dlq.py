@@ -117,15 +117,34 @@ class ResolveReport:
 
 
 async def list_dead_letters(conn: Conn, *, state: str | None = "open", tenant: str | None = None,
-                            limit: int = 100) -> list[dict[str, Any]]:
-    """Dead letters, oldest first (``state=None`` for all)."""
-    rows = await conn.fetch(sql.DEAD_LETTER_LIST, state, tenant, limit)
+                            limit: int = 100, after: int = 0,
+                            signature: list[Any] | None = None) -> list[dict[str, Any]]:
+    """Dead letters, oldest first (``state=None`` for all): those with ids above ``after``,
+    and only those with ``signature`` (see :func:`dead_letter_groups`) when given."""
+    rows = await conn.fetch(sql.DEAD_LETTER_LIST, state, tenant, limit, after, signature)
     return [dict(row) for row in rows]
 
 
-async def show_dead_letter(conn: Conn, dead_letter_id: int) -> dict[str, Any]:
-    """One dead letter with its original envelope (``NotFoundError`` if there is none)."""
-    row = await conn.fetchrow(sql.DEAD_LETTER, dead_letter_id)
+async def dead_letter_groups(conn: Conn, *, tenant: str, state: str = "open", limit: int = 100,
+                             after: list[Any] | None = None) -> list[dict[str, Any]]:
+    """``tenant``'s dead letters grouped by error signature - ``[reason code, first failing
+    stage, schema, schema version]`` - in signature order (those after ``after``), each with
+    its count, first and last seen, and its oldest dead letter as the sample."""
+    rows = await conn.fetch(sql.DEAD_LETTER_GROUPS, tenant, state, after, limit)
+    out = []
+    for row in rows:
+        group = dict(row)
+        sample: bytes = group.pop("sample_payload")
+        group["sample_payload_text"] = sample.decode("utf-8", "backslashreplace")[:512]
+        out.append(group)
+    return out
+
+
+async def show_dead_letter(conn: Conn, dead_letter_id: int,
+                           tenant: str | None = None) -> dict[str, Any]:
+    """One dead letter with its original envelope (``NotFoundError`` if there is none, or if
+    it is not ``tenant``'s when one is named)."""
+    row = await conn.fetchrow(sql.DEAD_LETTER, dead_letter_id, tenant)
     if row is None:
         raise NotFoundError(f"dead letter {dead_letter_id} not found")
     out = dict(row)

@@ -31,8 +31,9 @@ async def find_id(conn: Conn, ident: str) -> int:
     return int(found)
 
 
-async def explain(settings: Settings, ident: str) -> dict[str, Any]:
-    """Everything about one envelope (see the module docstring)."""
+async def explain(settings: Settings, ident: str, *, tenant: str | None = None) -> dict[str, Any]:
+    """Everything about one envelope (see the module docstring); with ``tenant``, an envelope
+    of another tenant is not found, like one that does not exist."""
     resources = await Resources.open(settings, name="tideway-messages", pool_size=1, nats=False)
     try:
         async with resources.pool.acquire() as conn:
@@ -46,6 +47,10 @@ async def explain(settings: Settings, ident: str) -> dict[str, Any]:
             telemetry = await conn.fetchrow(sql.MESSAGE_TELEMETRY, message_id)
             duplicates = [dict(r) for r in await conn.fetch(sql.MESSAGE_DUPLICATES, owner)]
             dead = await conn.fetchrow(sql.MESSAGE_DEAD_LETTER, message_id)
+        # A malformed envelope has no tenant row; its dead letter names the subject's tenant.
+        owner_tenant = row["tenant"] or (dead["tenant"] if dead else None)
+        if tenant is not None and owner_tenant != tenant:
+            raise NotFoundError(f"no envelope with id {message_id}")
         out: dict[str, Any] = {
             "message": message,
             "stages": stages,

@@ -140,19 +140,51 @@ TELEMETRY_COPY = TELEMETRY_COLUMNS
 
 # -- dead letters and redrive ------------------------------------------------------------------
 
-DEAD_LETTER_LIST = """
+# A dead letter's error signature, which groups dead letters for triage: its reason code, the
+# stage that failed first, and the schema version the envelope was evaluated against (JSON
+# nulls where there is none: a malformed envelope has no stage past ingress or no schema).
+# The joins it needs follow ``dead_letters dl JOIN ingestion_messages m``.
+_SIGNATURE = ("jsonb_build_array(dl.reason_code, dl.failures -> 0 ->> 'stage', sch.name,"
+              " ver.version)")
+_SIGNATURE_JOINS = """
+LEFT JOIN device_schema_versions ver ON ver.id = m.schema_version_id
+LEFT JOIN device_schemas sch ON sch.id = ver.schema_id
+"""
+
+# $4: only ids above it (keyset paging, 0 for the first page); $5: only this signature.
+DEAD_LETTER_LIST = f"""
 SELECT dl.id, dl.ingestion_message_id, dl.tenant, dl.subject, dl.reason_code, dl.state,
        dl.redrive_count, dl.first_seen_at, dl.last_seen_at, dl.resolution, m.status
 FROM dead_letters dl JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
+{_SIGNATURE_JOINS}
 WHERE ($1::text IS NULL OR dl.state = $1) AND ($2::text IS NULL OR dl.tenant = $2)
+  AND dl.id > $4 AND ($5::jsonb IS NULL OR {_SIGNATURE} = $5::jsonb)
 ORDER BY dl.id
 LIMIT $3
+"""
+
+# One tenant's dead letters in state $2 by signature, in signature order after $3 (keyset
+# paging), with counts, first and last seen, and the oldest as the sample.
+DEAD_LETTER_GROUPS = f"""
+WITH g AS (
+    SELECT {_SIGNATURE} AS signature, count(*) AS count, min(dl.first_seen_at) AS first_seen_at,
+           max(dl.last_seen_at) AS last_seen_at, min(dl.id) AS sample_id
+    FROM dead_letters dl JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
+    {_SIGNATURE_JOINS}
+    WHERE dl.tenant = $1 AND dl.state = $2
+    GROUP BY 1
+)
+SELECT g.*, s.subject AS sample_subject, substring(s.payload FROM 1 FOR 2048) AS sample_payload
+FROM g JOIN dead_letters s ON s.id = g.sample_id
+WHERE $3::jsonb IS NULL OR g.signature > $3::jsonb
+ORDER BY g.signature
+LIMIT $4
 """
 
 DEAD_LETTER = """
 SELECT dl.*, m.status, m.attempts, m.stream_seq, m.received_at, m.source_deduplication_key
 FROM dead_letters dl JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
-WHERE dl.id = $1
+WHERE dl.id = $1 AND ($2::text IS NULL OR dl.tenant = $2)
 """
 
 # One page of a redrive, in id order after $2 (keyset paging: each page is its own

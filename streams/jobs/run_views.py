@@ -24,9 +24,10 @@ FROM processing_runs r JOIN tenants t ON t.id = r.tenant_id
 WHERE ($1::uuid IS NULL OR r.tenant_id = $1)
   AND ($2::uuid IS NULL OR r.session_id = $2)
   AND ($3::text IS NULL OR r.status = $3)
-ORDER BY r.created_at DESC
+  AND ($5::timestamptz IS NULL OR (r.created_at, r.id) < ($5::timestamptz, $6::uuid))
+ORDER BY r.created_at DESC, r.id DESC
 LIMIT $4
-"""
+"""  # $5, $6: the (created_at, id) of the last row of the previous page (keyset paging)
 
 _RUN = """
 SELECT r.*, t.name AS tenant,
@@ -161,9 +162,12 @@ async def list_runs(
     session_id: uuid.UUID | None = None,
     status: str | None = None,
     limit: int = 50,
+    after: tuple[datetime, uuid.UUID] | None = None,
 ) -> list[RunRow]:
-    """Newest runs first, optionally for one tenant, session or status."""
-    rows = await conn.fetch(_LIST, tenant_id, session_id, status, limit)
+    """Newest runs first, optionally for one tenant, session or status; only those after the
+    ``(created_at, id)`` of ``after`` in that order when it is given."""
+    at, last = after if after is not None else (None, None)
+    rows = await conn.fetch(_LIST, tenant_id, session_id, status, limit, at, last)
     return [RunRow.from_row(row) for row in rows]
 
 

@@ -68,6 +68,7 @@ from stages.jobs.job_state import JobState
 from streams.adapters import postgres
 from streams.adapters.postgres import Conn
 from streams.config import Settings
+from streams.domain_events import DomainEvents
 from streams.jobs import queue
 from streams.jobs.executor import Cancelled, Executor, JobContext
 from streams.jobs.failure import error_from_exception
@@ -184,6 +185,7 @@ class _Worker:
         self.hooks = hooks
         self.observer: JobObserver | None = hooks.jobs if hooks is not None else None
         self.beat: Heartbeat | None = None
+        self.events = DomainEvents(settings)  # run.<state> events, after each commit
 
     async def run(self) -> None:
         dsn = self.settings.postgres()
@@ -219,6 +221,7 @@ class _Worker:
                 task.cancel()
             await asyncio.gather(*helpers[1:], return_exceptions=True)
             await listener.close()
+            await self.events.aclose()
             await self.db.close()
             log.info("worker %s stopped", self.id)
 
@@ -415,6 +418,7 @@ class _Worker:
             if self.observer is not None:
                 self.observer.on_run_finished(status=run.status,
                                               upload_to_publish_s=run.upload_to_publish_s)
+        self.events.runs_changed_soon(self.db, [(run.run_id, run.status) for run in runs])
 
     async def _fail(
         self, entry: _Running, error: AttemptFailure, *, timed_out: bool = False

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from streams.clickhouse import ClickHouse
+from streams.domain_events import session_published
 from streams.jobs.executor import Executor, JobContext
 from streams.jobs.model import JobResult
 from streams.sessions.executor_resources import ExecutorResources
@@ -133,6 +134,8 @@ def publish_executor(executors: ExecutorResources) -> Executor:
         ctx.checkpoint()
         summary = {**run_summary(ctx), "verification": report.as_json()}
         await pool.execute(_SET_SUMMARY, ctx.job.run_id, summary)
+        await session_published(executors.settings, pool, tenant_id=ctx.job.tenant_id,
+                                session_id=ctx.session_id, run_id=ctx.job.run_id)
         return JobResult(summary=summary)
 
     return execute

@@ -6,12 +6,13 @@ Every statement takes the tenant id and filters on it, so an id from another ten
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from typing import Any
 
 from streams.errors import NotFoundError
 
-__all__ = ["get_run", "get_session", "list_sessions", "run_id_by_key"]
+__all__ = ["check_run", "get_run", "get_session", "list_sessions", "run_id_by_key"]
 
 _SESSION = """
 SELECT s.id, t.name AS tenant, d.external_id AS device, s.status, s.query_ready,
@@ -40,16 +41,17 @@ SELECT s.id, d.external_id AS device, s.status, s.query_ready, s.active_run_id, 
         ORDER BY r.created_at DESC LIMIT 1) AS latest_run_status
 FROM sessions s JOIN devices d ON d.id = s.device_id
 WHERE s.tenant_id = $1 AND ($2::text IS NULL OR d.external_id = $2)
-ORDER BY s.created_at DESC, s.id
+  AND ($4::timestamptz IS NULL OR (s.created_at, s.id) < ($4::timestamptz, $5::uuid))
+ORDER BY s.created_at DESC, s.id DESC
 LIMIT $3
-"""
+"""  # $4, $5: the (created_at, id) of the last row of the previous page (keyset paging)
 
 _RUN = """
 SELECT r.id, r.session_id, r.status, r.artifact_set_hash, r.requested_by, r.parser_version,
        r.pipeline_version, r.fusion_version, r.config, r.priority, r.jobs_total, r.jobs_open,
        r.gating, r.features_available, r.feature_reasons, r.summary, r.failure_reason,
        r.retry_of, r.created_at, r.started_at, r.completed_at,
-       (s.active_run_id = r.id) AS active
+       coalesce(s.active_run_id = r.id, false) AS active
 FROM processing_runs r JOIN sessions s ON s.id = r.session_id
 WHERE r.id = $1 AND r.tenant_id = $2
 """
@@ -87,10 +89,17 @@ async def get_session(conn: Any, tenant_id: uuid.UUID, session_id: uuid.UUID) ->
 
 
 async def list_sessions(
-    conn: Any, tenant_id: uuid.UUID, *, device: str | None = None, limit: int = 50
+    conn: Any,
+    tenant_id: uuid.UUID,
+    *,
+    device: str | None = None,
+    limit: int = 50,
+    after: tuple[dt.datetime, uuid.UUID] | None = None,
 ) -> list[dict[str, Any]]:
-    """The tenant's newest sessions (optionally of one device)."""
-    return [_plain(r) for r in await conn.fetch(_LIST, tenant_id, device, limit)]
+    """The tenant's newest sessions (optionally of one device), those after the
+    ``(created_at, id)`` of ``after`` in that order when it is given."""
+    at, last = after if after is not None else (None, None)
+    return [_plain(r) for r in await conn.fetch(_LIST, tenant_id, device, limit, at, last)]
 
 
 async def get_run(conn: Any, tenant_id: uuid.UUID, run_id: uuid.UUID) -> dict[str, Any]:
@@ -102,6 +111,15 @@ async def get_run(conn: Any, tenant_id: uuid.UUID, run_id: uuid.UUID) -> dict[st
     out["jobs"] = [_plain(r) for r in await conn.fetch(_RUN_JOBS, run_id)]
     out["datasets"] = [_plain(r) for r in await conn.fetch(_RUN_DATASETS, run_id)]
     return out
+
+
+async def check_run(conn: Any, tenant_id: uuid.UUID, run_id: uuid.UUID) -> None:
+    """Raise :class:`NotFoundError` unless ``run_id`` is a run of the tenant."""
+    found = await conn.fetchval(
+        "SELECT 1 FROM processing_runs WHERE id = $1 AND tenant_id = $2", run_id, tenant_id
+    )
+    if found is None:
+        raise NotFoundError(f"no run {run_id}")
 
 
 async def run_id_by_key(conn: Any, tenant_id: uuid.UUID, key: str) -> uuid.UUID | None:

@@ -57,6 +57,7 @@ def _row(out: str, label: str) -> str:
 def test_demo_runs_on_embedded_services_and_accounts_for_everything(tmp_path: Path) -> None:
     env = _clean_env(tmp_path)
     out = _demo(tmp_path, env)
+    assert re.search(r"^console: http://127\.0\.0\.1:\d+/ ", out, re.M), out[:3000]
     stored = int(_row(out, "envelopes stored by JetStream").replace(",", ""))
     recorded = int(_row(out, "envelopes with a recorded status").replace(",", ""))
     assert stored > 0

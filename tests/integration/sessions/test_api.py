@@ -70,14 +70,15 @@ async def test_upload_and_read_back_with_tenant_isolation(
         session = await (await client.get(receipt["links"]["session"], headers=acme)).json()
         assert session["device"] == "kart-9" and session["active_run_id"] == receipt["run_id"]
         listed = await (await client.get("/v1/sessions", headers=acme)).json()
-        assert [s["id"] for s in listed["sessions"]] == [receipt["session_id"]]
+        assert [s["id"] for s in listed["items"]] == [receipt["session_id"]]
 
         # Another tenant sees none of it: the same ids are simply not found.
         for path in (f"/v1/runs/{receipt['run_id']}", receipt["links"]["session"]):
             resp = await client.get(path, headers=globex)
             assert resp.status == 404
-            assert (await resp.json())["error"]["code"] == "NOT_FOUND"
-        assert (await (await client.get("/v1/sessions", headers=globex)).json()) == {"sessions": []}
+            assert (await resp.json())["code"] == "NOT_FOUND"
+        empty = {"items": [], "next": None}
+        assert (await (await client.get("/v1/sessions", headers=globex)).json()) == empty
 
 
 async def test_auth_is_required_and_revocation_works(settings: Settings, pool: Any) -> None:
@@ -118,7 +119,7 @@ async def test_raw_body_upload_and_usage_errors(
         ):
             resp = await client.post(f"/v1/sessions{query}", data=b"x", headers=headers)
             assert resp.status == 400, query
-            assert (await resp.json())["error"]["code"] == code
+            assert (await resp.json())["code"] == code
         resp = await client.get("/v1/runs/not-a-uuid", headers=headers)
         assert resp.status == 400
 

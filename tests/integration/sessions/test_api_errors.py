@@ -77,8 +77,10 @@ async def raw(port: int, head: bytes, body: bytes = b"") -> tuple[int, dict[str,
     top, _, payload = data.partition(b"\r\n\r\n")
     lines = top.decode("latin-1").split("\r\n")
     headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
-    assert headers["content-type"].startswith("application/json"), (lines[0], payload)
-    return int(lines[0].split()[1]), headers, orjson.loads(payload)
+    status = int(lines[0].split()[1])
+    wanted = "application/problem+json" if status >= 400 else "application/json"
+    assert headers["content-type"].startswith(wanted), (lines[0], payload)
+    return status, headers, orjson.loads(payload)
 
 
 def multipart(*parts: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
@@ -143,9 +145,11 @@ async def recorded_keys(settings: Settings) -> list[str]:
 
 
 def assert_error(answer: Any, code: str) -> None:
-    assert set(answer) == {"error"}, answer
-    assert answer["error"]["code"] == code, answer
-    assert isinstance(answer["error"]["message"], str) and answer["error"]["message"]
+    """An RFC 9457 problem with the stable ``code`` (``raw`` checked its content type)."""
+    assert answer["code"] == code, answer
+    assert answer["type"] == f"urn:tideway:error:{code}", answer
+    assert isinstance(answer["status"], int) and isinstance(answer["title"], str), answer
+    assert isinstance(answer["detail"], str) and answer["detail"], answer
 
 
 async def test_api_key_that_is_not_utf8_is_401_json(settings: Settings) -> None:
@@ -187,7 +191,7 @@ async def test_query_with_nul_or_invalid_utf8_is_400_json(settings: Settings) ->
         # Sanity: a clean query still works.
         head = b"GET /v1/sessions?device=kart-1 HTTP/1.1\r\nX-API-Key: " + key + b"\r\n"
         status, _, answer = await raw(port, head)
-        assert status == 200 and answer == {"sessions": []}
+        assert status == 200 and answer == {"items": [], "next": None}
     assert stored_files(settings) == []
 
 

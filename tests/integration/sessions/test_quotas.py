@@ -89,8 +89,8 @@ async def test_api_upload_over_the_tenants_byte_quota_is_429_and_stores_nothing(
         refused = await post(client, second)
         body = await refused.json()
     assert refused.status == 429, body
-    assert body["error"]["code"] == "QUOTA_EXCEEDED"
-    assert "quota daily_bytes of tenant acme exceeded" in body["error"]["message"]
+    assert body["code"] == "QUOTA_EXCEEDED"
+    assert "quota daily_bytes of tenant acme exceeded" in body["detail"]
     assert _stored(settings) == stored
     async with pool.acquire() as conn:
         used = await conn.fetchrow("SELECT artifacts, bytes FROM tenant_daily_usage")
@@ -124,7 +124,7 @@ async def test_priority_defaults_and_the_tenants_ceiling(
             await conn.execute("UPDATE tenants SET max_priority = 600 WHERE name = 'acme'")
         raised = await (await post(client, allowed, priority=500)).json()
     assert too_high.status == 400, refusal
-    assert refusal["error"]["code"] == "PRIORITY_TOO_HIGH"
+    assert refusal["code"] == "PRIORITY_TOO_HIGH"
     async with pool.acquire() as conn:
         runs = dict(await conn.fetch("SELECT id::text, priority FROM processing_runs"))
     assert runs[default["run_id"]] == priorities.UPLOAD

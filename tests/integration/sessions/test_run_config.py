@@ -54,8 +54,8 @@ async def test_api_upload_refuses_a_misspelt_key(
         resp = await client.post("/v1/sessions", data=form, headers=headers)
         body = await resp.json()
     assert resp.status == 400, body
-    assert body["error"]["code"] == "INVALID_CONFIG"
-    assert NAMED in body["error"]["message"]
+    assert body["code"] == "INVALID_CONFIG"
+    assert NAMED in body["detail"]
     assert _stored(settings) == []
 
 

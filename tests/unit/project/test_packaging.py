@@ -1,4 +1,5 @@
-"""Packaging basics: the licence, ``tideway --version``, ``py.typed`` in the wheel."""
+"""Packaging basics: the licence, ``tideway --version``, ``py.typed`` and the console's files in
+the wheel."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def test_version_option_prints_the_installed_version() -> None:
 
 
 @pytest.mark.slow
-def test_wheel_carries_py_typed_and_the_licence(tmp_path: Path) -> None:
+def test_wheel_carries_py_typed_the_licence_and_the_console(tmp_path: Path) -> None:
     # The wheel, not the editable install: what other projects install is what must be typed.
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path),
@@ -43,3 +44,8 @@ def test_wheel_carries_py_typed_and_the_licence(tmp_path: Path) -> None:
     assert {"schemas/py.typed", "stages/py.typed", "streams/py.typed"} <= names
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE")
                for n in names), sorted(n for n in names if "dist-info" in n)
+    # Every file of the web console (served by `tideway api` at /, offline: nothing from a CDN).
+    console = REPO_ROOT / "streams" / "api" / "console"
+    shipped = {p.relative_to(REPO_ROOT).as_posix() for p in console.rglob("*") if p.is_file()}
+    assert "streams/api/console/index.html" in shipped
+    assert shipped <= names, sorted(shipped - names)

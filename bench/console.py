@@ -1,0 +1,312 @@
+"""The console at scale: every page's API calls and every page's render time, with 10,000
+devices, 1,000 runs and 100,000 dead letters in the database.
+
+The script makes a fresh database, migrates it and fills it with SQL (devices, an hour of
+envelopes for each device - the fleet page's window -, dead letters of twenty signatures, and
+runs enqueued with the real session DAG), serves the API in this process, then:
+
+- times each page's API calls (``--repeat`` times each, warm; median and p95);
+- opens each page in headless Chromium (Debian's ``chromium`` + ``chromium-driver``, as the
+  console test does) and times from navigation until the page's table or graph is drawn.
+
+    .venv/bin/python bench/console.py                       # 10k devices, 1k runs, 100k DLQ
+    .venv/bin/python bench/console.py --devices 1000 --runs 100 --dead-letters 10000
+
+Prints a table and writes ``bench/results/console.json``. Postgres comes from
+``TIDEWAY_BENCH_POSTGRES_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``),
+NATS and Redis from the usual settings (``TIDEWAY_NATS_URL``, ``TIDEWAY_REDIS_URL``).
+Not a test: nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from typing import Any  # noqa: E402
+
+import aiohttp  # noqa: E402
+import nats  # noqa: E402
+from aiohttp import web  # noqa: E402
+
+from stages.jobs.planner import plan_run  # noqa: E402
+from streams import migrate  # noqa: E402
+from streams.adapters import postgres  # noqa: E402
+from streams.api.context import ApiContext  # noqa: E402
+from streams.api.keys import create_api_key  # noqa: E402
+from streams.api.server import build_app  # noqa: E402
+from streams.config import Settings  # noqa: E402
+from streams.embedded import free_port  # noqa: E402
+from streams.jobs import queue  # noqa: E402
+from streams.jobs.model import RunVersions  # noqa: E402
+from streams.objects import ObjectStore  # noqa: E402
+
+ADMIN_DSN = os.environ.get(
+    "TIDEWAY_BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+RESULTS = ROOT / "bench" / "results" / "console.json"
+TENANT = "bench"
+CODES = [f"BENCH_CODE_{i:02d}" for i in range(20)]
+STAGES = ["ingress", "validate", "mutate", "derive", "publish"]
+
+# Devices, and an hour of envelopes for each: every 7th device loses one seq, every 11th
+# gets one invalid envelope, every 13th a duplicate.
+SEED_DEVICES = """
+INSERT INTO devices (tenant_id, external_id, name)
+SELECT $1, 'dev-' || lpad(i::text, 5, '0'), 'device ' || i FROM generate_series(1, $2) i
+"""
+SEED_ENVELOPES = """
+INSERT INTO ingestion_messages (source_deduplication_key, stream_seq, received_at, subject,
+    payload_bytes, tenant_id, device_id, measured_at, seq, status)
+SELECT 'k-' || d.n || '-' || s, d.n * 10 + s, now() - make_interval(secs => (7 - s) * 500),
+       'telemetry.bench.' || d.external_id || '.state', 120, $1, d.id,
+       now() - make_interval(secs => (7 - s) * 500 + 0.2), s,
+       CASE WHEN d.n % 11 = 0 AND s = 3 THEN 'failed_validation' ELSE 'completed' END
+FROM (SELECT id, external_id, row_number() OVER (ORDER BY external_id) AS n
+      FROM devices WHERE tenant_id = $1) d,
+     generate_series(1, 6) s
+WHERE NOT (d.n % 7 = 0 AND s = 4)
+"""
+SEED_DUPLICATES = """
+INSERT INTO ingestion_messages (duplicate_of, stream_seq, received_at, subject, payload_bytes,
+    tenant_id, device_id, measured_at, seq, status)
+SELECT m.id, m.stream_seq + 1000000000, m.received_at + interval '1 second', m.subject, 120,
+       m.tenant_id, m.device_id, m.measured_at, m.seq, 'duplicate'
+FROM ingestion_messages m JOIN devices d ON d.id = m.device_id
+WHERE m.tenant_id = $1 AND m.seq = 2 AND right(d.external_id, 5)::int % 13 = 0
+"""
+# Dead letters: malformed envelopes (no tenant row), 20 codes x 5 stages of signatures.
+SEED_DEAD_LETTERS = """
+WITH m AS (
+  INSERT INTO ingestion_messages (source_deduplication_key, stream_seq, received_at, subject,
+      payload_bytes, status, error_code)
+  SELECT 'dl-' || i, 2000000000 + i, now() - make_interval(secs => i % 86400),
+         'telemetry.bench.dev-' || lpad((i % 10000)::text, 5, '0') || '.state', 40,
+         'failed_terminal', ($3::text[])[1 + i % 20]
+  FROM generate_series(1, $2) i
+  RETURNING id, subject, error_code, stream_seq
+)
+INSERT INTO dead_letters (ingestion_message_id, tenant, subject, payload, reason_code, failures)
+SELECT id, $1, subject, convert_to('{"ts": "not a time", "n": ' || stream_seq || '}', 'UTF8'),
+       error_code,
+       jsonb_build_array(jsonb_build_object('stage', ($4::text[])[1 + (stream_seq % 5)::int],
+                                            'code', error_code))
+FROM m
+"""
+
+
+async def seed(dsn: str, *, devices: int, runs: int, dead_letters: int) -> dict[str, Any]:
+    conn = await postgres.connect(dsn)
+    try:
+        tenant = await conn.fetchval("INSERT INTO tenants (name) VALUES ($1) RETURNING id", TENANT)
+        await conn.execute(SEED_DEVICES, tenant, devices)
+        await conn.execute(SEED_ENVELOPES, tenant)
+        await conn.execute(SEED_DUPLICATES, tenant)
+        await conn.execute(SEED_DEAD_LETTERS, TENANT, dead_letters, CODES, STAGES)
+        device = await conn.fetchval("SELECT id FROM devices ORDER BY external_id LIMIT 1")
+        plan = plan_run()  # the session DAG
+        run_ids = []
+        for _ in range(runs):
+            session = await conn.fetchval(
+                "INSERT INTO sessions (tenant_id, device_id) VALUES ($1, $2) RETURNING id",
+                tenant, device,
+            )  # fmt: skip
+            created = await queue.enqueue_run(
+                conn, tenant_id=tenant, session_id=session, plan=plan, config={},
+                versions=RunVersions(parser="b", pipeline="b"), artifact_ids=[],
+                artifact_set_hash=uuid.uuid4().hex * 2, channel="bench_unused",
+            )  # fmt: skip
+            run_ids.append(created)
+        await conn.execute("ANALYZE")
+        key = await create_api_key(conn, tenant=TENANT, name="bench")
+        counts = {
+            table: await conn.fetchval(f"SELECT count(*) FROM {table}")
+            for table in (
+                "devices",
+                "processing_runs",
+                "jobs",
+                "dead_letters",
+                "ingestion_messages",
+            )
+        }
+        return {"key": key.secret, "counts": counts}
+    finally:
+        await conn.close()
+
+
+def _stats(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {
+        "median_ms": round(statistics.median(ordered) * 1000, 1),
+        "p95_ms": round(p95 * 1000, 1),
+    }
+
+
+async def time_calls(
+    base: str, key: str, repeat: int
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with aiohttp.ClientSession(base, headers=headers) as http:
+
+        async def get(path: str) -> Any:
+            async with http.get(path) as resp:
+                assert resp.status == 200, (path, resp.status, await resp.text())
+                return await resp.json()
+
+        run = (await get("/v1/runs?limit=1"))["items"][0]["id"]
+        group = (await get("/v1/dead-letter-groups?state=open&limit=200"))["items"][0]["id"]
+        session = (await get("/v1/sessions?limit=1"))["items"][0]["id"]
+        device = (await get("/v1/devices?limit=1"))["items"][0]["external_id"]
+        pages = {
+            "fleet": ["/v1/fleet?sort=seq_gaps&order=desc&limit=200"],
+            "runs": ["/v1/runs?limit=50"],
+            "run": [f"/v1/runs/{run}", f"/v1/runs/{run}/dag"],
+            "dead letters": ["/v1/dead-letter-groups?state=open&limit=200"],
+            "dead-letter group": [f"/v1/dead-letters?state=open&group={group}&limit=200"],
+            "sessions": ["/v1/sessions?limit=100"],
+            "session": [f"/v1/sessions/{session}", f"/v1/sessions/{session}/track",
+                        f"/v1/runs/{run}"],
+            "devices": ["/v1/devices?limit=200"],
+            "device": [f"/v1/devices/{device}", f"/v1/sessions?device={device}&limit=50",
+                       f"/v1/devices/{device}/activity"],
+        }  # fmt: skip
+        rows = []
+        for page, paths in pages.items():
+            for path in paths:
+                await get(path)  # warm
+                samples = []
+                for _ in range(repeat):
+                    started = time.perf_counter()
+                    await get(path)
+                    samples.append(time.perf_counter() - started)
+                call = path.split("?")[0].replace(run, "{id}").replace(session, "{id}")
+                call = call.replace(f"/{device}", "/{device}")
+                rows.append({"page": page, "call": call, **_stats(samples)})
+        ready = {
+            "fleet": ("#/fleet", "#fleet-rows tr"),
+            "runs": ("#/runs", "#runs-rows tr"),
+            "run": (f"#/runs/{run}", "#dag-svg .dag-node"),
+            "dead letters": ("#/dead-letters", "#dlq-rows tr[data-group]"),
+            "dead-letter group": (f"#/dead-letters/open/{group}", "#dlq-letters tbody tr"),
+            "sessions": ("#/sessions", "#sessions-rows tr"),
+            "session": (f"#/sessions/{session}", "#session-runs"),
+            "devices": ("#/devices", "#devices-rows tr"),
+            "device": (f"#/devices/{device}", "#device-messages"),
+        }
+    return rows, {k: f"{h}|{sel}" for k, (h, sel) in ready.items()}
+
+
+def time_renders(base: str, key: str, ready: dict[str, str], repeat: int) -> list[dict[str, Any]]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(shutil.which("chromium"))
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(
+        options=options, service=Service(executable_path=str(shutil.which("chromedriver")))
+    )
+    try:
+        wait = WebDriverWait(driver, 30, poll_frequency=0.005)
+        driver.get(base)
+        wait.until(lambda d: d.find_element(By.ID, "api-key").is_displayed())
+        driver.find_element(By.ID, "api-key").send_keys(key)
+        driver.find_element(By.CSS_SELECTOR, "#sign-in button[type=submit]").click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#runs-rows tr"))
+        rows = []
+        for page, spec in ready.items():
+            hash_, selector = spec.split("|")
+            samples = []
+            for _ in range(repeat + 1):
+                driver.execute_script("location.hash = '#/nowhere'")
+                wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#view table, #view svg"))
+                started = time.perf_counter()
+                driver.execute_script("location.hash = arguments[0]", hash_)
+                wait.until(lambda d, s=selector: d.find_elements(By.CSS_SELECTOR, f"#view {s}"))
+                samples.append(time.perf_counter() - started)
+            rows.append({"page": page, **_stats(samples[1:])})  # the first one warms caches
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+        return rows
+    finally:
+        driver.quit()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--devices", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=1_000)
+    parser.add_argument("--dead-letters", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=20, help="timed calls per API route")
+    parser.add_argument("--renders", type=int, default=5, help="timed renders per page")
+    args = parser.parse_args()
+
+    name = f"tw_bench_console_{uuid.uuid4().hex[:6]}"
+    dsn = await postgres.create_database(ADMIN_DSN, name)
+    try:
+        await asyncio.to_thread(migrate.upgrade, dsn)
+        started = time.perf_counter()
+        seeded = await seed(dsn, devices=args.devices, runs=args.runs,
+                            dead_letters=args.dead_letters)  # fmt: skip
+        seed_s = time.perf_counter() - started
+        settings = Settings(postgres_dsn=dsn, namespace=f"bench{uuid.uuid4().hex[:6]}")
+        pool = await postgres.create_pool(settings.postgres(), postgres.API_POOL)
+        nc = await nats.connect(settings.nats())
+        ctx = ApiContext(
+            settings=settings, pool=pool, store=ObjectStore(settings.objects()), nats=nc
+        )
+        runner = web.AppRunner(build_app(ctx), access_log=None)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        base = f"http://127.0.0.1:{port}/"
+        try:
+            calls, ready = await time_calls(base, seeded["key"], args.repeat)
+            renders = await asyncio.to_thread(
+                time_renders, base, seeded["key"], ready, args.renders
+            )
+        finally:
+            await runner.cleanup()
+            await nc.close()
+            await pool.close()
+    finally:
+        await postgres.drop_database(ADMIN_DSN, name)
+
+    print(f"seeded in {seed_s:.1f} s: {seeded['counts']}")
+    print(f"\n{'page':<18} {'API call':<38} {'median ms':>10} {'p95 ms':>8}")
+    for r in calls:
+        print(f"{r['page']:<18} {r['call']:<38} {r['median_ms']:>10} {r['p95_ms']:>8}")
+    print(f"\n{'page':<18} {'render median ms':>17} {'p95 ms':>8}")
+    for r in renders:
+        print(f"{r['page']:<18} {r['median_ms']:>17} {r['p95_ms']:>8}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "args": vars(args), "seed_s": round(seed_s, 1), "counts": seeded["counts"],
+        "api_calls": calls, "renders": renders,
+    }, indent=2) + "\n")  # fmt: skip
+    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,741 @@
+"""The HTTP API's request and response bodies (``/v1``): the one description of its wire format.
+
+The API's handlers build every answer through these models and read every JSON body and query
+string with them, and ``streams.api.openapi`` turns them into the OpenAPI 3.1 document served at
+``/v1/openapi.json`` (committed as ``docs/openapi.json``). So the document cannot say one thing
+while the handlers do another: a field added here appears in both, a field a handler forgets is
+a validation error in the tests.
+
+Conventions:
+
+- Every list is a :class:`Page`: ``items`` in a stable order and ``next``, the path of the next
+  page (``null`` on the last). The cursor in it is opaque; a client follows ``next`` as it is.
+- Every error is an RFC 9457 :class:`Problem` (``application/problem+json``) whose ``code`` is
+  one of ``schemas.error_codes``.
+- Text a client sends is checked once here (:data:`Text`): Postgres cannot store NUL and JSON
+  strings may spell lone surrogates, so both are a 400 at the edge rather than a 500 deep inside.
+- Loosely structured data Tideway stores as JSON (a run's summary or config, a stage log's
+  snapshots) is passed through as objects; everything the API itself decides has a field.
+
+The module is longer than the house's 400 lines on purpose: it is one document's vocabulary,
+mostly field lists, and split by area it would scatter the shared pieces (pages, problems,
+checked text) that every area uses.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+__all__ = [
+    "LIMIT_DEFAULT",
+    "LIMIT_MAX",
+    "CancelResult",
+    "DeadLetter",
+    "DeadLetterGroup",
+    "DeadLetterGroupPage",
+    "DeadLetterGroupQuery",
+    "DeadLetterPage",
+    "DeadLetterQuery",
+    "DeadLetterSample",
+    "DeadLetterSummary",
+    "Device",
+    "DeviceChange",
+    "DevicePage",
+    "DeviceQuery",
+    "Health",
+    "MessageExplanation",
+    "Page",
+    "Problem",
+    "RedriveReport",
+    "ReprocessRequest",
+    "ResolveReport",
+    "ResolveRequest",
+    "RollbackRequest",
+    "RollbackResult",
+    "Run",
+    "RunDag",
+    "RunPage",
+    "RunQuery",
+    "RunStarted",
+    "RunSummary",
+    "SchemaPage",
+    "SchemaQuery",
+    "SchemaSummary",
+    "SchemaTestReport",
+    "SchemaTestRequest",
+    "SchemaVersion",
+    "SchemaVersionQuery",
+    "Session",
+    "SessionPage",
+    "SessionQuery",
+    "SessionSummary",
+    "UploadForm",
+    "UploadReceipt",
+]
+
+LIMIT_DEFAULT = 50
+LIMIT_MAX = 200
+
+
+def _clean(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid UTF-8 (no lone surrogates)") from None
+    if "\x00" in value:
+        raise ValueError("text must not contain NUL")
+    return value
+
+
+def _clean_json(value: Any) -> Any:
+    if isinstance(value, str):
+        return _clean(value)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _clean(k)
+            _clean_json(v)
+    elif isinstance(value, list):
+        for v in value:
+            _clean_json(v)
+    return value
+
+
+Text = Annotated[str, AfterValidator(_clean)]
+"""Client text Postgres and JSON can carry: UTF-8 without NUL."""
+JsonObject = Annotated[dict[str, Any], AfterValidator(_clean_json)]
+"""A client's JSON object Postgres can store (``jsonb`` refuses ``\\u0000``)."""
+
+Name = Annotated[Text, Field(min_length=1, max_length=200)]
+Limit = Annotated[int, Field(ge=1, le=LIMIT_MAX, description="Items per page.")]
+Cursor = Annotated[
+    Text | None, Field(max_length=1000, description="Opaque: taken from a page's `next` link.")
+]
+RunStatus = Literal[
+    "pending", "running", "cancel_requested", "succeeded", "partial", "failed", "cancelled"
+]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class _Request(BaseModel):
+    """A JSON body or query string a client sends: unknown fields are refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Query(BaseModel):
+    """A query string: unknown parameters are ignored (as HTTP caches and proxies add some)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    limit: Limit = LIMIT_DEFAULT
+    cursor: Cursor = None
+
+
+T = TypeVar("T")
+
+
+class Page(_Body, Generic[T]):
+    """One page of a list, in a stable order."""
+
+    items: list[T]
+    next: str | None = Field(description="The next page's path, or null on the last page.")
+
+
+class Problem(_Body):
+    """An error (RFC 9457 problem details, ``application/problem+json``)."""
+
+    type: str = Field(description="`urn:tideway:error:<code>`; see docs/errors.md.")
+    title: str = Field(description="The HTTP status's reason phrase.")
+    status: int
+    detail: str = Field(description="What went wrong, for a person.")
+    code: str = Field(description="The stable error code (schemas/error_codes.py).")
+    request_id: str | None = Field(None, description="The request's X-Request-Id.")
+
+
+class Health(_Body):
+    status: Literal["ok", "degraded"]
+    checks: dict[str, bool]
+
+
+# -- sessions -------------------------------------------------------------------------------
+
+
+class SessionQuery(_Query):
+    device: Text | None = Field(None, max_length=200, description="Only this device's sessions.")
+
+
+class SessionSummary(_Body):
+    id: uuid.UUID
+    device: str
+    status: str
+    query_ready: bool
+    active_run_id: uuid.UUID | None
+    title: str | None
+    created_at: datetime
+    latest_run_status: str | None
+
+
+class SessionPage(Page[SessionSummary]):
+    """The caller's sessions, newest first."""
+
+
+class SessionRun(_Body):
+    id: uuid.UUID
+    status: str
+    requested_by: str
+    priority: int
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    failure_reason: str | None
+
+
+class SessionArtifact(_Body):
+    id: uuid.UUID
+    filename: str
+    sha256: str
+    bytes: int
+    status: str
+    format_detected: str | None
+
+
+class Session(_Body):
+    id: uuid.UUID
+    tenant: str
+    device: str
+    status: str
+    query_ready: bool
+    active_run_id: uuid.UUID | None
+    title: str | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    runs: list[SessionRun]
+    artifacts: list[SessionArtifact]
+
+
+class TrackPoint(_Body):
+    t: datetime
+    lat: float
+    lon: float
+    speed_mps: float | None
+
+
+class SessionTrack(_Body):
+    """The active run's downsampled GNSS series, thinned for drawing."""
+
+    session_id: uuid.UUID
+    run_id: uuid.UUID | None
+    dataset: str | None = Field(description="`gnss_L1`, or `gnss_L2` when L1 is absent.")
+    rows: int = Field(description="Rows in the dataset, before thinning.")
+    points: list[TrackPoint]
+    reason: str | None = Field(
+        description="Why there are no points: `NO_ACTIVE_RUN` or `NO_GNSS_SERIES`."
+    )
+
+
+class LapRow(_Body):
+    """One complete lap of the active run (spec 000 §11)."""
+
+    lap: int
+    start: datetime
+    end: datetime
+    lap_time_s: float
+    distance_m: float | None = Field(description="Speed integrated between the two crossings.")
+    max_speed_mps: float | None
+    avg_speed_mps: float | None
+    delta_to_best_s: float | None
+    is_best: bool
+    valid: bool
+    pit: bool
+    pit_in: bool
+    pit_out: bool
+    stopped_s: float
+
+
+class SessionLaps(_Body):
+    """The active run's laps, one row each, and the start/finish line that timed them."""
+
+    session_id: uuid.UUID
+    run_id: uuid.UUID | None
+    line: dict[str, Any] | None = Field(
+        description="The start/finish line used: configured or detected, with its ends."
+    )
+    reason: str | None = Field(
+        description="Why there are no laps (`NO_ACTIVE_RUN`, `TRACK_NOT_CLOSED`, ...)."
+    )
+    laps: list[LapRow]
+
+
+class ReceiptArtifact(_Body):
+    name: str
+    sha256: str
+    size: int
+
+
+class ReceiptLinks(_Body):
+    session: str
+    run: str | None
+
+
+class UploadReceipt(_Body):
+    """What ``POST /v1/sessions`` stored and published (intake makes the run)."""
+
+    tenant: str
+    device: str
+    session_id: uuid.UUID
+    run_id: uuid.UUID | None = Field(description="Null when intake took longer than the wait.")
+    artifact_set_hash: str
+    artifacts: list[ReceiptArtifact]
+    subject: str
+    links: ReceiptLinks
+
+
+class UploadForm(_Body):
+    """The form fields of a multipart upload (files are parts with a filename)."""
+
+    file: bytes = Field(json_schema_extra={"format": "binary"})
+    device: str
+    priority: int = Field(0, ge=-1000, le=1000)
+    config: str | None = Field(None, description="A JSON object: the run's config.")
+    title: str | None = Field(None, max_length=500)
+    date: dt.date | None = Field(None, description="The day a dateless log was recorded.")
+
+
+class ReprocessRequest(_Request):
+    config: JsonObject | None = Field(None, description="Default: the source run's config.")
+    priority: int | None = Field(None, ge=-1000, le=1000)
+
+
+class RollbackRequest(_Request):
+    to_run: uuid.UUID | None = Field(None, description="Default: the previous good run.")
+
+
+class RollbackResult(_Body):
+    session_id: uuid.UUID
+    from_run: uuid.UUID
+    to_run: uuid.UUID
+
+
+# -- runs -----------------------------------------------------------------------------------
+
+
+class RunQuery(_Query):
+    session: uuid.UUID | None = Field(None, description="Only this session's runs.")
+    status: RunStatus | None = None
+
+
+class RunSummary(_Body):
+    id: uuid.UUID
+    session_id: uuid.UUID
+    status: str
+    priority: int
+    requested_by: str
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    jobs_total: int
+    jobs_open: int
+    failure_reason: str | None
+    retry_of: uuid.UUID | None
+
+
+class RunPage(Page[RunSummary]):
+    """The caller's runs, newest first."""
+
+
+class RunJob(_Body):
+    name: str
+    job_type: str
+    state: str
+    critical: bool
+    pool: str
+    attempt_count: int
+    max_attempts: int
+    skip_reason: str | None
+    last_error_code: str | None
+    last_error_message: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunDataset(_Body):
+    name: str
+    dataset_type: str
+    job: str
+    storage_url: str
+    content_hash: str | None
+    schema_version: str | None
+    row_count: int | None
+    bytes: int | None
+    time_range_start: datetime | None
+    time_range_end: datetime | None
+
+
+class Run(_Body):
+    id: uuid.UUID
+    session_id: uuid.UUID
+    status: str
+    artifact_set_hash: str
+    requested_by: str
+    parser_version: str | None
+    pipeline_version: str | None
+    fusion_version: str | None
+    config: dict[str, Any]
+    priority: int
+    jobs_total: int
+    jobs_open: int
+    gating: list[dict[str, Any]]
+    features_available: dict[str, bool]
+    feature_reasons: dict[str, str]
+    summary: dict[str, Any]
+    failure_reason: str | None
+    retry_of: uuid.UUID | None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    active: bool = Field(description="Whether the session's active pointer is this run.")
+    jobs: list[RunJob]
+    datasets: list[RunDataset]
+
+
+class DagEdge(_Body):
+    on: str = Field(description="The job depended on.")
+    hard: bool = Field(description="False: a soft dependency (its failure does not block).")
+
+
+class DagAttempt(_Body):
+    number: int
+    status: str
+    worker: str
+    started_at: datetime | None
+    ended_at: datetime | None
+    duration_s: float | None
+    error_code: str | None
+    error_type: str | None
+    error_source: str | None
+    severity: int | None
+    message: str | None
+
+
+class DagJob(_Body):
+    name: str
+    job_type: str
+    state: str
+    critical: bool
+    pool: str
+    deps: list[DagEdge]
+    attempt_count: int
+    max_attempts: int
+    next_run_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    busy_s: float = Field(description="Seconds spent in attempts so far.")
+    skip_reason: str | None
+    last_error_code: str | None
+    last_error_message: str | None
+    datasets: list[str]
+    attempts: list[DagAttempt]
+
+
+class RunDag(_Body):
+    """A run's DAG (``tideway runs show``): jobs in dependency order, with their attempts."""
+
+    run_id: uuid.UUID
+    status: str
+    gating: list[dict[str, Any]] = Field(description="Why jobs were skipped by gating.")
+    jobs: list[DagJob]
+
+
+class CancelResult(_Body):
+    run_id: uuid.UUID
+    status: str
+    cancelled: int = Field(description="Jobs not yet started, now cancelled.")
+    requested: int = Field(description="Running jobs asked to stop at their next checkpoint.")
+
+
+class RunStarted(_Body):
+    """A run a retry or reprocess started (``created`` false: an identical one existed)."""
+
+    run_id: uuid.UUID
+    created: bool
+
+
+# -- devices --------------------------------------------------------------------------------
+
+
+class DeviceQuery(_Query):
+    active: bool | None = None
+    schema_name: Text | None = Field(
+        None, alias="schema", max_length=200, description="Only devices on this schema."
+    )
+
+
+class Device(_Body):
+    external_id: str
+    name: str | None
+    active: bool
+    schema_name: str | None = Field(alias="schema")
+    schema_version: int | None
+    created_at: datetime
+    updated_at: datetime
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, serialize_by_alias=True)
+
+
+class DevicePage(Page[Device]):
+    """The caller's devices by id."""
+
+
+class DeviceChange(_Body):
+    device: Device
+    changed: bool = Field(description="False: the device already was in that state.")
+
+
+# -- schemas --------------------------------------------------------------------------------
+
+
+class SchemaQuery(_Query):
+    pass
+
+
+class SchemaSummary(_Body):
+    name: str
+    versions: int
+    latest_version: int
+    content_hash: str
+    updated_at: datetime
+    devices: int
+
+
+class SchemaPage(Page[SchemaSummary]):
+    """The caller's schemas by name, each with its newest version."""
+
+
+class SchemaVersionQuery(_Query):
+    version: int | None = Field(None, ge=1, le=2**31 - 1, description="Default: the newest.")
+
+
+class SchemaVersion(_Body):
+    name: str
+    version: int
+    versions: list[int]
+    content_hash: str
+    created_at: datetime
+    devices: int
+    source_text: str
+    spec: dict[str, Any]
+    parameters: list[dict[str, Any]]
+
+
+class SchemaTestRequest(_Request):
+    """A sample to run through validate, mutate and derive (no service is touched)."""
+
+    payload: Annotated[Any, AfterValidator(_clean_json)] = Field(
+        description="An envelope (its `values` are used) or the values alone."
+    )
+    topic: Name | None = Field(None, description="Needed when the schema has several topics.")
+    version: int | None = Field(None, ge=1, le=2**31 - 1, description="Default: the newest.")
+
+
+class SchemaTestReport(_Body):
+    schema_name: str = Field(alias="schema")
+    topic: str
+    content_hash: str
+    validate_: dict[str, Any] = Field(alias="validate")
+    mutate: dict[str, Any] | None
+    derive: dict[str, Any] | None
+    outcome: Literal["processed", "failed_validation", "failed_mutate", "failed_derive"]
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, serialize_by_alias=True)
+
+
+# -- dead letters ---------------------------------------------------------------------------
+
+DeadLetterState = Literal["open", "resolved"]
+
+
+class DeadLetterGroupQuery(_Query):
+    state: DeadLetterState = "open"
+
+
+class DeadLetterSample(_Body):
+    id: int
+    subject: str
+    payload_text: str = Field(description="The start of the original body (at most 512 chars).")
+
+
+class DeadLetterGroup(_Body):
+    """Dead letters with one error signature: reason code, failing stage, schema version."""
+
+    id: str = Field(description="The group's opaque id.")
+    code: str
+    stage: str | None
+    schema_name: str | None = Field(alias="schema")
+    schema_version: int | None
+    count: int
+    first_seen_at: datetime
+    last_seen_at: datetime
+    sample: DeadLetterSample
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, serialize_by_alias=True)
+
+
+class DeadLetterGroupPage(Page[DeadLetterGroup]):
+    """Error signatures, in signature order."""
+
+
+class DeadLetterQuery(_Query):
+    state: DeadLetterState = "open"
+    group: Text | None = Field(None, max_length=1000, description="Only this group's.")
+
+
+class DeadLetterSummary(_Body):
+    id: int
+    ingestion_message_id: int
+    subject: str
+    reason_code: str
+    state: str
+    redrive_count: int
+    first_seen_at: datetime
+    last_seen_at: datetime
+    resolution: str | None
+    status: str = Field(description="The envelope's status.")
+
+
+class DeadLetterPage(Page[DeadLetterSummary]):
+    """Dead letters, oldest first."""
+
+
+class DeadLetter(DeadLetterSummary):
+    headers: dict[str, Any]
+    failures: list[dict[str, Any]]
+    resolution_note: str | None
+    resolved_at: datetime | None
+    attempts: int
+    stream_seq: int | None
+    received_at: datetime | None
+    source_deduplication_key: str | None
+    envelope: Any = Field(description="The original body as JSON, or null if it is not JSON.")
+    payload_text: str
+    payload_bytes: int
+
+
+class RedriveResult(_Body):
+    dead_letter_id: int
+    message_id: int | None
+    outcome: Literal["completed", "failed", "not_redrivable", "not_open"]
+    detail: str | None
+
+
+class RedriveReport(_Body):
+    completed: int
+    failed: int
+    not_redrivable: int
+    not_open: int
+    results: list[RedriveResult]
+
+
+class ResolveRequest(_Request):
+    note: Text = Field(min_length=1, max_length=2000, description="Why they are resolved.")
+
+
+class ResolveReport(_Body):
+    resolved: list[int]
+    not_resolved: list[int]
+
+
+# -- fleet ----------------------------------------------------------------------------------
+
+FleetSort = Literal[
+    "device",
+    "last_seen_at",
+    "envelopes",
+    "invalid_share",
+    "duplicates",
+    "out_of_order",
+    "seq_gaps",
+    "latency_p50_s",
+    "clock_skew_s",
+]
+
+
+class FleetQuery(BaseModel):
+    """The window, the sort and the search of the fleet's device table."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    window_minutes: int = Field(60, ge=1, le=1440, description="The recent window read.")
+    sort: FleetSort = Field("last_seen_at", description="`clock_skew_s` sorts by its size.")
+    order: Literal["asc", "desc"] = "desc"
+    search: Text | None = Field(None, max_length=200, description="Part of the device id.")
+    limit: int = Field(100, ge=1, le=1000, description="Devices answered (the first by sort).")
+
+
+class DeviceQuality(_Body):
+    """One device's data-quality figures over the window (see docs/api.md, Fleet)."""
+
+    device: str
+    last_seen_at: datetime
+    envelopes: int = Field(description="Received, duplicates not counted.")
+    invalid_share: float = Field(description="Share of envelopes that failed validation.")
+    duplicates: int
+    out_of_order: int = Field(description="Envelopes whose seq is below the one before them.")
+    seq_gaps: int = Field(description="seq numbers in the window's range that never arrived.")
+    latency_p50_s: float | None = Field(description="Median received - measured, seconds.")
+    clock_skew_s: float | None = Field(description="Smallest received - measured, seconds.")
+
+
+class FleetReport(_Body):
+    """The fleet over a recent window: ingest by status, open dead letters, device figures."""
+
+    at: datetime
+    window_s: int
+    statuses: dict[str, int] = Field(description="Envelopes received per status.")
+    rate_per_min: float = Field(description="Envelopes received per minute, all statuses.")
+    open_dead_letters: int
+    matched: int = Field(description="Devices seen in the window that match the search.")
+    devices: list[DeviceQuality] = Field(description="The first `limit` of them, sorted.")
+
+
+class RecentMessage(_Body):
+    id: int
+    received_at: datetime
+    measured_at: datetime | None
+    seq: int | None
+    topic: str = Field(description="The subject's last token.")
+    status: str
+    error_code: str | None
+
+
+class DeviceActivity(_Body):
+    """A device's hot state (Redis: the newest measurement per topic) and its newest envelopes."""
+
+    device: str
+    state: dict[str, Any] = Field(
+        description="Per topic: `ts`, `seq`, `values`, `message_key`, `received_at`."
+    )
+    messages: list[RecentMessage] = Field(description="The newest 50, newest first.")
+
+
+# -- messages -------------------------------------------------------------------------------
+
+
+class MessageExplanation(_Body):
+    """Everything Tideway knows about one envelope (``tideway messages show``)."""
+
+    message: dict[str, Any]
+    stages: list[dict[str, Any]]
+    telemetry: dict[str, Any] | None
+    duplicates: list[dict[str, Any]]
+    dead_letter: dict[str, Any] | None
+    published: dict[str, Any] | None = None

@@ -1,0 +1,145 @@
+"""Run and session actions: runs list, cancel and retry; session reprocess and rollback.
+
+Each checks that the run or session is the caller's before acting (another tenant's id is
+"not found"), then calls the function the CLI command calls.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from aiohttp import web
+
+from schemas.api import (
+    CancelResult,
+    ReprocessRequest,
+    RollbackRequest,
+    RollbackResult,
+    RunDag,
+    RunPage,
+    RunQuery,
+    RunStarted,
+    RunSummary,
+)
+from streams.api.bodies import body_of, query_of, reply
+from streams.api.context import caller_of, context_of
+from streams.api.inputs import path_uuid
+from streams.api.pages import decode_cursor, instant, page_of
+from streams.domain_events import DomainEvents
+from streams.jobs import queue
+from streams.jobs.run_views import RunRow, list_runs, show_run
+from streams.sessions import queries
+from streams.sessions.reprocess import reprocess, rollback
+
+__all__ = [
+    "cancel_run",
+    "get_run_dag",
+    "list_runs_",
+    "reprocess_session",
+    "retry_run",
+    "rollback_session",
+]
+
+
+async def _announce(request: web.Request, run_id: uuid.UUID, state: str) -> None:
+    """``run.<state>`` on NATS, once the change is committed (see streams.domain_events)."""
+    ctx = context_of(request)
+    await DomainEvents(ctx.settings, nc=ctx.nats).runs_changed(ctx.pool, {run_id: state})
+
+
+def _key(row: RunRow) -> tuple[str, str]:
+    return row.created_at.isoformat(), str(row.id)
+
+
+async def list_runs_(request: web.Request) -> web.Response:
+    caller, q = caller_of(request), query_of(request, RunQuery)
+    after = decode_cursor(q.cursor, instant, uuid.UUID)
+    async with context_of(request).pool.acquire() as conn:
+        rows = await list_runs(
+            conn,
+            tenant_id=caller.tenant_id,
+            session_id=q.session,
+            status=q.status,
+            limit=q.limit + 1,
+            after=(after[0], after[1]) if after else None,
+        )
+    items, next_ = page_of(request, rows, q.limit, _key)
+    page = [RunSummary.model_validate(r, from_attributes=True) for r in items]
+    return reply(RunPage(items=page, next=next_))
+
+
+async def get_run_dag(request: web.Request) -> web.Response:
+    caller, run_id = caller_of(request), path_uuid(request)
+    async with context_of(request).pool.acquire() as conn:
+        view = await show_run(conn, run_id, tenant_id=caller.tenant_id)
+    data = view.as_json()
+    return reply(
+        RunDag(run_id=view.run.id, status=view.run.status, gating=view.gating, jobs=data["jobs"])
+    )
+
+
+async def cancel_run(request: web.Request) -> web.Response:
+    caller, run_id = caller_of(request), path_uuid(request)
+    async with context_of(request).pool.acquire() as conn:
+        await queries.check_run(conn, caller.tenant_id, run_id)
+        done = await queue.cancel_run(conn, run_id)
+    await _announce(request, run_id, done.status.value)
+    return reply(
+        CancelResult(
+            run_id=done.run_id,
+            status=done.status.value,
+            cancelled=done.cancelled,
+            requested=done.requested,
+        )
+    )
+
+
+async def retry_run(request: web.Request) -> web.Response:
+    ctx, caller, run_id = context_of(request), caller_of(request), path_uuid(request)
+    async with ctx.pool.acquire() as conn:
+        await queries.check_run(conn, caller.tenant_id, run_id)
+        new = await queue.retry_run(
+            conn,
+            run_id,
+            requested_by=f"api:{caller.key_id}",
+            channel=queue.jobs_channel(ctx.settings),
+            default_attempts=ctx.settings.retry.job_max_attempts,
+        )
+    if new.created:
+        await _announce(request, new.run_id, "pending")
+    return reply(RunStarted(run_id=new.run_id, created=new.created), status=202)
+
+
+async def reprocess_session(request: web.Request) -> web.Response:
+    ctx, caller, session_id = context_of(request), caller_of(request), path_uuid(request)
+    body = await body_of(request, ReprocessRequest)
+    async with ctx.pool.acquire() as conn:
+        new = await reprocess(
+            conn,
+            tenant=caller.tenant,
+            session_id=session_id,
+            requested_by=f"api:{caller.key_id}",
+            config=body.config,
+            priority=body.priority,
+            namespace=ctx.settings.namespace,
+            default_attempts=ctx.settings.retry.job_max_attempts,
+        )
+    if new.created:
+        await _announce(request, new.run_id, "pending")
+    return reply(RunStarted(run_id=new.run_id, created=new.created), status=202)
+
+
+async def rollback_session(request: web.Request) -> web.Response:
+    caller, session_id = caller_of(request), path_uuid(request)
+    body = await body_of(request, RollbackRequest)
+    async with context_of(request).pool.acquire() as conn:
+        moved = await rollback(
+            conn,
+            tenant=caller.tenant,
+            session_id=session_id,
+            to_run=body.to_run,
+            requested_by=f"api:{caller.key_id}",
+        )
+    return reply(
+        RollbackResult(session_id=moved.session_id, from_run=moved.from_run, to_run=moved.to_run)
+    )

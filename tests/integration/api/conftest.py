@@ -1,0 +1,131 @@
+"""The API against real services: a test client over ``build_app``, API keys, and a tenant
+("acme") with one of everything the API shows - a session and its run, devices, a schema,
+envelopes and dead letters - made the way Tideway makes them (upload and intake, the ingest
+consumer), not inserted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import nats
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from streams.api.context import ApiContext
+from streams.api.keys import create_api_key
+from streams.api.server import build_app
+from streams.config import Settings
+from streams.ingest.fleet import SCHEMA_NAME
+from streams.objects import ObjectStore
+from tests.integration.ingest.conftest import Harness, fleet, good_values, harness
+from tests.integration.sessions.conftest import running_intake
+from tests.shared_data import data_file
+
+__all__ = ["Seeded", "api_client", "fleet", "harness", "key_headers", "seeded"]
+
+Client = TestClient[Any, Any]
+
+
+@contextlib.asynccontextmanager
+async def api_client(settings: Settings, pool: Any) -> AsyncIterator[Client]:
+    nc = await nats.connect(settings.nats())
+    ctx = ApiContext(settings=settings, pool=pool, store=ObjectStore(settings.objects()), nats=nc)
+    client = TestClient(TestServer(build_app(ctx)))
+    await client.start_server()
+    try:
+        yield client
+    finally:
+        await client.close()
+        await nc.close()
+
+
+async def key_headers(pool: Any, tenant: str) -> dict[str, str]:
+    async with pool.acquire() as conn:
+        key = await create_api_key(conn, tenant=tenant, name="test")
+    return {"Authorization": f"Bearer {key.secret}"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Seeded:
+    """Tenant acme's things (ids as the API names them) and a client with both keys."""
+
+    client: Client
+    acme: dict[str, str]
+    globex: dict[str, str]
+    session_id: str
+    run_id: str
+    device: str
+    schema: str
+    message_id: int
+    message_key: str
+    dead_letter_id: int
+    group_id: str
+
+
+async def upload(client: Client, headers: dict[str, str], device: str, path: Path) -> Any:
+    form = aiohttp.FormData()
+    form.add_field("device", device)
+    data = await asyncio.to_thread(path.read_bytes)
+    form.add_field("file", data, filename=path.name, content_type="text/plain")
+    resp = await client.post("/v1/sessions", data=form, headers=headers)
+    assert resp.status == 202, await resp.text()
+    return await resp.json()
+
+
+@pytest.fixture
+async def seeded(fleet: Harness) -> AsyncIterator[Seeded]:
+    """acme: the ingest fleet (schema, devices d1 d2 off bare), one good envelope and two
+    malformed ones (dead letters), and an uploaded session whose run intake has made (no
+    worker runs, so it stays pending). globex: a key and nothing else."""
+    await fleet.publish("d1", {"ts": 1_000, "seq": 1, "values": good_values()})
+    await fleet.publish("d1", None, raw=b"not json 1")
+    await fleet.publish("d2", None, raw=b"not json 2")
+    await fleet.consume(3)
+    pool = fleet.pool
+    async with pool.acquire() as conn:
+        good = await conn.fetchrow(
+            "SELECT id, source_deduplication_key FROM ingestion_messages WHERE status ="
+            " 'completed' ORDER BY id LIMIT 1"
+        )
+        dead_letter_id = await conn.fetchval("SELECT min(id) FROM dead_letters")
+    acme, globex = await key_headers(pool, "acme"), await key_headers(pool, "globex")
+    nmea = data_file("nmea", "ublox-zed-f9p-nmea.log")
+    async with running_intake(fleet.settings), api_client(fleet.settings, pool) as client:
+        receipt = await upload(client, acme, "kart-1", nmea)
+        assert receipt["run_id"], receipt
+        groups = await (await client.get("/v1/dead-letter-groups", headers=acme)).json()
+        yield Seeded(
+            client=client,
+            acme=acme,
+            globex=globex,
+            session_id=receipt["session_id"],
+            run_id=receipt["run_id"],
+            device="d1",
+            schema=SCHEMA_NAME,
+            message_id=good["id"],
+            message_key=good["source_deduplication_key"],
+            dead_letter_id=dead_letter_id,
+            group_id=groups["items"][0]["id"],
+        )
+
+
+@pytest.fixture
+async def pool(settings: Settings) -> AsyncIterator[object]:
+    from streams.adapters import postgres
+
+    p = await postgres.create_pool(settings.postgres(), postgres.PoolShape(max_size=4))
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+@pytest.fixture
+def nmea_file() -> Path:
+    return data_file("nmea", "ublox-zed-f9p-nmea.log")

@@ -1,0 +1,295 @@
+"""The console, tried as a person would: headless Chromium (Debian's ``chromium`` and
+``chromium-driver``) driven by Selenium against the API serving real data (the ``seeded``
+tenant: envelopes, dead letters, an uploaded session and its run).
+
+Every page is opened and checked for what a person looks at; a redrive, a resolve, a cancel and
+a retry are done with the page's buttons; a worker is started while the run page is open and
+the page must show ``succeeded`` without a reload. Any error in the browser's console fails the
+test. Screenshots of each page go to ``$TIDEWAY_TEST_ARTIFACTS`` (default ``.artifacts/console``
+in the checkout, ignored by git).
+
+Selenium blocks, so each browser step runs in a thread while the event loop serves the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+from streams.config import Settings
+from streams.jobs.worker import run_worker
+from streams.sessions.stage_executors import SessionExecutors
+from tests.integration.api.conftest import Seeded
+from tests.integration.ingest.conftest import Harness
+from tests.shared_data import REPO_ROOT, skip_or_fail
+
+ARTIFACTS = Path(os.environ.get("TIDEWAY_TEST_ARTIFACTS", REPO_ROOT / ".artifacts" / "console"))
+WAIT_S = 20.0
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or driver is None:
+        skip_or_fail("needs Debian's chromium and chromium-driver (.ci/run installs them)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(chromium)
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+        "--no-first-run",
+        "--disable-extensions",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # The driver's path given, so Selenium Manager never looks for one on the internet.
+    drv = webdriver.Chrome(options=options, service=Service(executable_path=str(driver)))
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+class Person:
+    """What a person does with the console: open pages, read, click, wait."""
+
+    def __init__(self, driver: WebDriver, base: str) -> None:
+        self.driver, self.base, self.errors = driver, base, []  # type: list[dict[str, Any]]
+
+    def wait(self, check: Callable[[WebDriver], Any], within: float = WAIT_S) -> Any:
+        try:
+            return WebDriverWait(
+                self.driver, within, ignored_exceptions=(StaleElementReferenceException,)
+            ).until(check)
+        except TimeoutException:  # say what the page said, not just that it did not come
+            self.shot("timed-out", check=False)
+            raise AssertionError(
+                f"timed out; browser console: {self.driver.get_log('browser')}"
+            ) from None
+
+    def find(self, css: str) -> WebElement:
+        return self.wait(lambda d: d.find_element(By.CSS_SELECTOR, css))
+
+    def all(self, css: str) -> list[WebElement]:
+        return self.driver.find_elements(By.CSS_SELECTOR, css)
+
+    def text(self, css: str) -> str:
+        return str(self.find(css).text)
+
+    def open(self, hash_: str, ready: str) -> None:
+        """Go to a page by its address and wait until ``ready`` (a CSS selector) shows."""
+        self.driver.execute_script("location.hash = arguments[0]", hash_)
+        self.wait(lambda d: d.find_elements(By.CSS_SELECTOR, f"#view {ready}"))
+
+    def notice(self, contains: str) -> str:
+        return str(
+            self.wait(
+                lambda d: next(
+                    (
+                        e.text
+                        for e in d.find_elements(By.CSS_SELECTOR, ".notice")
+                        if contains in e.text
+                    ),
+                    None,
+                )
+            )
+        )
+
+    def shot(self, name: str, *, check: bool = True) -> None:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+        if check:
+            self.check_console()
+
+    def check_console(self) -> None:
+        logs = self.driver.get_log("browser")
+        self.errors += [e for e in logs if e["level"] in ("SEVERE", "ERROR")]
+        assert not self.errors, self.errors
+
+
+def sign_in(p: Person, key: str) -> None:
+    p.driver.get(p.base)
+    p.wait(lambda d: d.find_element(By.ID, "api-key").is_displayed())  # once the script ran
+    p.find("#api-key").send_keys(key)
+    p.find("#sign-in button[type=submit]").click()
+    p.wait(lambda d: d.find_element(By.ID, "live").text == "live")
+    p.find("#runs-rows tr")
+
+
+def look_around(p: Person, s: Seeded) -> None:
+    """Every page, as a person reads it."""
+    rows = p.all("#runs-rows tr")
+    assert [r.get_attribute("data-run") for r in rows] == [s.run_id]
+    p.shot("runs")
+
+    p.find(f"#runs-rows a[href='#/sessions/{s.session_id}']").click()
+    p.find("#view #session-runs")
+    assert s.run_id[:8] in p.text("#session-runs")
+    assert "kart-1" in p.text("#view dl.facts")
+    p.shot("session")
+
+    p.open("#/devices", "#devices-rows tr")
+    devices = [r.find_element(By.CSS_SELECTOR, "td").text for r in p.all("#devices-rows tr")]
+    assert {"d1", "d2"} <= set(devices)
+    p.find("#device-search").send_keys("d1")
+    p.wait(lambda d: [r.text.split()[0] for r in p.all("#devices-rows tr")] == ["d1"])
+    p.shot("devices")
+    p.find("#devices-rows a").click()
+    assert p.text("#device-toggle") in ("Activate", "Deactivate")
+    # Its hot state (from Redis) and its newest envelope, with its status.
+    assert p.find("#device-hot-state .hot-state").get_attribute("data-topic") == "state"
+    assert "completed" in p.text("#device-messages")
+    p.shot("device")
+
+    p.open("#/fleet", "#fleet-rows tr")
+    fleet = {r.get_attribute("data-device"): r for r in p.all("#fleet-rows tr")}
+    assert set(fleet) == {"d1"}  # the only device with well-formed envelopes this hour
+    assert fleet["d1"].find_element(By.CSS_SELECTOR, "[data-col=seq_gaps]").text == "0"
+    assert "2 open dead letters" in p.text("#fleet-summary")
+    p.find("#fleet th[data-sort=device]").click()
+    p.wait(lambda d: "▼" in d.find_element(By.CSS_SELECTOR, "#fleet th[data-sort=device]").text)
+    p.shot("fleet")
+
+    p.open(f"#/messages/{s.message_id}", "#msg-stages")
+    assert "completed" in p.text("#view dl.facts")
+    assert p.all("#msg-stages tbody tr"), "the stage log of a completed envelope"
+    p.shot("message")
+
+
+def triage(p: Person, s: Seeded) -> None:
+    """Dead letters: the group, its letters, a redrive and a resolve from the page."""
+    p.open("#/dead-letters", "#dlq-rows tr[data-group]")
+    (group,) = p.all("#dlq-rows tr[data-group]")
+    assert group.find_element(By.CSS_SELECTOR, ".dlq-count").text == "2"
+    assert "not json" in group.text  # the sample payload
+    p.shot("dead-letters")
+    group.find_element(By.CSS_SELECTOR, ".dlq-redrive").click()
+    # Malformed envelopes cannot be redriven: the page says so and the group stays open.
+    assert "2 not redrivable" in p.notice("Redrive:")
+    p.find("#dlq-rows .dlq-note").send_keys("garbage from a test rig")
+    p.find("#dlq-rows .dlq-resolve").click()
+    assert "Resolved 2 dead letters" in p.notice("Resolved")
+    p.wait(lambda d: "No dead letters" in d.find_element(By.ID, "dlq-rows").text)
+    p.find("#dlq-state option[value=resolved]").click()
+    p.find("#dlq-rows tr[data-group]")
+    p.shot("dead-letters-resolved")
+
+    p.find("#dlq-rows a").click()  # the group's dead letters, then the first one's envelope
+    p.find("#dlq-letters tbody a").click()
+    assert "resolved" in p.text("#msg-dead-letter")
+    p.shot("message-dead-letter")
+
+
+def cancel_then_retry(p: Person, s: Seeded) -> str:
+    """The run's DAG, cancelled and retried from its page; returns the new run's id."""
+    p.open(f"#/runs/{s.run_id}", "#dag-svg .dag-node")
+    nodes = p.all("#dag-svg .dag-node")
+    assert len(nodes) > 5, "the session DAG's jobs"
+    assert len(p.all("#dag-svg path.edge")) >= len(nodes) - 1
+    assert {n.get_attribute("data-state") for n in nodes} <= {"created", "queued"}
+    nodes[0].click()
+    assert "attempts" in p.text("#job-detail")
+    p.shot("run-dag")
+    p.find("#run-cancel").click()
+    assert "Cancelled:" in p.notice("Cancelled:")
+    p.wait(lambda d: d.find_element(By.ID, "run-state").text == "cancelled")
+    p.wait(
+        lambda d: all(
+            n.get_attribute("data-state") == "cancelled"
+            for n in d.find_elements(By.CSS_SELECTOR, "#dag-svg .dag-node")
+        )
+    )
+    p.shot("run-cancelled")
+    p.find("#run-retry").click()
+    p.wait(lambda d: s.run_id not in d.execute_script("return location.hash"))
+    new = str(p.driver.execute_script("return location.hash")).removeprefix("#/runs/")
+    p.find("#dag-svg .dag-node")
+    # A mark the page would lose if it were reloaded.
+    p.driver.execute_script("window.__notReloaded = true")
+    return new
+
+
+def watch_it_succeed(p: Person) -> None:
+    p.wait(lambda d: d.find_element(By.ID, "run-state").text == "succeeded", within=240)
+    assert p.driver.execute_script("return window.__notReloaded") is True
+    states = {n.get_attribute("data-state") for n in p.all("#dag-svg .dag-node")}
+    assert states <= {"succeeded", "skipped"}, states
+    p.shot("run-succeeded")
+    p.open("#/runs", "#runs-rows tr")
+    assert "succeeded" in p.text("#runs-rows")
+    p.find("#runs-rows a").click()
+    p.find("#run-state").find_element(By.XPATH, "//a[contains(@href, '#/sessions/')]").click()
+    # The track, drawn from the downsampled series in speed bands, and the features.
+    segments = p.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#track-svg path.track-seg"))
+    assert len(segments) >= 2, "more than one speed band"
+    assert all(len(str(s.get_attribute("d"))) > 20 for s in segments)
+    assert "km/h" in p.text("#track-legend")
+    assert "overview" in p.text("#session-features")
+    p.shot("session-track")
+
+
+@contextlib.asynccontextmanager
+async def worker(settings: Settings) -> Any:
+    executors = SessionExecutors(settings, compute="thread")
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_worker(settings, executors=executors, pool=None, concurrency=2, stop=stop)
+    )
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await executors.aclose()
+
+
+async def test_a_person_uses_the_console(
+    seeded: Seeded, browser: WebDriver, fleet: Harness
+) -> None:
+    p = Person(browser, str(seeded.client.make_url("/")))
+    key = seeded.acme["Authorization"].removeprefix("Bearer ")
+    await asyncio.to_thread(sign_in, p, key)
+    await asyncio.to_thread(look_around, p, seeded)
+    await asyncio.to_thread(triage, p, seeded)
+    new_run = await asyncio.to_thread(cancel_then_retry, p, seeded)
+    assert new_run != seeded.run_id
+    async with worker(fleet.settings):
+        await asyncio.to_thread(watch_it_succeed, p)
+    await asyncio.to_thread(p.check_console)
+
+
+async def test_the_console_is_served_without_a_key_and_only_talks_to_its_origin(
+    seeded: Seeded,
+) -> None:
+    page = await seeded.client.get("/")
+    assert page.status == 200
+    assert page.content_type == "text/html"
+    assert "default-src 'self'" in page.headers["Content-Security-Policy"]
+    body = await page.text()
+    assert "/console/app.js" in body
+    for asset in ("/console/app.js", "/console/pages/runs.js", "/console/style.css"):
+        resp = await seeded.client.get(asset)
+        assert resp.status == 200, asset
+        assert "default-src 'self'" in resp.headers["Content-Security-Policy"]
+    # The data still needs a key.
+    assert (await seeded.client.get("/v1/runs")).status == 401
+    missing = await seeded.client.get("/console/nope.js")
+    assert missing.status == 404
+    assert missing.content_type == "application/problem+json"

@@ -1,0 +1,110 @@
+"""Domain events over real NATS, to browsers over server-sent events: a tenant's stream carries
+its own events - from the API's run actions, from ``publish_session`` and from the worker as a
+run ends - and never another tenant's."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import ClientResponse
+
+from streams.api.context import CONTEXT
+from streams.config import Settings
+from streams.domain_events import DomainEvents
+from streams.sessions.progress import wait_for_run
+from tests.integration.api.conftest import Client, Seeded, api_client, key_headers, upload
+from tests.integration.sessions.conftest import running_system
+
+
+class Listener:
+    """An SSE client: collects ``(event, data)`` pairs from an open ``/v1/events`` answer."""
+
+    def __init__(self, resp: ClientResponse) -> None:
+        self.resp = resp
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        event, data = "message", ""
+        async for raw in self.resp.content:
+            line = raw.decode().rstrip("\r\n")
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:"):
+                data += line[5:].strip()
+            elif not line and data:
+                self.events.append((event, orjson.loads(data)))
+                event, data = "message", ""
+
+    async def wait_for(self, kind: str, within: float = 60.0) -> dict[str, Any]:
+        deadline = asyncio.get_running_loop().time() + within
+        while asyncio.get_running_loop().time() < deadline:
+            for event, data in self.events:
+                if event == kind:
+                    return data
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no {kind} event; saw {[e for e, _ in self.events]}")
+
+
+@contextlib.asynccontextmanager
+async def listening(client: Client, headers: dict[str, str]) -> AsyncIterator[Listener]:
+    resp = await client.get("/v1/events", headers=headers)
+    assert resp.status == 200 and resp.content_type == "text/event-stream"
+    assert resp.headers["X-Request-Id"]
+    listener = Listener(resp)
+    try:
+        yield listener
+    finally:
+        listener.task.cancel()
+        await asyncio.gather(listener.task, return_exceptions=True)
+        resp.close()
+
+
+async def test_each_tenant_hears_only_its_own_events(seeded: Seeded) -> None:
+    client = seeded.client
+    async with listening(client, seeded.acme) as acme, listening(client, seeded.globex) as gx:
+        resp = await client.post(f"/v1/runs/{seeded.run_id}/cancel", headers=seeded.acme)
+        assert resp.status == 200
+        cancelled = await acme.wait_for("run.cancelled")
+        assert cancelled["run_id"] == seeded.run_id
+        assert cancelled["session_id"] == seeded.session_id and cancelled["tenant"] == "acme"
+        retried = await (await client.post(f"/v1/runs/{seeded.run_id}/retry",
+                                           headers=seeded.acme)).json()  # fmt: skip
+        assert (await acme.wait_for("run.pending"))["run_id"] == retried["run_id"]
+        # An event of globex's reaches globex's stream and not acme's.
+        events = DomainEvents(_settings_of(client))
+        await events.publish("globex", "run.failed", run_id="r-of-globex")
+        await events.aclose()
+        assert (await gx.wait_for("run.failed"))["run_id"] == "r-of-globex"
+        await asyncio.sleep(0.3)  # give a leaked event the time to arrive
+    assert all(data["tenant"] == "acme" for _, data in acme.events)
+    assert [e for e, _ in gx.events] == ["run.failed"]
+
+
+def _settings_of(client: Client) -> Settings:
+    app = client.server.app
+    assert app is not None
+    return app[CONTEXT].settings
+
+
+async def test_a_published_session_and_its_finished_run_are_announced(
+    settings: Settings, pool: Any, nmea_file: Path
+) -> None:
+    acme, globex = await key_headers(pool, "acme"), await key_headers(pool, "globex")
+    async with running_system(settings), api_client(settings, pool) as client:
+        async with listening(client, acme) as heard, listening(client, globex) as other:
+            receipt = await upload(client, acme, "kart-9", nmea_file)
+            final = await wait_for_run(settings, run_id=receipt["run_id"], timeout_s=90)
+            assert final.status in {"succeeded", "partial"}
+            published = await heard.wait_for("session.published")
+            assert published["session_id"] == receipt["session_id"]
+            assert published["run_id"] == receipt["run_id"]
+            finished = await heard.wait_for(f"run.{final.status}")
+            assert finished["run_id"] == receipt["run_id"]
+            await asyncio.sleep(0.3)
+        assert other.events == []
