@@ -399,6 +399,11 @@ RUN_NOT_RETRIABLE: Final = _code(
 NO_PREVIOUS_RUN: Final = _code(
     "NO_PREVIOUS_RUN", _A.JOB, "reprocessing needs a previous run of the session"
 )
+RUN_OUTPUTS_REMOVED: Final = _code(
+    "RUN_OUTPUTS_REMOVED",
+    _A.JOB,
+    "retention removed this superseded run's datasets; it cannot be made active again",
+)
 BAD_DATASET_NAME: Final = _code(
     "BAD_DATASET_NAME", _A.JOB, "a stage returned a dataset name that is not a safe identifier"
 )
