@@ -63,7 +63,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import SecretStr
 
 from stages.ack_policy import ACK
-from stages.ingest.plan import hot_state_order
+from stages.ingest.plan import STAGE_BIT, hot_state_order
 from streams import migrate
 from streams.adapters import postgres
 from streams.config import ConsumerSettings, Settings
@@ -284,7 +284,7 @@ async def naive_loop(settings: Settings, names: Names, seconds: float) -> dict[s
                                            ev.device.id, ev.binding.schema_version_id,
                                            ev.envelope.ts, receipt.received_at, ev.values)
                         await conn.execute(_NAIVE_LOG, message_id,
-                                           [log.stage for log in ev.logs],
+                                           sum(STAGE_BIT[log.stage] for log in ev.logs),
                                            [log.duration_us for log in ev.logs])
                 key = names.hot_state_key(TENANT, ev.device.external_id)
                 await hot.offer([HotItem(key=key, topic="state", order=hot_state_order(
@@ -312,13 +312,22 @@ INSERT INTO device_telemetry_logs (ingestion_message_id, tenant_id, device_id, s
 VALUES ($1, $2, $3, $4, 'state', $5, $6, 'processed', $7)
 """
 _NAIVE_LOG = """
-INSERT INTO ingestion_stage_passes (message_id, attempt, stages, statuses, durations_us)
-VALUES ($1, 1, $2, array_fill('ok'::text, ARRAY[cardinality($2::text[])]), $3)
+INSERT INTO ingestion_stage_passes (message_id, attempt, stages, durations_us)
+VALUES ($1, 1, $2, $3)
 """
 
 
-STREAMING_TABLES = ("ingestion_messages", "ingestion_stage_passes", "device_telemetry_logs",
-                    "dead_letters")
+STREAMING_TABLES = ("ingestion_messages", "ingest_dedupe_keys", "ingestion_stage_passes",
+                    "device_telemetry_logs", "dead_letters")
+# A partitioned table's own size is 0: its partitions hold everything.
+TABLE_BYTES = """
+SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::bigint
+FROM pg_partition_tree($1::regclass) WHERE isleaf
+"""
+INDEX_BYTES = """
+SELECT coalesce(sum(pg_indexes_size(relid)), 0)::bigint
+FROM pg_partition_tree($1::regclass) WHERE isleaf
+"""
 
 
 def _consumer_process(settings: Settings, stop: Any) -> None:
@@ -364,8 +373,10 @@ async def processes(settings: Settings, workdir: Path, n: int, count: int) -> di
         tables = {}
         for table in STREAMING_TABLES:
             rows = int(await conn.fetchval(f"SELECT count(*) FROM {table}"))
-            size = int(await conn.fetchval("SELECT pg_total_relation_size($1::regclass)", table))
-            tables[table] = {"rows_per_envelope": rows / done, "bytes_per_envelope": size / done}
+            size = int(await conn.fetchval(TABLE_BYTES, table))
+            indexes = int(await conn.fetchval(INDEX_BYTES, table))
+            tables[table] = {"rows_per_envelope": rows / done, "bytes_per_envelope": size / done,
+                             "index_bytes_per_envelope": indexes / done}
     finally:
         await conn.close()
         for child in children:
@@ -461,8 +472,8 @@ async def _reset(settings: Settings, names: Names) -> None:
     """Empty the pipeline's tables, hot state and analytics between measurements."""
     conn = await postgres.connect(settings.postgres())
     try:
-        await conn.execute("TRUNCATE ingestion_messages, ingestion_stage_passes, "
-                           "device_telemetry_logs, dead_letters")
+        await conn.execute("TRUNCATE ingestion_messages, ingest_dedupe_keys, "
+                           "ingestion_stage_passes, device_telemetry_logs, dead_letters")
     finally:
         await conn.close()
     resources = await Resources.open(settings, nats=False, pool_size=1)

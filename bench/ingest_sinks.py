@@ -33,7 +33,7 @@ import pyarrow as pa
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from stages.ack_policy import ACK
-from stages.ingest.ingress import Receipt
+from stages.ingest.ingress import Receipt, key_hash
 from stages.ingest.plan import Fate, PublishOutcome, Recording, finalize
 from streams.config import Settings
 from streams.ingest import sql
@@ -57,6 +57,7 @@ class Prebuilt:
     keys: list[str]
     receipts: list[str]
     messages: list[str]
+    key_lines: list[str]
     telemetry: list[str]
     passes: list[str]
     hot: list[HotItem]
@@ -70,6 +71,9 @@ async def prebuild(pipeline: Pipeline, names: Names, tenant: str,
     keys: list[str] = []
     receipts: list[str] = []
     messages: list[str] = []
+    key_lines: list[str] = []
+    async with pipeline.resources.pool.acquire() as conn:
+        gen = await conn.fetchval(sql.CURRENT_GENERATION)
     telemetry: list[str] = []
     passes: list[str] = []
     hot: list[HotItem] = []
@@ -83,24 +87,25 @@ async def prebuild(pipeline: Pipeline, names: Names, tenant: str,
                        received_at_ns=now_ns + start + i)
             for i, (device, body, msg_id) in enumerate(data[start:start + batch])
         ]
-        evaluations, fates = await pipeline.prepare(batch_receipts)
+        evaluations, fates, _ = await pipeline.prepare(batch_receipts)
         if any(f.fate is not Fate.NEW for f in fates) or not all(
                 ev.needs_publish for ev in evaluations):
             raise RuntimeError("the write ceiling needs a data set of new, valid envelopes")
         async with pipeline.resources.pool.acquire() as conn:
             ids = await conn.fetchval(sql.RESERVE_IDS, len(evaluations))
-        rec = Recording(capture=False, now=datetime.now(UTC))
+        rec = Recording(capture=False, now=datetime.now(UTC), gen=gen)
         for ev, message_id in zip(evaluations, ids, strict=True):
             rec.add(finalize(ev, published), message_id)
-        keys.extend(ev.key for ev in evaluations)
+        keys.extend(key_hash(ev.key) for ev in evaluations)
         receipts.extend(f"{ev.receipt.stream_seq}:{ev.receipt.received_at_ns // 1000}"
                         for ev in evaluations)
         messages.extend(rec.messages)
+        key_lines.extend(rec.keys)
         telemetry.extend(rec.telemetry)
         passes.extend(rec.stage_pass_lines(_PERSIST_US))
         hot.extend(pipeline.publisher.hot_items(evaluations))
         tables.append(pipeline.analytics.rows(evaluations))
-    return Prebuilt(keys, receipts, messages, telemetry, passes, hot,
+    return Prebuilt(keys, receipts, messages, key_lines, telemetry, passes, hot,
                     pa.concat_tables(tables).combine_chunks())
 
 
@@ -144,8 +149,11 @@ async def write_ceiling(settings: Settings, names: Names, tenant: str,
                 await asyncio.gather(hot.offer(built.hot[rows]),
                                      analytics.insert(built.analytics.slice(start, len(msgs))))
                 async with pool.acquire() as conn, conn.transaction():
+                    await conn.execute(sql.WRITE_BARRIER, sql.DEDUPE_BARRIER_KEY)
+                    await conn.fetchval(sql.CURRENT_GENERATION)
                     await conn.fetchval(sql.RESERVE_IDS, len(msgs))
                     await copy_lines(conn, sql.MESSAGES, sql.MESSAGE_COPY, built.messages[rows])
+                    await copy_lines(conn, sql.KEYS, sql.KEY_COPY, built.key_lines[rows])
                     await copy_lines(conn, sql.TELEMETRY, sql.TELEMETRY_COPY,
                                      built.telemetry[rows])
                     await copy_lines(conn, sql.STAGE_PASSES, sql.STAGE_PASS_COPY,

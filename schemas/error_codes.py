@@ -417,6 +417,11 @@ RUN_VERIFICATION_FAILED: Final = _code(
     error_type=_T.VALIDATION,
     severity=4,
 )
+RUN_OUTPUTS_REMOVED: Final = _code(
+    "RUN_OUTPUTS_REMOVED",
+    _A.JOB,
+    "retention removed this superseded run's datasets; it cannot be made active again",
+)
 BAD_DATASET_NAME: Final = _code(
     "BAD_DATASET_NAME", _A.JOB, "a stage returned a dataset name that is not a safe identifier"
 )

@@ -70,6 +70,59 @@ class StreamSettings(_Group):
     replicas: int = Field(1, ge=1, le=5, description="JetStream replicas of each stream.")
 
 
+_DAY = 24 * 3600.0
+
+
+class RetentionSettings(_Group):
+    """How long the streaming tables keep their rows (docs/storage.md).
+
+    Whole time partitions are dropped once everything in them is older than their table's
+    retention; nothing is deleted row by row. ``dedupe_keys_s`` is the dedupe horizon: never
+    shorter than the TELEMETRY stream's ``max_age_s`` (a replay must find its keys), never
+    longer than ``ingestion_records_s`` (a key names its owner's row).
+    """
+
+    stage_logs_s: float = Field(7 * _DAY, gt=0, description="Stage logs (stage passes).")
+    ingestion_records_s: float = Field(
+        30 * _DAY, gt=0, description="ingestion_messages rows (every received envelope)."
+    )
+    telemetry_logs_s: float = Field(90 * _DAY, gt=0, description="device_telemetry_logs rows.")
+    resolved_dead_letters_s: float = Field(
+        30 * _DAY, gt=0,
+        description="Resolved dead letters, counted from their resolution (open ones are kept).",
+    )
+    dedupe_keys_s: float = Field(
+        8 * _DAY, gt=0,
+        description="The dedupe horizon: how long a key is remembered after its generation "
+        "ends (>= stream.max_age_s, <= ingestion_records_s).",
+    )
+    partition_grain_s: float = Field(
+        _DAY, ge=1,
+        description="Time span of one partition and one dedupe generation (a day; shorter "
+        "only for tests and benchmarks).",
+    )
+    partitions_ahead: int = Field(
+        3, ge=1, le=60, description="Partitions the maintenance loop keeps created ahead of now."
+    )
+    maintenance_interval_s: float = Field(
+        300.0, gt=0, description="How often the consumers' maintenance leader runs."
+    )
+    clickhouse_telemetry_s: float = Field(
+        90 * _DAY, ge=1,
+        description="ClickHouse analytics rows, from their receipt (a TTL; whole parts go).",
+    )
+    superseded_runs_s: float = Field(
+        7 * _DAY, ge=0,
+        description="Grace before the datasets and ClickHouse rows of a run that is no longer "
+        "its session's active run are removed.",
+    )
+    leftovers_s: float = Field(
+        _DAY, ge=0,
+        description="Age past which tmp/ leftovers of dead attempts, and files of deleted "
+        "runs and artifacts, are removed.",
+    )
+
+
 class RetrySettings(_Group):
     """Full-jitter exponential backoff: sleep = uniform(0, min(cap, base * 2**attempt))."""
 
@@ -308,6 +361,7 @@ class Settings(BaseSettings):
     )
     consumer: ConsumerSettings = ConsumerSettings()
     stream: StreamSettings = StreamSettings()
+    retention: RetentionSettings = RetentionSettings()
     retry: RetrySettings = RetrySettings()
     worker: WorkerSettings = WorkerSettings()
     postgres_timeouts: PostgresTimeoutSettings = PostgresTimeoutSettings()
@@ -315,6 +369,27 @@ class Settings(BaseSettings):
     api: ApiSettings = ApiSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     nats: NatsSettings = NatsSettings()
+
+    @model_validator(mode="after")
+    def _check_dedupe_horizon(self) -> Settings:
+        horizon, max_age = self.retention.dedupe_keys_s, self.stream.max_age_s
+        if horizon < max_age:
+            from streams.errors import ConfigError
+
+            raise ConfigError(
+                f"retention.dedupe_keys_s ({horizon:g}) is shorter than stream.max_age_s "
+                f"({max_age:g}): a replay of an envelope older than the dedupe horizon would be "
+                "recorded and published twice; raise retention.dedupe_keys_s"
+            )
+        if horizon > self.retention.ingestion_records_s:
+            from streams.errors import ConfigError
+
+            raise ConfigError(
+                f"retention.dedupe_keys_s ({horizon:g}) is longer than "
+                f"retention.ingestion_records_s ({self.retention.ingestion_records_s:g}): a "
+                "key would outlive the row it names"
+            )
+        return self
 
     @model_validator(mode="after")
     def _bind_nats_url(self) -> Settings:

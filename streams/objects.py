@@ -14,6 +14,10 @@ filesystem, never from Tideway's settings). Every object is written once and nev
   when the content hash is the same and raises :class:`ObjectConflictError` when it differs;
 - **reads verify sha256**: :meth:`ObjectStore.read` hashes what it read and raises the
   non-retriable :class:`IntegrityError` (``CHECKSUM_MISMATCH``) on a mismatch.
+- **removal is retention's**: :meth:`ObjectStore.remove_expired` deletes what
+  ``streams.retention.batch`` found expired (a superseded run's datasets, an artifact marked
+  deleted, a ``tmp/`` leftover); outside ``tmp/`` only a refused upload's artifact is removed
+  otherwise (:meth:`ObjectStore.discard_artifact`).
 
 Artifacts are content-addressed per tenant (:func:`artifact_key`), so uploading the same file
 twice stores it once. This class is blocking because ``pyarrow.fs`` is: callers on the event
@@ -22,11 +26,13 @@ loop wrap calls in ``asyncio.to_thread``; job bodies run whole in a worker threa
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import os
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
@@ -46,6 +52,7 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 20
+_EXPIRABLE = ("datasets/", "artifacts/", "tmp/")
 
 
 class IntegrityError(PermanentError):
@@ -168,6 +175,32 @@ class ObjectStore:
             raise _storage(exc, f"list {prefix}") from exc
         base = self._base + "/"
         return sorted(i.path[len(base) :] for i in infos if i.type == pafs.FileType.File)
+
+    def children(self, prefix: str) -> builtins.list[str]:
+        """Keys of the entries (files and directories) directly under ``prefix``, sorted."""
+        selector = pafs.FileSelector(self._path(prefix), recursive=False, allow_not_found=True)
+        try:
+            infos = self._fs.get_file_info(selector)
+        except OSError as exc:
+            raise _storage(exc, f"list {prefix}") from exc
+        base = self._base + "/"
+        return sorted(i.path[len(base) :].rstrip("/") for i in infos)
+
+    def footprint(self, key: str) -> tuple[datetime | None, int]:
+        """When the file ``key``, or the newest file under the directory ``key``, was last
+        written (``None``: nothing there), and how many bytes it holds. Retention ages and
+        sizes leftovers by it."""
+        path = self._path(key)
+        try:
+            info = self._fs.get_file_info(path)
+            if info.type == pafs.FileType.File:
+                return info.mtime, int(info.size or 0)
+            selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
+            files = [i for i in self._fs.get_file_info(selector) if i.type == pafs.FileType.File]
+        except OSError as exc:
+            raise _storage(exc, f"stat {key}") from exc
+        times = [i.mtime for i in files if i.mtime is not None]
+        return max(times, default=None), sum(int(i.size or 0) for i in files)
 
     # -- reads ----------------------------------------------------------------------------
     def read(self, key: str, *, sha256: str) -> bytes:
@@ -301,6 +334,25 @@ class ObjectStore:
             raise ValueError(f"not an artifact key: {key!r}")
         try:
             self._fs.delete_file(self._path(key))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise _storage(exc, f"delete {key}") from exc
+
+    def remove_expired(self, key: str) -> None:
+        """Remove the file or directory ``key`` that retention has expired
+        (``streams.retention.batch``): a superseded run's ``datasets/<run>``, an artifact
+        marked deleted, a ``tmp/`` leftover. The other exception to "never deleted"; the
+        caller has checked that nothing live refers to it. A missing key is a no-op."""
+        if not key.startswith(_EXPIRABLE) or key.rstrip("/") + "/" in _EXPIRABLE:
+            raise ValueError(f"not an expirable key: {key!r}")
+        path = self._path(key)
+        try:
+            info = self._fs.get_file_info(path)
+            if info.type == pafs.FileType.Directory:
+                self._fs.delete_dir(path)
+            elif info.type == pafs.FileType.File:
+                self._fs.delete_file(path)
         except FileNotFoundError:
             return
         except OSError as exc:

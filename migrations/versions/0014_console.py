@@ -6,11 +6,13 @@ device's newest envelopes. Without an index on the arrival time both scanned the
 with ``(tenant_id, received_at)`` and ``(device_id, received_at)`` each is one index range.
 Two more index entries per envelope is the ingest's price for them.
 
-Built ``CONCURRENTLY`` (outside the migration's transaction) so ingest goes on meanwhile; a
-build that failed part-way leaves an invalid index, which running the migration again drops.
+``ingestion_messages`` is partitioned (0012), and Postgres cannot build an index on a partitioned
+table ``CONCURRENTLY``: the index is made on the parent, which builds it on every partition (and
+on each partition the maintenance loop attaches later). The build blocks writes to the table
+while it runs; on a large deployment run this migration in a maintenance window, as 0012.
 
 Revision ID: 0014_console
-Revises: 0011_tenant_quotas
+Revises: 0013_run_outputs_removed
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0014_console"
-down_revision = "0011_tenant_quotas"
+down_revision = "0013_run_outputs_removed"
 branch_labels = None
 depends_on = None
 
@@ -29,13 +31,10 @@ _INDEXES = {
 
 
 def upgrade() -> None:
-    with op.get_context().autocommit_block():
-        for name, columns in _INDEXES.items():
-            op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
-            op.execute(f"CREATE INDEX CONCURRENTLY {name} ON ingestion_messages {columns}")
+    for name, columns in _INDEXES.items():
+        op.execute(f"CREATE INDEX IF NOT EXISTS {name} ON ingestion_messages {columns}")
 
 
 def downgrade() -> None:
-    with op.get_context().autocommit_block():
-        for name in _INDEXES:
-            op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+    for name in _INDEXES:
+        op.execute(f"DROP INDEX IF EXISTS {name}")

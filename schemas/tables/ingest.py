@@ -51,14 +51,23 @@ def _in(column: str, values: tuple[str, ...]) -> str:
 ingestion_messages = sa.Table(
     "ingestion_messages",
     metadata,
-    sa.Column("id", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    # From the sequence ``ingestion_messages_id_seq`` (an identity column is not possible on a
+    # partitioned table before Postgres 17); unique on its own, but the primary key of a
+    # partitioned table must hold the partition key.
+    sa.Column(
+        "id",
+        sa.BigInteger,
+        primary_key=True,
+        server_default=sa.text("nextval('ingestion_messages_id_seq'::regclass)"),
+    ),
     # Spec 001's dedupe key; NULL on the rows that record a dedupe hit. "C" collation: the
-    # key is an identifier, compared byte-wise (cheaper than a locale collation).
-    sa.Column("source_deduplication_key", sa.Text(collation="C"), unique=True),
+    # key is an identifier, compared byte-wise. Its uniqueness lives in ``ingest_dedupe_keys``
+    # (migration 0012): a unique index here would have to include ``received_at``.
+    sa.Column("source_deduplication_key", sa.Text(collation="C")),
     sa.Column("duplicate_of", sa.BigInteger),
     # The receipt: JetStream stream sequence + the time the stream stored the message.
     sa.Column("stream_seq", sa.BigInteger, nullable=False),
-    sa.Column("received_at", _TS, nullable=False),
+    sa.Column("received_at", _TS, nullable=False, primary_key=True),
     sa.Column("subject", sa.Text, nullable=False),
     sa.Column("traceparent", sa.Text),
     sa.Column("payload_bytes", sa.Integer, nullable=False),
@@ -98,6 +107,11 @@ ingestion_messages = sa.Table(
         "duplicate_of",
         postgresql_where=sa.text("duplicate_of IS NOT NULL"),
     ),
+    # The console's fleet and device pages read a recent window by arrival (migration 0014).
+    sa.Index("ix_ingestion_messages_tenant_received", "tenant_id", "received_at"),
+    sa.Index("ix_ingestion_messages_device_received", "device_id", "received_at"),
+    # One partition per time bucket, plus DEFAULT (migration 0012, ``streams.retention``).
+    postgresql_partition_by="RANGE (received_at)",
 )
 
 ingestion_stage_passes = sa.Table(
@@ -108,33 +122,32 @@ ingestion_stage_passes = sa.Table(
     # arrays. No primary key: rows are only ever appended, by the transaction that records the
     # pass, and read per message through the BRIN index (message ids grow with time, so the
     # index stays tiny and nearly free). The view ``ingestion_stage_logs`` (migration
-    # ``0004_stage_passes``) unnests them into one row per stage reached — what readers use.
+    # ``0012_partitioned_storage``) unnests them into one row per stage reached — what
+    # readers use.
     sa.Column("message_id", sa.BigInteger, nullable=False),
-    sa.Column("attempt", sa.Integer, nullable=False),
-    sa.Column("stages", pg.ARRAY(sa.Text), nullable=False),
-    sa.Column("statuses", pg.ARRAY(sa.Text), nullable=False),
+    sa.Column("attempt", sa.SmallInteger, nullable=False),
+    # The stages reached, and those that failed, as bitmasks over STAGES (bit 0 ingress ...
+    # bit 5 publish; migration 0012): two smallints instead of two text arrays. The arrays
+    # below hold one element per stage reached, in that order.
+    sa.Column("stages", sa.SmallInteger, nullable=False),
+    sa.Column("failed", sa.SmallInteger, nullable=False, server_default=sa.text("0")),
     sa.Column("durations_us", pg.ARRAY(sa.Integer), nullable=False),
     # NULL when no stage of the pass has an error (the common case).
     sa.Column("error_codes", pg.ARRAY(sa.Text)),
     sa.Column("error_messages", pg.ARRAY(sa.Text)),
-    # JSON arrays aligned with ``stages``; only when capture_stage_snapshots is on (spec 001's
-    # snapshot switch).
+    # JSON arrays aligned with the stages reached; only when capture_stage_snapshots is on
+    # (spec 001's snapshot switch).
     sa.Column("input_snapshots", pg.JSONB),
     sa.Column("output_snapshots", pg.JSONB),
     created_at(),
+    sa.CheckConstraint("stages BETWEEN 1 AND 63 AND failed & ~stages = 0", name="stages_known"),
     sa.CheckConstraint(
-        f"stages <@ ARRAY[{', '.join(repr(v) for v in STAGES)}]::text[]", name="stages_known"
-    ),
-    sa.CheckConstraint(
-        f"statuses <@ ARRAY[{', '.join(repr(v) for v in STAGE_STATUSES)}]::text[]",
-        name="statuses_known",
-    ),
-    sa.CheckConstraint(
-        "cardinality(stages) >= 1 AND cardinality(statuses) = cardinality(stages) "
-        "AND cardinality(durations_us) = cardinality(stages)",
+        "cardinality(durations_us) = length(replace(stages::integer::bit(6)::text, '0', ''))",
         name="aligned",
     ),
     sa.Index("ix_ingestion_stage_passes_message_id", "message_id", postgresql_using="brin"),
+    # By the time the pass was recorded (a redrive's pass lands in the day it ran).
+    postgresql_partition_by="RANGE (created_at)",
 )
 
 device_telemetry_logs = sa.Table(
@@ -147,7 +160,7 @@ device_telemetry_logs = sa.Table(
     sa.Column("topic", sa.Text, nullable=False),
     sa.Column("measured_at", _TS, nullable=False),
     sa.Column("seq", sa.BigInteger),
-    sa.Column("received_at", _TS, nullable=False),
+    sa.Column("received_at", _TS, nullable=False, primary_key=True),
     sa.Column("processing_state", sa.Text, nullable=False),
     # Final values when processed / publish_failed; extracted values when invalid or
     # inactive_skipped (the stages that did not run produced nothing). ``json``, not ``jsonb``:
@@ -159,19 +172,17 @@ device_telemetry_logs = sa.Table(
     updated_at(),
     sa.CheckConstraint(_in("processing_state", PROCESSING_STATES), name="state_known"),
     sa.Index("ix_device_telemetry_logs_device_measured", "device_id", "measured_at"),
+    postgresql_partition_by="RANGE (received_at)",
 )
 
 dead_letters = sa.Table(
     "dead_letters",
     metadata,
     sa.Column("id", sa.BigInteger, sa.Identity(always=False), primary_key=True),
-    sa.Column(
-        "ingestion_message_id",
-        sa.BigInteger,
-        sa.ForeignKey("ingestion_messages.id", ondelete="RESTRICT"),
-        nullable=False,
-        unique=True,
-    ),
+    # No foreign key: ``ingestion_messages`` is partitioned, and a key on ``id`` alone cannot
+    # reference it. Retention keeps the message rows of open dead letters (it moves them to
+    # the DEFAULT partition before dropping theirs; ``streams.retention``).
+    sa.Column("ingestion_message_id", sa.BigInteger, nullable=False, unique=True),
     sa.Column("tenant", sa.Text),
     sa.Column("subject", sa.Text, nullable=False),
     # The original envelope exactly as received: body and transport headers.
@@ -208,4 +219,28 @@ ingest_delivery_failures = sa.Table(
     sa.Column("delivered", sa.Integer, primary_key=True),
     sa.Column("failures", pg.JSONB, nullable=False),
     created_at(),
+)
+
+ingest_dedupe_generations = sa.Table(
+    "ingest_dedupe_generations",
+    metadata,
+    # A period of writes of dedupe keys (migration 0012). The newest row is the generation
+    # every recording transaction writes its keys into; the maintenance loop starts the next
+    # one (under the exclusive advisory lock the writers hold shared) and drops a
+    # generation's keys once the one after it started ``retention.dedupe_keys_s`` ago.
+    sa.Column("gen", sa.Integer, primary_key=True),
+    sa.Column("started_at", _TS, nullable=False, server_default=sa.func.now()),
+)
+
+ingest_dedupe_keys = sa.Table(
+    "ingest_dedupe_keys",
+    metadata,
+    # Spec 001's dedupe key as a 128-bit digest (the first half of its SHA-256), in a
+    # fixed-width ``uuid`` column: 16 bytes with no length header, in the heap and the index.
+    sa.Column("key_hash", pg.UUID(as_uuid=True), primary_key=True),
+    sa.Column("gen", sa.Integer, primary_key=True),
+    # The owner: the ``ingestion_messages`` row holding the key (id and partition key).
+    sa.Column("message_id", sa.BigInteger, nullable=False),
+    sa.Column("received_at", _TS, nullable=False),
+    postgresql_partition_by="RANGE (gen)",
 )

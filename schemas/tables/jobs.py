@@ -141,6 +141,9 @@ processing_runs = sa.Table(
     updated_at(),
     _ts("started_at"),
     _ts("completed_at"),
+    # When retention began removing the outputs of this superseded run (it can never be made
+    # active again); NULL while they are there (streams.retention.batch).
+    _ts("outputs_removed_at"),
     sa.UniqueConstraint("tenant_id", "idempotency_key", name="uq_processing_runs_idempotency"),
     sa.Index("ix_processing_runs_session_id", "session_id"),
     sa.CheckConstraint(_in("status", RUN_STATES), name="status_known"),

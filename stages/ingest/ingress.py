@@ -182,6 +182,13 @@ def dedupe_key(tenant: str, receipt: Receipt) -> str:
     return f"r:{tenant}:{receipt.received_at_ns}:{receipt.stream_seq}"
 
 
+def key_hash(key: str) -> str:
+    """The stored form of a dedupe key: the first 128 bits of its SHA-256, as 32 hex digits
+    (Postgres reads them into the ``uuid`` column ``ingest_dedupe_keys.key_hash``; migration
+    0012 computes the same digest in SQL)."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 def check_size(receipt: Receipt, max_bytes: int) -> None:
     """Refuse payloads larger than ``max_bytes`` before anything parses them."""
     if len(receipt.data) > max_bytes:

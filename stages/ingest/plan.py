@@ -13,8 +13,9 @@ Theory of operation (one batch; the runtime does the I/O between the steps):
 
 3. the new envelopes that need it are published (idempotently, so a crash before the next
    step only causes a harmless re-publish on redelivery);
-4. one transaction inserts the new rows with their *final* statuses, their telemetry rows,
-   stage logs, duplicate rows and dead letters (:class:`Recording` builds each row).
+4. one transaction inserts the new rows with their *final* statuses, their dedupe keys
+   (``ingest_dedupe_keys``, in the transaction's dedupe generation), telemetry rows, stage
+   logs, duplicate rows and dead letters (:class:`Recording` builds each row).
 
 Each row is written once; nothing is updated on the hot path.
 """
@@ -32,7 +33,7 @@ import orjson
 from schemas import error_codes as codes
 from stages.ingest.copy_format import NULL, copy_text, json_field, text, text_array
 from stages.ingest.evaluate import Evaluation, StageLog, issues_json
-from stages.ingest.ingress import iso_utc
+from stages.ingest.ingress import iso_utc, key_hash
 from stages.ingest.processing_state import PROCESSING_MACHINE, ProcessingState, recorded_path
 from stages.ingest.processing_state import check_path as check_state_path
 from stages.ingest.status import FINAL, STATUS_MACHINE, Status, check_path
@@ -45,19 +46,18 @@ MESSAGE_COPY_COLUMNS = (
     "payload_bytes", "tenant_id", "device_id", "schema_version_id", "schema_topic_id",
     "measured_at", "seq", "status", "error_code", "error_message",
 )
-MESSAGE_COLUMNS = (
-    "source_deduplication_key", "stream_seq", "received_at", "subject", "traceparent",
-    "payload_bytes", "tenant_id", "device_id", "schema_version_id", "schema_topic_id",
-    "measured_at", "seq", "status", "error_code", "error_message",
-)
 DUPLICATE_COLUMNS = (
     "duplicate_of", "stream_seq", "received_at", "subject", "traceparent", "payload_bytes",
     "tenant_id", "device_id", "measured_at", "seq",
 )
 STAGE_PASS_COLUMNS = (
-    "message_id", "attempt", "stages", "statuses", "durations_us", "error_codes",
+    "message_id", "attempt", "stages", "failed", "durations_us", "error_codes",
     "error_messages", "input_snapshots", "output_snapshots",
 )
+STAGE_ORDER = ("ingress", "validate", "mutate", "derive", "persist", "publish")
+STAGE_BIT = {stage: 1 << i for i, stage in enumerate(STAGE_ORDER)}
+"""A pass stores the stages it reached, and those that failed, as bitmasks over
+:data:`STAGE_ORDER` (migration 0012); its arrays follow that order."""
 TELEMETRY_COLUMNS = (
     "ingestion_message_id", "tenant_id", "device_id", "schema_version_id", "topic",
     "measured_at", "seq", "received_at", "processing_state", "parameter_values",
@@ -172,17 +172,25 @@ def finalize(ev: Evaluation, publish: PublishOutcome | None) -> Final:
 
 
 _NO_ERRORS = "\t\\N\t\\N\t\\N\t\\N\n"  # error codes, messages and both snapshots
-# The pass of a completed envelope, the bulk of all passes: its constant parts, spelled once.
-_COMPLETED_HEAD = "\t1\t{ingress,validate,mutate,derive,persist,publish}\t{ok,ok,ok,ok,ok,ok}\t{"
+# The pass of a completed envelope, the bulk of all passes: its constant parts, spelled once
+# (attempt 1, all six stages reached, none failed).
+_COMPLETED_HEAD = f"\t1\t{sum(STAGE_BIT.values())}\t0\t{{"
 
 
 def pass_line(message_id: int, attempt: int, logs: Sequence[StageLog], capture: bool) -> str:
     """One processing pass's stage logs as a ``COPY`` text line of ``ingestion_stage_passes``
-    (columns :data:`STAGE_PASS_COLUMNS`)."""
-    stages = ",".join(log.stage for log in logs)
-    statuses = ",".join(log.status for log in logs)
+    (columns :data:`STAGE_PASS_COLUMNS`; the logs in :data:`STAGE_ORDER`, each stage once)."""
+    logs = sorted(logs, key=lambda log: STAGE_BIT[log.stage])
+    reached = failed = 0
+    for log in logs:
+        bit = STAGE_BIT[log.stage]
+        if reached & bit:
+            raise ValueError(f"stage {log.stage} logged twice in one pass")
+        reached |= bit
+        if log.status == "failed":
+            failed |= bit
     durations = ",".join(str(log.duration_us) for log in logs)
-    head = f"{message_id}\t{attempt}\t{{{stages}}}\t{{{statuses}}}\t{{{durations}}}"
+    head = f"{message_id}\t{attempt}\t{reached}\t{failed}\t{{{durations}}}"
     if not capture and all(log.error_code is None and log.error_message is None
                            for log in logs):
         return head + _NO_ERRORS
@@ -228,15 +236,19 @@ class Recording:
 
     capture: bool
     now: datetime
+    gen: int = 0
+    """The dedupe generation the keys are written into."""
     messages: list[str] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    """``ingest_dedupe_keys`` lines of the new envelopes (the fast path copies them; the
+    careful path claims the keys with ``CLAIM_KEYS`` before adding the winners)."""
     telemetry: list[str] = field(default_factory=list)
     dead_letters: list[tuple[Any, ...]] = field(default_factory=list)
     duplicates: list[tuple[Any, ...]] = field(default_factory=list)
     recorded: list[tuple[Final, int]] = field(default_factory=list)
 
-    def add(self, final: Final, message_id: int, *, message_line: bool = True) -> None:
-        """The message row (unless inserted another way), telemetry row and dead letter of
-        one new envelope."""
+    def add(self, final: Final, message_id: int) -> None:
+        """The message row, dedupe key, telemetry row and dead letter of one new envelope."""
         # Hot path: one f-string per line; fields that cannot hold special characters (ids,
         # numbers, validated subjects) skip escaping.
         status = final.status
@@ -250,21 +262,21 @@ class Recording:
             seq = NULL if env.seq is None else str(env.seq)
         else:
             measured = seq = NULL
-        if message_line:
-            key = ev.key if "\\" not in ev.key else copy_text(ev.key)
-            subject = receipt.subject if ev.parts is not None else copy_text(receipt.subject)
-            trace = receipt.traceparent or NULL
-            ids = (f"{device.tenant_id_text}\t{device.id_text}" if device is not None
-                   else f"{NULL}\t{NULL}")
-            schema = (f"{binding.version_text}\t{binding.topic_id_text}" if binding is not None
-                      else f"{NULL}\t{NULL}")
-            error = (f"{NULL}\t{NULL}" if final.error_code is None else
-                     f"{copy_text(final.error_code)}\t{copy_text(final.error_message)}")
-            self.messages.append(
-                f"{message_id}\t{key}\t{receipt.stream_seq}\t{received}\t{subject}\t{trace}\t"
-                f"{len(receipt.data)}\t{ids}\t{schema}\t{measured}\t{seq}\t{status.value}\t"
-                f"{error}\n"
-            )
+        key = ev.key if "\\" not in ev.key else copy_text(ev.key)
+        subject = receipt.subject if ev.parts is not None else copy_text(receipt.subject)
+        trace = receipt.traceparent or NULL
+        ids = (f"{device.tenant_id_text}\t{device.id_text}" if device is not None
+               else f"{NULL}\t{NULL}")
+        schema = (f"{binding.version_text}\t{binding.topic_id_text}" if binding is not None
+                  else f"{NULL}\t{NULL}")
+        error = (f"{NULL}\t{NULL}" if final.error_code is None else
+                 f"{copy_text(final.error_code)}\t{copy_text(final.error_message)}")
+        self.messages.append(
+            f"{message_id}\t{key}\t{receipt.stream_seq}\t{received}\t{subject}\t{trace}\t"
+            f"{len(receipt.data)}\t{ids}\t{schema}\t{measured}\t{seq}\t{status.value}\t"
+            f"{error}\n"
+        )
+        self.keys.append(f"{key_hash(ev.key)}\t{self.gen}\t{message_id}\t{received}\n")
         state = final.state
         if state is not None and device is not None and binding is not None:
             if state not in RECORDABLE_STATES:
@@ -369,22 +381,6 @@ def delivery_failure_row(ev: Evaluation, publish: PublishOutcome,
     nak'ed for another: (dedupe key, delivery, failures as JSON text)."""
     failures = publish_failures(publish, at=at, attempt=1, delivery=ev.receipt.delivered)
     return ev.key, ev.receipt.delivered, orjson.dumps(failures).decode()
-
-
-def message_row(final: Final) -> tuple[Any, ...]:
-    """The ``ingestion_messages`` row of a new envelope, in :data:`MESSAGE_COLUMNS` order
-    (the careful path after a race, which inserts with ``ON CONFLICT`` over ``unnest``)."""
-    ev = final.ev
-    receipt, device, binding, env = ev.receipt, ev.device, ev.binding, ev.envelope
-    return (
-        ev.key, receipt.stream_seq, receipt.received_at, text(receipt.subject),
-        receipt.traceparent, len(receipt.data),
-        device.tenant_id if device else None, device.id if device else None,
-        binding.schema_version_id if binding else None,
-        binding.schema_topic_id if binding else None,
-        env.ts if env else None, env.seq if env else None,
-        final.status.value, final.error_code, final.error_message,
-    )
 
 
 def hot_state_order(ts_us: int, seq: int | None) -> str:

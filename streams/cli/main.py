@@ -30,6 +30,7 @@ _AREAS = (
     "streams.cli.telemetry",
     "streams.cli.sessions",
     "streams.cli.runs",
+    "streams.cli.retention",
 )
 
 for _name in _AREAS:

@@ -5,7 +5,8 @@ and the parameter name, so a value published twice — a redelivery after a cras
 publish and the Postgres commit, a replay, a redrive — collapses to one row. Readers that
 need exact counts before ClickHouse has merged use ``FINAL`` (``messages show`` does).
 Missing values (``null``) make no row. Numbers, integers and booleans (as 0/1) go to
-``value``; strings to ``value_text``.
+``value``; strings to ``value_text``. Its TTL (from ``retention.clickhouse_telemetry_s``) is
+applied by :mod:`streams.retention.ttl`, which also says why it is partitioned by month.
 
 The consumer sends one row per *envelope* — its values as the JSON it already encoded for
 Postgres and Redis — into a ``Null`` table, and a materialized view explodes each into one row

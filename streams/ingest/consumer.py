@@ -48,6 +48,7 @@ from streams.observability.readiness import (
     postgres_check,
     redis_check,
 )
+from streams.retention.maintain import maintenance_loop, run_round
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,13 @@ async def run_consumer(
             observer = hooks.batches
             beats = [hooks.heartbeat(f"ingest-fetch-{i}") for i in range(workers)]
         report = _Report(on_batch=on_batch, observer=observer)
+        # Partitions for now and ahead exist before the first batch (streams.retention).
+        await run_round(resources.pool, settings, wait=True)
         with tuned_collector():
-            await asyncio.gather(*(_work(pipeline, f, stop, report, beat)
+            # Partition maintenance rides along: one consumer process at a time leads it
+            # (streams.retention.maintain).
+            await asyncio.gather(maintenance_loop(resources.pool, settings, stop),
+                                 *(_work(pipeline, f, stop, report, beat)
                                    for f, beat in zip(fetchers, beats, strict=True)))
     finally:
         for fetcher in fetchers:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stages.ingest.ingress import key_hash
 from streams.adapters.postgres import Conn
 from streams.config import Settings
 from streams.errors import NotFoundError
@@ -22,12 +23,14 @@ from streams.ingest.resources import Resources
 
 
 async def find_id(conn: Conn, ident: str) -> int:
-    """An ``ingestion_messages`` id from a numeric id or a dedupe key."""
+    """An ``ingestion_messages`` id from a numeric id or a dedupe key (a key is found while
+    its dedupe generation is kept: docs/storage.md, the dedupe horizon)."""
     if ident.isdigit():
         return int(ident)
-    found = await conn.fetchval(sql.MESSAGE_BY_KEY, ident)
+    found = await conn.fetchval(sql.MESSAGE_BY_KEY, key_hash(ident))
     if found is None:
-        raise NotFoundError(f"no envelope with id or dedupe key {ident!r}")
+        raise NotFoundError(f"no envelope with id or dedupe key {ident!r} (a key is "
+                            "forgotten once its dedupe generation is dropped)")
     return int(found)
 
 

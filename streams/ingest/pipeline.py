@@ -150,8 +150,9 @@ class Pipeline:
 
     async def prepare(
         self, receipts: Sequence[Receipt]
-    ) -> tuple[list[Evaluation], list[Classified]]:
-        """Evaluate every receipt and classify it against Postgres (registry + dedupe read)."""
+    ) -> tuple[list[Evaluation], list[Classified], int]:
+        """Evaluate every receipt and classify it against Postgres (registry + dedupe read);
+        also the dedupe generation the read saw (for :meth:`Recorder.record_safely`)."""
         parts = [parse_subject(r.subject, self.prefix) for r in receipts]
         # Only well-formed names ever reach a query.
         pairs = [(p.tenant, p.device) for p in parts if p is not None]
@@ -161,10 +162,10 @@ class Pipeline:
                     view = await self.cache.view(conn, pairs)
                 evaluations = self.evaluate_all(receipts, view, parts)
                 with tracing.span("postgres.dedupe_read"):
-                    existing = await lookup(conn, evaluations)
+                    existing, gen = await lookup(conn, evaluations)
         except PG_FAILURES as exc:
             raise translate(exc) from exc
-        return evaluations, classify(evaluations, existing)
+        return evaluations, classify(evaluations, existing), gen
 
     async def process(self, receipts: Sequence[Receipt]) -> BatchResult:
         """Run a batch; raises ``TransientError`` when Postgres is unreachable.
@@ -180,7 +181,7 @@ class Pipeline:
 
     async def _process(self, receipts: Sequence[Receipt]) -> BatchResult:
         started = time.perf_counter()
-        evaluations, fates = await self.prepare(receipts)
+        evaluations, fates, gen = await self.prepare(receipts)
         new = [i for i, f in enumerate(fates) if f.fate is Fate.NEW]
         to_publish = [i for i in new if evaluations[i].needs_publish]
         outcomes: dict[int, PublishOutcome] = dict(zip(
@@ -205,7 +206,7 @@ class Pipeline:
         # Noted before recording: should the recording fail, the batch is redelivered and
         # each of these deliveries did fail to publish all the same.
         await self.recorder.note_failed_deliveries(failed_deliveries)
-        recorded = await self.recorder.record_safely(evaluations, fates, finals)
+        recorded = await self.recorder.record_safely(evaluations, fates, finals, gen=gen)
         for index in recorded.contended:
             dispositions[index] = Disposition.CONTENDED
         if recorded.refused:

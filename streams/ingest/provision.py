@@ -132,6 +132,7 @@ async def provision(settings: Settings) -> tuple[str, ...]:
 
     Returns warnings for the operator (an outdated nats-server); none of them stops it."""
     from streams.clickhouse import ClickHouse
+    from streams.retention.ttl import ensure_ttl
 
     nc = await connect_nats(settings.nats, name="tideway-provision", attempts=ONE_SHOT_ATTEMPTS)
     try:
@@ -142,4 +143,6 @@ async def provision(settings: Settings) -> tuple[str, ...]:
     names = Names(namespace=settings.namespace)
     clickhouse = ClickHouse(settings.clickhouse(), settings.clickhouse_database)
     await Analytics(clickhouse, names.analytics_table).ensure()
+    # New or existing table alike: the TTL follows the setting (streams.retention.ttl).
+    await ensure_ttl(clickhouse, names.analytics_table, settings.retention.clickhouse_telemetry_s)
     return (warning,) if warning else ()

@@ -1,10 +1,12 @@
 """Postgres for the streaming pipeline: the dedupe read and the recording transaction.
 
 ``lookup`` is one statement. ``record`` is one transaction: insert the new envelopes' rows
-with their final statuses (``ON CONFLICT DO NOTHING``), ``COPY`` their telemetry rows and
-stage logs, insert duplicate rows and dead letters. A key that another consumer recorded
-between the lookup and the insert (a race the unique index settles) is re-read and recorded
-as a duplicate — or recognised as this very message, recorded concurrently by a redelivery.
+with their final statuses and their dedupe keys, ``COPY`` their telemetry rows and stage
+logs, insert duplicate rows and dead letters. A key that another consumer recorded between
+the lookup and the insert (a race the primary key of ``ingest_dedupe_keys`` settles within a
+dedupe generation, and the generation barrier across two: ``sql.WRITE_BARRIER``) is re-read
+and recorded as a duplicate — or recognised as this very message, recorded concurrently by a
+redelivery.
 
 Errors are translated here. A row Postgres refuses (a data, constraint or limit error:
 ``PermanentError``) makes :meth:`record_safely` split the batch in halves until the poison
@@ -23,6 +25,7 @@ from datetime import UTC, datetime
 import asyncpg
 
 from stages.ingest.evaluate import Evaluation, StageLog
+from stages.ingest.ingress import key_hash
 from stages.ingest.plan import (
     Classified,
     Existing,
@@ -30,7 +33,6 @@ from stages.ingest.plan import (
     Final,
     Recording,
     classify,
-    message_row,
 )
 from stages.ingest.status import Status
 from streams.adapters.postgres import NOT_NOW_CLASSES, Conn
@@ -51,6 +53,9 @@ def translate(exc: BaseException) -> TidewayError:
     """An asyncpg/OS error as a Tideway error (see the module docstring)."""
     if isinstance(exc, TidewayError):
         return exc
+    if isinstance(exc, asyncpg.CheckViolationError) and _partition_routing(exc):
+        return TransientError(f"Postgres: a partition changed under the batch: {exc}",
+                              code="PG_ERROR")
     if isinstance(exc, asyncpg.PostgresError):
         state = (exc.sqlstate or "")[:2]
         if state in _ROW_CLASSES:
@@ -61,6 +66,15 @@ def translate(exc: BaseException) -> TidewayError:
     return TransientError(f"Postgres unavailable: {exc}", code="PG_UNAVAILABLE")
 
 
+def _partition_routing(exc: asyncpg.CheckViolationError) -> bool:
+    """A row refused because partitions changed under it (an ATTACH of the range it was
+    routed to DEFAULT for, a DETACH of its partition: streams.retention.maintain), not
+    because of the row: no partition or partition constraint is at fault, so another try
+    routes it afresh. (The state-machine triggers raise check_violation too, with no
+    constraint name but their own message.)"""
+    return exc.constraint_name is None and "partition" in str(exc)
+
+
 PG_FAILURES = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
                asyncpg.InternalClientError)
 """What a call to Postgres raises when it fails; all of it goes through :func:`translate`.
@@ -69,22 +83,24 @@ an operation (a server shutting down mid-batch) is where it does so: it means "t
 connection is gone", not a bug in the batch, so it defers the batch like a lost connection."""
 
 
-async def lookup(conn: Conn, evaluations: Sequence[Evaluation]) -> list[Existing]:
-    """The rows already holding the batch's keys, and duplicate rows holding its receipts."""
+async def lookup(conn: Conn, evaluations: Sequence[Evaluation]) -> tuple[list[Existing], int]:
+    """The rows already holding the batch's keys, duplicate rows holding its receipts, and
+    the dedupe generation the read saw."""
     try:
         rows = await conn.fetch(
             sql.LOOKUP,
-            "\n".join([ev.key for ev in evaluations]),
+            "\n".join([key_hash(ev.key) for ev in evaluations]),
             "\n".join([f"{ev.receipt.stream_seq}:{ev.receipt.received_at_ns // 1000}"
                        for ev in evaluations]),
         )
     except PG_FAILURES as exc:
         raise translate(exc) from exc
+    gen = next(r["gen"] for r in rows if r["id"] is None)
     return [
         Existing(id=r["id"], key=r["key"], stream_seq=r["stream_seq"],
                  received_at=r["received_at"], status=r["status"])
-        for r in rows
-    ]
+        for r in rows if r["id"] is not None
+    ], gen
 
 
 @dataclass(kw_only=True)
@@ -112,11 +128,11 @@ class Recorder:
 
     async def record_safely(
         self, evaluations: Sequence[Evaluation], fates: Sequence[Classified],
-        finals: Mapping[int, Final],
+        finals: Mapping[int, Final], *, gen: int | None = None,
     ) -> Recorded:
         """:meth:`record`, isolating a poison envelope by bisection (module docstring)."""
         try:
-            return await self.record(evaluations, fates, finals)
+            return await self.record(evaluations, fates, finals, gen=gen)
         except PermanentError as exc:
             indexes = sorted(set(finals) | {i for i, f in enumerate(fates)
                                             if f.fate is Fate.DUPLICATE})
@@ -125,7 +141,7 @@ class Recorder:
                     raise
                 (index,) = finals
                 alone = await self.record(evaluations, fates,
-                                          {index: _rejected(finals[index], exc)})
+                                          {index: _rejected(finals[index], exc)}, gen=gen)
                 alone.refused.add(index)
                 return alone
             half = len(indexes) // 2
@@ -135,7 +151,8 @@ class Recorder:
                 sub_fates = [f if i in keep else Classified(fate=Fate.RECORDED)
                              for i, f in enumerate(fates)]
                 result = await self.record_safely(
-                    evaluations, sub_fates, {i: finals[i] for i in part if i in finals}
+                    evaluations, sub_fates, {i: finals[i] for i in part if i in finals},
+                    gen=gen,
                 )
                 out.statuses.update(result.statuses)
                 out.message_ids.update(result.message_ids)
@@ -146,20 +163,24 @@ class Recorder:
 
     async def record(
         self, evaluations: Sequence[Evaluation], fates: Sequence[Classified],
-        finals: Mapping[int, Final],
+        finals: Mapping[int, Final], *, gen: int | None = None,
     ) -> Recorded:
         """Record the batch in one transaction (see the module docstring).
 
-        The fast path reserves ids and ``COPY``s the new rows; if another consumer recorded
-        one of the keys since the lookup, the unique index refuses the ``COPY`` and the batch
-        is recorded again on the careful path (``INSERT … ON CONFLICT DO NOTHING``).
+        ``gen`` is the dedupe generation the batch's lookup saw. The fast path reserves ids
+        and ``COPY``s the new rows and their keys; it is taken only when the transaction
+        writes into that same generation. If another consumer recorded one of the keys since
+        the lookup, the primary key of ``ingest_dedupe_keys`` refuses the ``COPY`` and the
+        batch is recorded again on the careful path (``CLAIM_KEYS``), which also sees the
+        keys of every older generation: a lookup made before a generation change cannot
+        have missed a key recorded just before it (migration 0012's barrier).
         """
         for careful in (False, True):
             try:
                 with tracing.span("postgres.record", {"tideway.careful": careful}):
                     async with self.pool.acquire() as conn, conn.transaction():
                         return await self._record(conn, evaluations, list(fates), finals,
-                                                  careful)
+                                                  careful, gen)
             except asyncpg.UniqueViolationError:
                 if careful:
                     raise PermanentError("duplicate key on the careful path",
@@ -171,25 +192,36 @@ class Recorder:
     async def _record(
         self, conn: Conn, evaluations: Sequence[Evaluation],
         fates: list[Classified], finals: Mapping[int, Final], careful: bool,
+        seen_gen: int | None,
     ) -> Recorded:
         out = Recorded()
         rec = Recording(capture=self.capture, now=datetime.now(UTC))
         started = time.perf_counter_ns()
         owners: dict[str, int] = {}
-        if finals and not careful:
+        if finals:
+            await conn.execute(sql.WRITE_BARRIER, sql.DEDUPE_BARRIER_KEY)
+            rec.gen = await conn.fetchval(sql.CURRENT_GENERATION)
+            careful = careful or rec.gen != seen_gen
             ids = await conn.fetchval(sql.RESERVE_IDS, len(finals))
-            for index, message_id in zip(finals, ids, strict=True):
+            reserved = dict(zip(finals, ids, strict=True))
+        if finals and not careful:
+            for index, message_id in reserved.items():
                 owners[evaluations[index].key] = message_id
                 rec.add(finals[index], message_id)
             await copy_lines(conn, sql.MESSAGES, sql.MESSAGE_COPY, rec.messages)
+            await copy_lines(conn, sql.KEYS, sql.KEY_COPY, rec.keys)
         elif finals:
-            rows = [message_row(finals[i]) for i in finals]
-            for row in await conn.fetch(sql.INSERT_MESSAGES, *_columns(rows)):
-                owners[row["source_deduplication_key"]] = row["id"]
+            claimed = {row["message_id"] for row in await conn.fetch(
+                sql.CLAIM_KEYS, [key_hash(evaluations[i].key) for i in finals], rec.gen,
+                list(reserved.values()),
+                [evaluations[i].receipt.received_at for i in finals])}
+            for index, message_id in reserved.items():
+                if message_id in claimed:
+                    owners[evaluations[index].key] = message_id
             lost = [i for i in finals if evaluations[i].key not in owners]
             if lost:  # recorded by another consumer since the lookup: read them again
-                again = classify([evaluations[i] for i in lost],
-                                 await lookup(conn, [evaluations[i] for i in lost]))
+                existing, _ = await lookup(conn, [evaluations[i] for i in lost])
+                again = classify([evaluations[i] for i in lost], existing)
                 for index, fate in zip(lost, again, strict=True):
                     if fate.fate is Fate.NEW:  # the other writer is not visible yet: retry
                         out.contended.add(index)
@@ -199,7 +231,8 @@ class Recorder:
                         owners[evaluations[index].key] = fate.owner_id
             for index in finals:
                 if fates[index].fate is Fate.NEW:
-                    rec.add(finals[index], owners[evaluations[index].key], message_line=False)
+                    rec.add(finals[index], owners[evaluations[index].key])
+            await copy_lines(conn, sql.MESSAGES, sql.MESSAGE_COPY, rec.messages)
         await copy_lines(conn, sql.TELEMETRY, sql.TELEMETRY_COPY, rec.telemetry)
         persist_us = (time.perf_counter_ns() - started) // 1000
         await copy_lines(conn, sql.STAGE_PASSES, sql.STAGE_PASS_COPY,

@@ -118,7 +118,7 @@ async def _one_batch(pipeline: Pipeline, receipts: list[Receipt], report: Replay
     report.first_seq = report.first_seq or receipts[0].stream_seq
     report.last_seq = receipts[-1].stream_seq
     if report.dry_run:
-        evaluations, fates = await pipeline.prepare(receipts)
+        evaluations, fates, _ = await pipeline.prepare(receipts)
         for ev, fate in zip(evaluations, fates, strict=True):
             if fate.fate is Fate.RECORDED:
                 report.already_recorded += 1

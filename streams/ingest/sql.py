@@ -1,8 +1,9 @@
 """Every SQL statement of the streaming pipeline, by name.
 
 The hot path uses a constant number of statements per batch, each set-based over ``unnest``
-arrays or ``COPY``: ``LOOKUP`` (dedupe read), then one transaction of ``INSERT_MESSAGES``,
-``COPY`` of telemetry rows and stage logs, and — only when the batch has them —
+arrays or ``COPY``: ``LOOKUP`` (dedupe read), then one transaction of ``WRITE_BARRIER``,
+``CURRENT_GENERATION``, ``RESERVE_IDS``, ``COPY`` of messages, dedupe keys, telemetry rows and
+stage logs (``CLAIM_KEYS`` first on the careful path), and — only when the batch has them —
 ``INSERT_DUPLICATES`` and ``INSERT_DEAD_LETTERS``. The column orders of the ``COPY`` targets
 are the tuples built by :mod:`stages.ingest.plan`.
 """
@@ -12,11 +13,13 @@ from __future__ import annotations
 from stages.ingest.plan import (
     DEAD_LETTER_COLUMNS,
     DUPLICATE_COLUMNS,
-    MESSAGE_COLUMNS,
     MESSAGE_COPY_COLUMNS,
     STAGE_PASS_COLUMNS,
     TELEMETRY_COLUMNS,
 )
+
+# Re-exported: the recorder takes the barrier through this module.
+from streams.retention.sql import DEDUPE_BARRIER_KEY as DEDUPE_BARRIER_KEY
 
 MESSAGES = "ingestion_messages"
 STAGE_PASSES = "ingestion_stage_passes"
@@ -41,15 +44,24 @@ WHERE v.id = ANY($1::uuid[])
 
 # -- dedupe read: which keys (and which duplicate receipts) are already recorded ------------
 
-# $1: keys, newline-separated; $2: receipts "<stream seq>:<received_at µs>", newline-separated.
-# (Two text parameters instead of arrays: encoding thousands of array elements one by one is
-# the most expensive part of a batch for the client.)
+# $1: key digests (stages.ingest.ingress.key_hash), newline-separated; $2: receipts
+# "<stream seq>:<received_at µs>", newline-separated. (Two text parameters instead of arrays:
+# encoding thousands of array elements one by one is the most expensive part of a batch for
+# the client.) The first row is the dedupe generation current when the statement's snapshot
+# was taken (id NULL): the recording transaction compares it with its own (recorder.py).
+# A key is found through ``ingest_dedupe_keys`` (every generation not yet dropped: the dedupe
+# horizon), and its owner's row by id and partition key.
 LOOKUP = """
-SELECT m.source_deduplication_key AS key, m.id, m.stream_seq, m.received_at, m.status
-FROM ingestion_messages m
-WHERE m.source_deduplication_key = ANY(string_to_array($1::text, E'\\n')::text[] COLLATE "C")
+SELECT NULL::text AS key, NULL::bigint AS id, NULL::bigint AS stream_seq,
+       NULL::timestamptz AS received_at, NULL::text AS status,
+       (SELECT max(gen) FROM ingest_dedupe_generations) AS gen
 UNION ALL
-SELECT NULL, d.id, d.stream_seq, d.received_at, d.status
+SELECT m.source_deduplication_key, m.id, m.stream_seq, m.received_at, m.status, NULL
+FROM ingest_dedupe_keys k
+JOIN ingestion_messages m ON m.id = k.message_id AND m.received_at = k.received_at
+WHERE k.key_hash = ANY(string_to_array($1::text, E'\\n')::uuid[])
+UNION ALL
+SELECT NULL, d.id, d.stream_seq, d.received_at, d.status, NULL
 FROM (SELECT split_part(r, ':', 1)::bigint AS seq,
              'epoch'::timestamptz + split_part(r, ':', 2)::bigint * interval '1 microsecond' AS rx
       FROM unnest(string_to_array($2::text, E'\\n')) AS r) AS r
@@ -57,7 +69,7 @@ JOIN ingestion_messages d
   ON d.stream_seq = r.seq AND d.received_at = r.rx AND d.duplicate_of IS NOT NULL
 """
 
-# The identity column's sequence, named as a constant: resolving it with
+# The id column's sequence, named as a constant: resolving it with
 # ``pg_get_serial_sequence`` inside the query did a catalog lookup per id (six times the cost).
 # ``tests/integration/ingest/test_sql.py`` checks the name against the catalog.
 MESSAGE_ID_SEQUENCE = "ingestion_messages_id_seq"
@@ -68,24 +80,33 @@ SELECT ARRAY(SELECT nextval('{MESSAGE_ID_SEQUENCE}'::regclass) FROM generate_ser
 
 # -- the recording transaction ---------------------------------------------------------------
 
-_MESSAGE_TYPES = (
-    "text", "bigint", "timestamptz", "text", "text", "int", "uuid", "uuid", "uuid", "uuid",
-    "timestamptz", "bigint", "text", "text", "text",
-)
-assert len(_MESSAGE_TYPES) == len(MESSAGE_COLUMNS)
+# The writers' side of the dedupe generation barrier (migration 0012): every transaction that
+# records keys holds this lock shared; the maintenance loop starts a generation holding it
+# exclusively (streams.retention.maintain), so no transaction straddles a generation change.
+# $1 is DEDUPE_BARRIER_KEY (defined with the maintenance statements, the other side). Then,
+# in a statement of its own (its snapshot must be taken after the lock is held), the
+# generation to write into.
+WRITE_BARRIER = "SELECT pg_advisory_xact_lock_shared($1)"
+CURRENT_GENERATION = "SELECT max(gen) FROM ingest_dedupe_generations"
 
+KEYS = "ingest_dedupe_keys"
+KEY_COPY = ("key_hash", "gen", "message_id", "received_at")
+
+# The careful path: claim each key in generation $2 unless another generation already holds
+# it (those writers have all committed: the barrier) or a concurrent writer of this generation
+# does (ON CONFLICT waits for it, then skips). Returns the message ids whose keys were claimed.
+CLAIM_KEYS = """
+INSERT INTO ingest_dedupe_keys (key_hash, gen, message_id, received_at)
+SELECT u.h, $2, u.id, u.rx
+FROM unnest($1::uuid[], $3::bigint[], $4::timestamptz[]) AS u(h, id, rx)
+WHERE NOT EXISTS (SELECT 1 FROM ingest_dedupe_keys k WHERE k.key_hash = u.h AND k.gen <> $2)
+ON CONFLICT DO NOTHING
+RETURNING message_id
+"""
 
 def _unnest(types: tuple[str, ...]) -> str:
     return ", ".join(f"${i}::{t}[]" for i, t in enumerate(types, start=1))
 
-
-INSERT_MESSAGES = f"""
-INSERT INTO ingestion_messages ({", ".join(MESSAGE_COLUMNS)})
-SELECT * FROM unnest({_unnest(_MESSAGE_TYPES)})
-ON CONFLICT DO NOTHING
-RETURNING id, source_deduplication_key
-"""
-# ON CONFLICT: a key another consumer recorded since LOOKUP; the caller re-reads those.
 
 _DUPLICATE_TYPES = (
     "bigint", "bigint", "timestamptz", "text", "text", "int", "uuid", "uuid", "timestamptz",
@@ -98,7 +119,8 @@ INSERT INTO ingestion_messages ({", ".join(DUPLICATE_COLUMNS)}, status)
 SELECT *, 'duplicate' FROM unnest({_unnest(_DUPLICATE_TYPES)})
 ON CONFLICT DO NOTHING
 """
-# ON CONFLICT: the partial receipt index; a redelivered dedupe hit is recorded once.
+# ON CONFLICT: the partial receipt index (it holds the partition key, received_at); a
+# redelivered dedupe hit is recorded once.
 
 _DEAD_LETTER_TYPES = ("bigint", "text", "text", "text", "bytea", "text", "text")
 assert len(_DEAD_LETTER_TYPES) == len(DEAD_LETTER_COLUMNS)
@@ -279,7 +301,8 @@ LEFT JOIN tenants tn ON tn.id = m.tenant_id
 WHERE m.id = $1
 """
 
-MESSAGE_BY_KEY = "SELECT id FROM ingestion_messages WHERE source_deduplication_key = $1"
+# $1 the key's digest (stages.ingest.ingress.key_hash): found while its generation is kept.
+MESSAGE_BY_KEY = "SELECT message_id FROM ingest_dedupe_keys WHERE key_hash = $1::uuid"
 
 MESSAGE_STAGE_LOGS = """
 SELECT attempt, stage, status, duration_us, error_code, error_message, input_snapshot,

@@ -18,6 +18,8 @@ concurrently (a job reaped while its first attempt still runs), merges collapse 
 rows and ``FINAL`` reads see one copy. A row per loaded dataset goes to
 ``session_materialisations`` (ReplacingMergeTree on ``(run_id, dataset)``) as the
 materialisation record.
+The tables have no TTL: a run's rows are deleted together with its datasets when retention
+removes a superseded run (``streams.retention.batch``).
 
 Not everything is loaded: the raw level (``*_L0``) and the pre-downsample canonical streams
 (``gnss``, ``imu``, ``aux``, recorded as ``<job>.<stream>``) stay Parquet-only; every other

@@ -15,7 +15,9 @@ A session's runs are immutable, and so are their datasets; what moves is one poi
   ``tideway runs retry`` (``streams.sessions.resume``).
 - :func:`rollback` moves the pointer back to the newest earlier run that ended succeeded or
   partial (or to a named one). Old runs and their datasets stay for audit and for rolling
-  forward again; every move is appended to ``sessions.metadata.pointer_history``.
+  forward again (until retention removes a superseded run's outputs after
+  ``retention.superseded_runs_s``: such a run is never made active again, see
+  ``streams.retention.batch``); every move is appended to ``sessions.metadata.pointer_history``.
 """
 
 from __future__ import annotations
@@ -110,12 +112,15 @@ LIMIT $8
 _PREVIOUS_GOOD = """
 SELECT r.id FROM processing_runs r
 WHERE r.session_id = $1 AND r.status = ANY($3::text[]) AND r.id <> $2
+  AND r.outputs_removed_at IS NULL
   AND r.created_at <= (SELECT created_at FROM processing_runs WHERE id = $2)
 ORDER BY r.created_at DESC, r.id DESC
 LIMIT 1
 """
 
-_RUN_OF_SESSION = "SELECT status FROM processing_runs WHERE id = $1 AND session_id = $2"
+_RUN_OF_SESSION = """
+SELECT status, outputs_removed_at FROM processing_runs WHERE id = $1 AND session_id = $2
+"""
 
 _MOVE = """
 UPDATE sessions
@@ -331,11 +336,17 @@ async def rollback(
                     code="NO_PREVIOUS_RUN",
                 )
         else:
-            status = await conn.fetchval(_RUN_OF_SESSION, to_run, session_id)
-            if status is None:
+            found = await conn.fetchrow(_RUN_OF_SESSION, to_run, session_id)
+            if found is None:
                 raise NotFoundError(f"run {to_run} is not a run of session {session_id}")
-            if status not in _GOOD:
-                raise UsageError(f"run {to_run} is {status}; only good runs can be active")
+            if found["status"] not in _GOOD:
+                raise UsageError(f"run {to_run} is {found['status']}; only good runs can be active")
+            if found["outputs_removed_at"] is not None:
+                raise UsageError(
+                    f"run {to_run}'s datasets were removed by retention"
+                    f" ({found['outputs_removed_at']:%Y-%m-%d %H:%M} UTC); reprocess instead",
+                    code="RUN_OUTPUTS_REMOVED",
+                )
         await conn.execute(
             _MOVE,
             session_id,

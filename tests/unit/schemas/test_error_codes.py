@@ -44,8 +44,9 @@ NOT_ERROR_CODES = frozenset(
         "REJECTED_FIXES", "SIMULATOR_ONLY", "TRACK_NOT_CLOSED",
         # published session summary: why a section is empty
         "FEWER_THAN_2_VALID_LAPS", "NO_JUMPS", "NO_LAPS", "NO_SEGMENTS",
-        # the laps report (streams/sessions/lap_report.py): no run has succeeded yet
-        "NO_ACTIVE_RUN",
+        # the laps report and the track (streams/sessions/lap_report.py, track.py): no run has
+        # succeeded yet, or the active run has no downsampled GNSS series
+        "NO_ACTIVE_RUN", "NO_GNSS_SERIES",
         # settings, environment variables and stream names
         "INGESTION_CAPTURE_STAGE_SNAPSHOTS", "TIDEWAY_CONFIG", "XDG_RUNTIME_DIR",
         "SESSIONS_DLQ", "TELEMETRY_DLQ",

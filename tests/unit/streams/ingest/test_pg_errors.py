@@ -55,3 +55,14 @@ def test_a_server_shutting_down_under_a_batch_defers_it(error: Exception) -> Non
     assert isinstance(error, PG_FAILURES)
     translated = translate(error)
     assert isinstance(translated, TransientError) and translated.code == "PG_UNAVAILABLE"
+
+
+@pytest.mark.parametrize("message", [
+    'no partition of relation "ingestion_messages" found for row',
+    'new row for relation "ingestion_messages_default" violates partition constraint',
+])
+def test_a_row_routed_while_partitions_changed_defers_the_batch(message: str) -> None:
+    """Partition maintenance attached a range while the row was routed to DEFAULT (or
+    detached the row's partition): the row is fine, routing it again places it."""
+    translated = translate(asyncpg.CheckViolationError(message))
+    assert isinstance(translated, TransientError) and translated.code == "PG_ERROR"
