@@ -275,6 +275,39 @@ class SessionLaps(_Body):
     laps: list[LapRow]
 
 
+class LapTracePoint(_Body):
+    t_s: float = Field(description="Seconds since the lap's start crossing.")
+    d_m: float = Field(description="Distance driven since the start crossing (speed integrated).")
+    speed_mps: float
+
+
+class LapSegment(_Body):
+    """A corner, straight or jump of the lap, placed by distance into the lap."""
+
+    segment_id: int
+    kind: str = Field(description="`corner`, `straight` or `jump`.")
+    direction: str | None = Field(description="`left` / `right` for a corner.")
+    start_m: float | None
+    apex_m: float | None = Field(description="A corner's point of tightest curvature.")
+    end_m: float | None
+    heading_change_deg: float | None
+
+
+class LapTrace(_Body):
+    """One lap of the active run as speed over distance, for overlaying laps."""
+
+    session_id: uuid.UUID
+    run_id: uuid.UUID
+    lap: int
+    lap_time_s: float
+    dataset: str | None = Field(description="`gnss_L1`, or `gnss_L2` when L1 is absent.")
+    points: list[LapTracePoint]
+    segments: list[LapSegment] = Field(
+        description="The lap's segments (detect_segments), by start; empty when none ran."
+    )
+    reason: str | None = Field(description="Why there are no points: `NO_GNSS_SERIES`.")
+
+
 class ReceiptArtifact(_Body):
     name: str
     sha256: str
@@ -717,6 +750,31 @@ class RecentMessage(_Body):
     error_code: str | None
 
 
+class ConsumerPending(_Body):
+    stream: str
+    durable: str
+    pending: int = Field(description="Stored envelopes the consumer has not been given yet.")
+    ack_pending: int = Field(description="Given to a consumer, not acknowledged yet.")
+
+
+class FleetLive(_Body):
+    """Ingest right now: end-to-end latency over the last minutes and the consumer's backlog."""
+
+    at: datetime
+    window_s: int
+    envelopes: int = Field(
+        description="The caller's envelopes the figures were read from: the window's newest, "
+        "at most 10,000."
+    )
+    end_to_end_p50_s: float | None = Field(
+        description="JetStream storing an envelope to its outcome being recorded (median)."
+    )
+    end_to_end_p95_s: float | None
+    consumer: ConsumerPending | None = Field(
+        description="The shared ingest consumer (all tenants); null when NATS cannot say."
+    )
+
+
 class DeviceActivity(_Body):
     """A device's hot state (Redis: the newest measurement per topic) and its newest envelopes."""
 
@@ -725,6 +783,41 @@ class DeviceActivity(_Body):
         description="Per topic: `ts`, `seq`, `values`, `message_key`, `received_at`."
     )
     messages: list[RecentMessage] = Field(description="The newest 50, newest first.")
+
+
+class SeriesPoint(_Body):
+    t: datetime = Field(description="Start of the time bucket.")
+    value: float = Field(description="The bucket's average value.")
+
+
+class ParameterSeries(_Body):
+    parameter: str
+    unit: str
+    points: list[SeriesPoint]
+
+
+class DeviceSeriesQuery(BaseModel):
+    """How far back the device's charts reach."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    window_minutes: int = Field(60, ge=1, le=1440, description="How far back to chart.")
+
+
+class DeviceSeries(_Body):
+    """A device's numeric parameters over a recent window (ClickHouse), bounded for drawing."""
+
+    device: str
+    since: datetime
+    until: datetime
+    parameters: list[ParameterSeries] = Field(
+        description="At most 24 parameters of at most 240 bucket averages each, by name."
+    )
+    reason: str | None = Field(
+        None,
+        description="Why there are no charts: `NO_CLICKHOUSE` (none configured for the API) "
+        "or the ClickHouse error's code (`CLICKHOUSE_BUSY`, `CLICKHOUSE_UNAVAILABLE`...).",
+    )
 
 
 # -- messages -------------------------------------------------------------------------------

@@ -32,9 +32,13 @@ from schemas.api import (
     DeviceChange,
     DevicePage,
     DeviceQuery,
+    DeviceSeries,
+    DeviceSeriesQuery,
+    FleetLive,
     FleetQuery,
     FleetReport,
     Health,
+    LapTrace,
     MessageExplanation,
     RedriveReport,
     ReprocessRequest,
@@ -69,7 +73,7 @@ from streams.api import run_routes as runs
 from streams.api import telemetry_routes as tel
 from streams.api.bodies import query_of, reply
 from streams.api.context import caller_of, context_of
-from streams.api.inputs import path_uuid, read_field
+from streams.api.inputs import path_int, path_uuid, read_field
 from streams.api.openapi import Route, document, dumps
 from streams.api.pages import decode_cursor, instant, page_of
 from streams.errors import UsageError
@@ -77,6 +81,7 @@ from streams.names import Names
 from streams.observability import tracing
 from streams.sessions import priorities, queries
 from streams.sessions.lap_report import session_laps
+from streams.sessions.lap_trace import lap_trace
 from streams.sessions.notice import SessionNotice, check_run_config
 from streams.sessions.quotas import check_priority
 from streams.sessions.tenancy import check_device
@@ -159,6 +164,15 @@ async def get_session_laps(request: web.Request) -> web.Response:
             conn, ctx.store, caller.tenant_id, path_uuid(request)
         )
     return reply(SessionLaps.model_validate(report.as_json()))
+
+
+async def get_lap_trace(request: web.Request) -> web.Response:
+    """One lap of the active run as speed over distance (the console overlays two)."""
+    ctx, caller = context_of(request), caller_of(request)
+    lap = path_int(request, "lap")
+    async with ctx.pool.acquire() as conn:
+        trace = await lap_trace(conn, ctx.store, caller.tenant_id, path_uuid(request), lap)
+    return reply(LapTrace.model_validate(trace))
 
 
 async def get_run(request: web.Request) -> web.Response:
@@ -354,6 +368,10 @@ ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/v1/sessions/{id}/laps", handler=get_session_laps,
           tag=_SESSIONS, summary="The active run's laps (one row each) and start/finish line",
           response=SessionLaps, path_types={"id": _UUID}, errors=(404,)),
+    Route(method="GET", path="/v1/sessions/{id}/laps/{lap}/trace", handler=get_lap_trace,
+          tag=_SESSIONS, summary="One lap of the active run as speed over distance",
+          response=LapTrace, path_types={"id": _UUID, "lap": {"type": "integer", "minimum": 0}},
+          errors=(404,)),
     Route(method="POST", path="/v1/sessions/{id}/reprocess", handler=runs.reprocess_session,
           tag=_SESSIONS, summary="Start a new run with the current versions (blue/green)",
           status=202, body=ReprocessRequest, response=RunStarted, path_types={"id": _UUID},
@@ -380,6 +398,9 @@ ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/v1/fleet", handler=fleet.get_fleet, tag=_DEVICES,
           summary="Ingest by status, open dead letters and each device's data quality over a "
                   "recent window", query=FleetQuery, response=FleetReport),
+    Route(method="GET", path="/v1/fleet/live", handler=fleet.get_fleet_live, tag=_DEVICES,
+          summary="End-to-end ingest latency over the last 5 min and the ingest consumer's "
+                  "pending counts", response=FleetLive),
     Route(method="GET", path="/v1/devices", handler=reg.list_devices, tag=_DEVICES,
           summary="The caller's devices by id", query=DeviceQuery, response=DevicePage),
     Route(method="GET", path="/v1/devices/{device}", handler=reg.get_device, tag=_DEVICES,
@@ -387,6 +408,10 @@ ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/v1/devices/{device}/activity", handler=fleet.get_device_activity,
           tag=_DEVICES, summary="The device's hot state and its newest envelopes",
           response=DeviceActivity, errors=(404,)),
+    Route(method="GET", path="/v1/devices/{device}/series", handler=fleet.get_device_series,
+          tag=_DEVICES, summary="The device's numeric parameters over a recent window, bounded "
+                                "for charts (ClickHouse)", query=DeviceSeriesQuery,
+          response=DeviceSeries, errors=(404,)),
     Route(method="POST", path="/v1/devices/{device}/activate", handler=reg.activate_device,
           tag=_DEVICES, summary="Process and publish the device's envelopes",
           response=DeviceChange, errors=(404,)),

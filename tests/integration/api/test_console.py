@@ -17,10 +17,13 @@ import asyncio
 import contextlib
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import orjson
 import pytest
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
@@ -30,11 +33,13 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
+from stages.batch import formats
+from stages.batch.synth import synthesize
 from streams.config import Settings
 from streams.jobs.worker import run_worker
 from streams.sessions.stage_executors import SessionExecutors
 from tests.integration.api.conftest import Seeded
-from tests.integration.ingest.conftest import Harness
+from tests.integration.ingest.conftest import Harness, good_values
 from tests.shared_data import REPO_ROOT, skip_or_fail
 
 ARTIFACTS = Path(os.environ.get("TIDEWAY_TEST_ARTIFACTS", REPO_ROOT / ".artifacts" / "console"))
@@ -153,6 +158,12 @@ def look_around(p: Person, s: Seeded) -> None:
     p.shot("devices")
     p.find("#devices-rows a").click()
     assert p.text("#device-toggle") in ("Activate", "Deactivate")
+    # A small chart per numeric parameter from ClickHouse, drawn from this hour's envelopes.
+    charts = {c.get_attribute("data-parameter"): c for c in p.all("#device-charts svg.param-chart")}
+    assert {"temp_c", "humidity", "battery_v"} <= set(charts), set(charts)  # names after mutate
+    line = charts["temp_c"].find_element(By.CSS_SELECTOR, "path.param-line")
+    assert str(line.get_attribute("d")).count("L") == 2, "three envelopes, three minutes apart"
+    assert "20.50 to 22.00" in charts["temp_c"].text
     # Its hot state (from Redis) and its newest envelope, with its status.
     assert p.find("#device-hot-state .hot-state").get_attribute("data-topic") == "state"
     assert "completed" in p.text("#device-messages")
@@ -163,6 +174,11 @@ def look_around(p: Person, s: Seeded) -> None:
     assert set(fleet) == {"d1"}  # the only device with well-formed envelopes this hour
     assert fleet["d1"].find_element(By.CSS_SELECTOR, "[data-col=seq_gaps]").text == "0"
     assert "2 open dead letters" in p.text("#fleet-summary")
+    # Live figures: d1's four envelopes of the last minutes, all consumed.
+    assert "over 4 envelopes in the last 5 min" in p.text("#fleet-live")
+    assert p.text("#fleet-e2e").startswith("end-to-end latency p50 ")
+    assert "—" not in p.text("#fleet-e2e")
+    assert p.text("#fleet-pending") == "consumer pending 0, unacknowledged 0"
     p.find("#fleet th[data-sort=device]").click()
     p.wait(lambda d: "▼" in d.find_element(By.CSS_SELECTOR, "#fleet th[data-sort=device]").text)
     p.shot("fleet")
@@ -245,6 +261,85 @@ def watch_it_succeed(p: Person) -> None:
     p.shot("session-track")
 
 
+async def measure_this_hour(fleet: Harness) -> None:
+    """Three more of d1's envelopes, measured in the last minutes (seq after the seeded one)."""
+    now_ms, before = int(time.time() * 1000), await fleet.analytics_rows()
+    assert before > 0
+    for seq, temp in ((2, 20.5), (3, 22.0), (4, 21.0)):
+        envelope = {"ts": now_ms - (4 - seq) * 60_000, "seq": seq, "values": good_values(temp)}
+        await fleet.publish("d1", envelope)
+
+    async def published() -> bool:  # the seeded envelope is d1's only one: ``before`` rows each
+        return await fleet.analytics_rows() >= 4 * before
+
+    await fleet.consume(6, until=published)
+
+
+async def upload_laps(s: Seeded) -> str:
+    """A synthetic three-lap kart session (NMEA) with its start/finish line; its session id."""
+    session = synthesize(laps=3, seed=5)
+    data = formats.write("nmea", {"gnss": session.gnss, "imu": session.imu}, compressed=False)
+    line = orjson.loads(orjson.dumps(session.truth.truth_json(), default=str))["start_finish"]
+    form = aiohttp.FormData()
+    form.add_field("device", "kart-2")
+    form.add_field("config", orjson.dumps({"start_finish": line}).decode())
+    form.add_field("file", data, filename="laps.nmea", content_type="text/plain")
+    resp = await s.client.post("/v1/sessions", data=form, headers=s.acme)
+    assert resp.status == 202, await resp.text()
+    return str((await resp.json())["session_id"])
+
+
+async def wait_ready(s: Seeded, session_id: str) -> None:
+    for _ in range(480):
+        got = await (await s.client.get(f"/v1/sessions/{session_id}", headers=s.acme)).json()
+        if got["query_ready"]:
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"session {session_id} never became ready: {got}")
+
+
+async def trace_matches_lap(s: Seeded, session_id: str) -> None:
+    """The drawn trace ends where the lap table says the lap ends: same distance, same time."""
+    get = s.client.get
+    report = await (await get(f"/v1/sessions/{session_id}/laps", headers=s.acme)).json()
+    lap = report["laps"][1]
+    url = f"/v1/sessions/{session_id}/laps/{lap['lap']}/trace"
+    trace = await (await get(url, headers=s.acme)).json()
+    d = [pt["d_m"] for pt in trace["points"]]
+    assert d == sorted(d) and d[0] == 0
+    assert abs(d[-1] - lap["distance_m"]) < 0.01 * lap["distance_m"], (d[-1], lap)
+    assert abs(trace["points"][-1]["t_s"] - lap["lap_time_s"]) < 1.0
+    assert all(c["start_m"] <= c["end_m"] for c in trace["segments"])
+    missing = await get(f"/v1/sessions/{session_id}/laps/99/trace", headers=s.acme)
+    assert missing.status == 404
+
+
+def compare_laps(p: Person, session_id: str) -> None:
+    """The lap table with exactly one best lap, and two laps overlaid as speed over distance."""
+    p.open(f"#/sessions/{session_id}", "#lap-table")
+    laps = p.all("#lap-table tbody tr")
+    assert len(laps) >= 2, "the recording's laps"
+    (best,) = p.all("#lap-table tbody tr.best")
+    assert "best" in best.text
+    lines = p.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#lap-chart path.lap-line"))
+    assert lines[0].get_attribute("data-lap") == best.get_attribute("data-lap")
+    assert len({ln.get_attribute("data-lap") for ln in lines}) == 2, "two laps overlaid"
+    assert all(str(ln.get_attribute("d")).count("L") > 10 for ln in lines)
+    assert "km/h" in p.text("#lap-chart")
+    # The best lap's corners: marked under the lines and listed, in the order driven.
+    bands = p.all("#lap-chart rect.corner")
+    assert len(bands) >= 3, "the synthetic circuit's corners"
+    rows = p.all("#corner-table tbody tr")
+    assert [r.get_attribute("data-segment") for r in rows] == [
+        b.get_attribute("data-segment") for b in bands
+    ]
+    assert [float(str(b.get_attribute("x"))) for b in bands] == sorted(
+        float(str(b.get_attribute("x"))) for b in bands
+    )
+    p.driver.execute_script("arguments[0].scrollIntoView()", p.find("#lap-chart"))
+    p.shot("session-laps")
+
+
 @contextlib.asynccontextmanager
 async def worker(settings: Settings) -> Any:
     executors = SessionExecutors(settings, compute="thread")
@@ -263,15 +358,20 @@ async def worker(settings: Settings) -> Any:
 async def test_a_person_uses_the_console(
     seeded: Seeded, browser: WebDriver, fleet: Harness
 ) -> None:
+    await measure_this_hour(fleet)
     p = Person(browser, str(seeded.client.make_url("/")))
     key = seeded.acme["Authorization"].removeprefix("Bearer ")
     await asyncio.to_thread(sign_in, p, key)
     await asyncio.to_thread(look_around, p, seeded)
     await asyncio.to_thread(triage, p, seeded)
+    laps_session = await upload_laps(seeded)
     new_run = await asyncio.to_thread(cancel_then_retry, p, seeded)
     assert new_run != seeded.run_id
     async with worker(fleet.settings):
         await asyncio.to_thread(watch_it_succeed, p)
+        await wait_ready(seeded, laps_session)
+    await asyncio.to_thread(compare_laps, p, laps_session)
+    await trace_matches_lap(seeded, laps_session)
     await asyncio.to_thread(p.check_console)
 
 

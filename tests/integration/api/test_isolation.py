@@ -37,6 +37,7 @@ def _path(template: str, seeded: Seeded) -> str:
         filled.replace("{device}", seeded.device)
         .replace("{name}", seeded.schema)
         .replace("{group}", seeded.group_id)
+        .replace("{lap}", "1")
     )
 
 
@@ -74,6 +75,11 @@ async def test_every_route_hides_one_tenants_things_from_another(seeded: Seeded)
             ours = await (await client.get(path, headers=seeded.acme)).json()
             assert ours["devices"] and ours["open_dead_letters"], ours
             continue
+        if route.path == "/v1/fleet/live":  # globex recorded nothing; the consumer is shared
+            assert (answer["envelopes"], answer["end_to_end_p50_s"]) == (0, None), answer
+            ours = await (await client.get(path, headers=seeded.acme)).json()
+            assert ours["envelopes"] and ours["end_to_end_p50_s"] is not None, ours
+            continue
         # A list: globex's is empty, acme's on the same route is not.
         assert answer == {"items": [], "next": None}, route.path
         ours = await (await client.get(path, headers=seeded.acme)).json()
@@ -88,6 +94,7 @@ async def test_every_route_hides_one_tenants_things_from_another(seeded: Seeded)
     assert resp.status == 404
     # And acme reads every one of its things on the same routes.
     for route in ROUTES:
-        if route.method == "GET" and "{" in route.path:
+        # The seeded session has no run done, so no lap 1: its trace is 404 for acme too.
+        if route.method == "GET" and "{" in route.path and "{lap}" not in route.path:
             resp = await client.get(_path(route.path, seeded), headers=seeded.acme)
             assert resp.status == 200, (route.path, await resp.text())

@@ -1,4 +1,5 @@
-// Devices: the registered devices (searchable), and one device with its sessions.
+// Devices: the registered devices (searchable), and one device with its hot state, a chart per
+// numeric parameter over the last hour (ClickHouse), its newest envelopes and its sessions.
 import { api, h, table, state, when, short, facts, notice, act } from "../app.js";
 
 export async function listDevices(view) {
@@ -60,9 +61,52 @@ export async function showDevice(view, device) {
       ["schema", d.schema ? `${d.schema} v${d.schema_version ?? "?"}` : null], ["registered", when(d.created_at)]]),
     h("div", { class: "actions" }, toggle),
     h("h2", {}, "Hot state"), h("div", { id: "device-hot-state" }, hot),
+    h("h2", {}, "Last hour"), await charts(enc),
     h("h2", {}, "Recent envelopes"), recent,
     h("h2", {}, "Sessions"),
     table(["session", "title", "status", "uploaded"], sessions.items.map((s) => h("tr", {},
       h("td", {}, h("a", { href: `#/sessions/${s.id}` }, short(s.id))), h("td", {}, s.title ?? ""),
       h("td", {}, state(s.status)), h("td", {}, when(s.created_at))))));
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs = {}, text) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  if (text !== undefined) el.textContent = text;
+  return el;
+}
+
+/** One small line chart: the parameter's bucket averages over the window, min and max marked. */
+export function drawParameter(series, since, until) {
+  const W = 300, H = 90, L = 4, R = 4, T = 14, B = 4;
+  const t0 = Date.parse(since), t1 = Date.parse(until);
+  const vs = series.points.map((p) => p.value);
+  const lo = Math.min(...vs), hi = Math.max(...vs);
+  const x = (t) => (L + ((Date.parse(t) - t0) / (t1 - t0 || 1)) * (W - L - R)).toFixed(1);
+  const y = (v) => (T + (hi === lo ? 0.5 : 1 - (v - lo) / (hi - lo)) * (H - T - B)).toFixed(1);
+  const d = series.points.map((p, i) => `${i ? "L" : "M"}${x(p.t)},${y(p.value)}`).join("");
+  const unit = series.unit ? ` ${series.unit}` : "";
+  const root = svg("svg", { class: "chart param-chart", "data-parameter": series.parameter, width: W, height: H,
+    viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${series.parameter} over the window` });
+  root.append(svg("text", { class: "axis-label", x: L, y: 11 },
+    `${series.parameter}: ${lo.toPrecision(4)} to ${hi.toPrecision(4)}${unit}`));
+  // A lone point is still a mark: a zero-length line with round caps would vanish, so a dot.
+  root.append(series.points.length > 1 ? svg("path", { class: "param-line", d })
+    : svg("circle", { class: "param-dot", cx: x(series.points[0].t), cy: y(vs[0]), r: 2.5 }));
+  return root;
+}
+
+/** The device's charts from ClickHouse; a sentence instead when there is nothing or it fails. */
+async function charts(enc) {
+  const box = h("div", { id: "device-charts", class: "charts" });
+  try {
+    const r = await api(`/v1/devices/${enc}/series?window_minutes=60`);
+    box.append(...(r.parameters.length ? r.parameters.map((p) => drawParameter(p, r.since, r.until))
+      : [h("p", { class: "muted" }, r.reason ? `Charts unavailable: ${r.reason}.` : "No numeric values measured in the last hour.")]));
+  } catch (err) {  // the page stays usable without its charts (ClickHouse down, an older API)
+    box.append(h("p", { class: "muted" }, `Charts unavailable: ${err.message}`));
+  }
+  return box;
 }

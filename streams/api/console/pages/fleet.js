@@ -1,7 +1,7 @@
-// Fleet: ingest by status, open dead letters, and every device's data-quality figures over the
+// Fleet: ingest by status, end-to-end latency and the consumer's backlog, open dead letters, and every device's data-quality figures over the
 // last hour - sortable (by the server, so a 10,000-device fleet sorts as fast as ten) and
 // searchable, so the sick devices are found at once.
-import { api, h, when, every } from "../app.js";
+import { api, h, when, every, documented } from "../app.js";
 
 /** Seconds for a person: 0.42 s, 3.5 min, 2.0 h, 20,781 d. */
 function secs(v) {
@@ -29,10 +29,23 @@ export async function showFleet(view) {
   let sort = "seq_gaps", order = "desc";
   const search = h("input", { id: "fleet-search", type: "search", placeholder: "device id" });
   const summary = h("div", { id: "fleet-summary" });
+  const live = h("p", { id: "fleet-live" });
+  const hasLive = await documented("/v1/fleet/live");
   const head = h("tr", {});
   const body = h("tbody", { id: "fleet-rows" });
 
+  async function loadLive() {
+    if (!hasLive) return;
+    const r = await api("/v1/fleet/live");
+    const c = r.consumer;
+    live.replaceChildren(
+      h("span", { id: "fleet-e2e" }, `end-to-end latency p50 ${secs(r.end_to_end_p50_s)}, p95 ${secs(r.end_to_end_p95_s)}`),
+      ` over ${r.envelopes} envelopes in the last ${r.window_s / 60} min · `,
+      h("span", { id: "fleet-pending" }, c ? `consumer pending ${c.pending}, unacknowledged ${c.ack_pending}`
+        : "consumer pending unknown"));
+  }
   async function load() {
+    await loadLive();
     const q = new URLSearchParams({ sort, order, limit: "200" });
     if (search.value.trim()) q.set("search", search.value.trim());
     const r = await api(`/v1/fleet?${q}`);
@@ -59,6 +72,6 @@ export async function showFleet(view) {
   search.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(load, 250); });
   await load();
   every(10000, load);
-  view.append(h("h1", {}, "Fleet"), summary, h("div", { class: "filters" }, search),
+  view.append(h("h1", {}, "Fleet"), summary, live, h("div", { class: "filters" }, search),
     h("table", { id: "fleet" }, h("thead", {}, head), body));
 }

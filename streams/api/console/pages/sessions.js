@@ -1,4 +1,5 @@
-// Sessions: the list, and one session with its runs, files and the active run's features.
+// Sessions: the list, and one session with its runs, files, track, laps (two overlaid as speed
+// over distance, with the corners) and the active run's features.
 import { api, h, table, state, when, short, facts, notice, act, documented } from "../app.js";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -54,6 +55,74 @@ function lapTable(report) {
   { id: "lap-table" });
 }
 
+const LAP_COLOURS = ["#1565c0", "#d84315"];
+
+/** Laps as speed (km/h) over distance driven (m), one line each, on shared axes. */
+export function drawLapChart(traces) {
+  const W = 640, H = 260, L = 60, R = 10, T = 10, B = 28;
+  const pts = traces.flatMap((t) => t.points);
+  const dMax = Math.max(1, ...pts.map((p) => p.d_m)), vMax = Math.max(1, ...pts.map((p) => p.speed_mps * 3.6));
+  const x = (d) => (L + (d / dMax) * (W - L - R)).toFixed(1);
+  const y = (v) => (T + (1 - v / vMax) * (H - T - B)).toFixed(1);
+  const root = svg("svg", { id: "lap-chart", class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`,
+    role: "img", "aria-label": "speed over distance, one line per lap" });
+  root.append(svg("path", { class: "axis", d: `M${L},${T}V${H - B}H${W - R}` }));
+  for (const [text, attrs] of [[`${vMax.toFixed(0)} km/h`, { x: 2, y: T + 10 }], ["0", { x: L - 12, y: H - B }],
+    [`${dMax.toFixed(0)} m`, { x: W - R - 50, y: H - 8 }]]) {
+    const label = svg("text", { class: "axis-label", ...attrs });
+    label.textContent = text;
+    root.append(label);
+  }
+  // The first lap's corners as bands under the lines, numbered as in the corner table.
+  corners(traces[0]).forEach((c, i) => {
+    const x0 = +x(c.start_m), x1 = +x(c.end_m);
+    root.append(svg("rect", { class: "corner", "data-segment": c.segment_id, x: x0, y: T,
+      width: Math.max(1, x1 - x0).toFixed(1), height: H - T - B }));
+    const label = svg("text", { class: "axis-label corner-label", x: x0, y: H - B - 4 });
+    label.textContent = `C${i + 1}`;
+    root.append(label);
+  });
+  traces.forEach((t, i) => {
+    if (t.points.length < 2) return;
+    const d = t.points.map((p, j) => `${j ? "L" : "M"}${x(p.d_m)},${y(p.speed_mps * 3.6)}`).join("");
+    root.append(svg("path", { class: "lap-line", "data-lap": t.lap, d, stroke: LAP_COLOURS[i % LAP_COLOURS.length] }));
+  });
+  const legend = h("p", { class: "muted", id: "lap-chart-legend" }, traces.map((t, i) =>
+    h("span", { class: `lap-key lap-key-${i % LAP_COLOURS.length}` }, `lap ${t.lap} (${t.lap_time_s.toFixed(3)} s) `)));
+  return [root, legend];
+}
+
+const corners = (trace) => trace.segments.filter((g) => g.kind === "corner" && g.start_m != null && g.end_m != null);
+
+/** The lap's corners: where each starts, its apex and how far it turns. */
+function cornerTable(trace) {
+  const list = corners(trace);
+  if (!list.length) return h("p", { class: "muted", id: "corner-table" }, `No corners found in lap ${trace.lap}.`);
+  const m = (v) => (v == null ? "—" : `${v.toFixed(0)} m`);
+  return table(["corner", "direction", "from", "apex", "to", "turns"], list.map((c, i) => h("tr", { "data-segment": c.segment_id },
+    h("td", {}, `C${i + 1}`), h("td", {}, c.direction ?? "—"), h("td", {}, m(c.start_m)), h("td", {}, m(c.apex_m)),
+    h("td", {}, m(c.end_m)), h("td", {}, c.heading_change_deg == null ? "—" : `${Math.abs(c.heading_change_deg).toFixed(0)}°`))),
+  { id: "corner-table" });
+}
+
+/** Two lap pickers (the best lap and another, to start with) and their overlaid lines. */
+function lapComparison(id, laps) {
+  const best = laps.find((l) => l.is_best) || laps[0];
+  const other = laps.find((l) => l.lap !== best.lap) || best;
+  const pick = (name, chosen) => h("select", { id: name }, laps.map((l) =>
+    h("option", { value: l.lap, selected: l.lap === chosen.lap }, `lap ${l.lap}${l.is_best ? " (best)" : ""}`)));
+  const a = pick("lap-a", best), b = pick("lap-b", other);
+  const chart = h("div", { id: "lap-compare" });
+  async function load() {
+    const wanted = [...new Set([a.value, b.value])];
+    const traces = await Promise.all(wanted.map((lap) => api(`/v1/sessions/${id}/laps/${lap}/trace`)));
+    chart.replaceChildren(...drawLapChart(traces), h("h3", {}, `Corners of lap ${traces[0].lap}`), cornerTable(traces[0]));
+  }
+  a.addEventListener("change", load);
+  b.addEventListener("change", load);
+  return [h("h2", {}, "Speed over distance"), h("div", { class: "filters" }, "compare ", a, " with ", b), chart, load];
+}
+
 export async function listSessions(view) {
   const device = h("input", { id: "session-device", type: "search", placeholder: "device" });
   const body = h("tbody", { id: "sessions-rows" });
@@ -104,7 +173,13 @@ export async function showSession(view, id) {
     : h("p", { class: "muted", id: "track-legend" }, `No track${track.reason ? `: ${track.reason}` : ""}.`));
   // The lap table's route is served by newer APIs only: ask the document before calling it.
   if (s.active_run_id && await documented("/v1/sessions/{id}/laps")) {
-    view.append(h("h2", {}, "Laps"), lapTable(await api(`/v1/sessions/${id}/laps`)));
+    const report = await api(`/v1/sessions/${id}/laps`);
+    view.append(h("h2", {}, "Laps"), lapTable(report));
+    if (report.laps.length && await documented("/v1/sessions/{id}/laps/{lap}/trace")) {
+      const [title, pickers, chart, load] = lapComparison(id, report.laps);
+      view.append(title, pickers, chart);
+      await load();
+    }
   }
   const runId = s.active_run_id || (s.runs[0] && s.runs[0].id);
   if (runId) {
