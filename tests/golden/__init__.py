@@ -1,9 +1,9 @@
 """Golden results: what the pipeline makes of every real-device file, committed for review.
 
-For each file in ``shared/data/nmea`` and ``shared/data/fit`` there is one
-``tests/golden/<kind>/<file name>.json``: the run's status (or the refusal code), the samples per
-stream, time range and duration, distance, top speed, laps with one row per lap, segment counts,
-the features and the reasons they are off, and every job's final state. The checker
+For each file in ``shared/data/nmea`` and ``shared/data/fit`` there is one record in
+``tests/golden/<kind>.json`` (keyed by file name): the run's status (or the refusal code), the
+samples per stream, time range and duration, distance, top speed, laps with one row per lap,
+segment counts, the features and the reasons they are off, and every job's final state. The checker
 (``tests/integration/sessions/test_golden_real_files.py``) runs every file through the real job
 DAG and compares; a difference fails the check, naming the file and each field that moved.
 
@@ -46,9 +46,10 @@ _MPS: Final = 2
 _SECONDS: Final = 3
 
 
-def golden_path(kind: str, name: str) -> Path:
-    """Where the golden record of real file ``kind/name`` lives."""
-    return GOLDEN_DIR / kind / f"{name}.json"
+def golden_path(kind: str) -> Path:
+    """The golden records of every real file of ``kind``, one JSON object keyed by file name
+    (one file per kind, so that no committed path repeats a third-party file's name)."""
+    return GOLDEN_DIR / f"{kind}.json"
 
 
 def _round(value: Any, places: int) -> float | None:

@@ -96,33 +96,30 @@ async def test_every_real_file_matches_its_golden_record(settings: Settings, poo
     files = _real_files()
     async with running_system(settings, SessionExecutors(settings, compute="thread")):
         runs = await asyncio.gather(*(_upload_and_wait(settings, k, p) for k, p in files))
-    fresh = {
-        golden.golden_path(kind, path.name): await _record(settings, pool, kind, path, run)
-        for (kind, path), run in zip(files, runs, strict=True)
-    }
-    stale = {
-        p for kind in golden.KINDS for p in (golden.GOLDEN_DIR / kind).glob("*.json")
-    } - fresh.keys()
+    fresh: dict[str, dict[str, Any]] = {kind: {} for kind in golden.KINDS}
+    for (kind, path), run in zip(files, runs, strict=True):
+        fresh[kind][path.name] = await _record(settings, pool, kind, path, run)
 
     if os.environ.get(golden.UPDATE_ENV) == "1":
-        for path, rec in fresh.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(golden.dumps(rec), encoding="utf-8")
-        for path in stale:
-            path.unlink()
+        for kind, records in fresh.items():
+            golden.golden_path(kind).write_text(golden.dumps(records), encoding="utf-8")
         return
 
     problems: list[str] = []
-    for path, rec in fresh.items():
-        name = path.relative_to(golden.GOLDEN_DIR).as_posix()
-        if not path.exists():
-            problems.append(f"{name}: no golden record for this real file")
-            continue
-        problems += [f"{name}: {line}" for line in golden.differences(golden.load(path), rec)]
-    problems += [
-        f"{p.relative_to(golden.GOLDEN_DIR).as_posix()}: golden record of a file that is gone"
-        for p in sorted(stale)
-    ]
+    for kind, records in fresh.items():
+        where = golden.golden_path(kind)
+        committed = golden.load(where) if where.exists() else {}
+        for name, rec in records.items():
+            if name not in committed:
+                problems.append(f"{kind}/{name}: no golden record for this real file")
+                continue
+            problems += [
+                f"{kind}/{name}: {line}" for line in golden.differences(committed[name], rec)
+            ]
+        problems += [
+            f"{kind}/{name}: golden record of a file that is gone"
+            for name in sorted(committed.keys() - records.keys())
+        ]
     if problems:
         pytest.fail(
             "the pipeline's results on the real files differ from the golden records "
