@@ -6,43 +6,26 @@ consumer), not inserted."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import nats
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from streams.api.context import ApiContext
 from streams.api.keys import create_api_key
-from streams.api.server import build_app
 from streams.config import Settings
 from streams.ingest.fleet import SCHEMA_NAME
-from streams.objects import ObjectStore
 from tests.integration.ingest.conftest import Harness, fleet, good_values, harness
 from tests.integration.sessions.conftest import running_intake
+from tests.integration.sessions.test_api import api_client
 from tests.shared_data import data_file
 
 __all__ = ["Seeded", "api_client", "fleet", "harness", "key_headers", "seeded"]
 
 Client = TestClient[Any, Any]
-
-
-@contextlib.asynccontextmanager
-async def api_client(settings: Settings, pool: Any) -> AsyncIterator[Client]:
-    nc = await nats.connect(settings.nats())
-    ctx = ApiContext(settings=settings, pool=pool, store=ObjectStore(settings.objects()), nats=nc)
-    client = TestClient(TestServer(build_app(ctx)))
-    await client.start_server()
-    try:
-        yield client
-    finally:
-        await client.close()
-        await nc.close()
 
 
 async def key_headers(pool: Any, tenant: str) -> dict[str, str]:
