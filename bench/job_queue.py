@@ -36,7 +36,7 @@ from stages.jobs.dag import JobSpec  # noqa: E402
 from stages.jobs.planner import plan_run  # noqa: E402
 from streams import migrate  # noqa: E402
 from streams.adapters import postgres  # noqa: E402
-from streams.config import Settings, WorkerSettings, mask_url  # noqa: E402
+from streams.config import QuotaSettings, Settings, WorkerSettings, mask_url  # noqa: E402
 from streams.jobs import queue  # noqa: E402
 from streams.jobs.executor import noop  # noqa: E402
 from streams.jobs.model import RunVersions  # noqa: E402
@@ -98,6 +98,9 @@ async def tideway_round(workers: int, jobs: int, per_run: int, concurrency: int)
                 concurrency=min(concurrency, 64), poll_interval_s=0.5, heartbeat_s=5.0,
                 tenant_max_running=10_000, heavy_max_running=10,
             ),
+            # One tenant owns every run here: its active-run limit (default 2) would measure
+            # the policy, not the queue. The limit's check still runs in every claim.
+            quotas=QuotaSettings(max_active_runs=1_000_000),
         )  # fmt: skip
         stop = asyncio.Event()
         watcher = await postgres.connect(dsn)

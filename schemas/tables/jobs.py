@@ -146,6 +146,10 @@ processing_runs = sa.Table(
     _ts("outputs_removed_at"),
     sa.UniqueConstraint("tenant_id", "idempotency_key", name="uq_processing_runs_idempotency"),
     sa.Index("ix_processing_runs_session_id", "session_id"),
+    # The claim counts each tenant's running runs (its active-run limit, migration 0015).
+    sa.Index(
+        "ix_processing_runs_running", "tenant_id", postgresql_where=sa.text("status = 'running'")
+    ),
     sa.CheckConstraint(_in("status", RUN_STATES), name="status_known"),
     sa.CheckConstraint("jobs_open >= 0 AND jobs_open <= jobs_total", name="jobs_open_range"),
 )

@@ -21,8 +21,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import asyncpg
-
 from schemas import error_codes as codes
 from stages.jobs.dag import DEFAULT_DAG
 from stages.jobs.errors import AttemptFailure, ErrorSource, describe
@@ -47,7 +45,7 @@ from streams.jobs.model import (
 )
 from streams.jobs.reaper import Reaped, reap
 from streams.jobs.settle import Closed, apply_gating, settle
-from streams.jobs.txn import atomically, rollback_quietly
+from streams.jobs.txn import atomically, on_conflict, rollback_quietly
 from streams.names import Names
 
 __all__ = [
@@ -90,6 +88,7 @@ async def claim(
     heavy_max_running: int,
     pools: Sequence[str] | None = None,
     job_types: Sequence[str] | None = None,
+    max_active_runs: int | None = None,
     now: Now = None,
 ) -> list[ClaimedJob]:
     """Claim up to ``limit`` queued jobs (priority desc, then oldest) in one statement.
@@ -97,9 +96,14 @@ async def claim(
     Only jobs of ``pools`` and ``job_types`` (``None``: any) are taken, never more than
     ``tenant_max_running`` running jobs per tenant nor ``heavy_max_running`` heavy jobs in
     total. Claims are serialised by an advisory lock so those limits hold under concurrency.
+
+    A tenant has at most ``max_active_runs`` runs started and unfinished (its own
+    ``tenants.max_active_runs`` wins; ``None``: only tenants' own limits); jobs of its further
+    runs stay queued and their runs ``pending`` until a place frees up (spec 000 §12).
     """
     rows = await _claim_rows(
-        conn, worker_id, limit, tenant_max_running, heavy_max_running, pools, job_types, now
+        conn, worker_id, limit, tenant_max_running, heavy_max_running, pools, job_types,
+        max_active_runs, now,
     )
     return [ClaimedJob.from_row(row) for row in rows]
 
@@ -113,11 +117,13 @@ async def claim_contexts(
     heavy_max_running: int,
     pools: Sequence[str] | None = None,
     job_types: Sequence[str] | None = None,
+    max_active_runs: int | None = None,
     now: Now = None,
 ) -> list[JobContext]:
     """Like :func:`claim`, returning each job's :class:`JobContext` (same single statement)."""
     rows = await _claim_rows(
-        conn, worker_id, limit, tenant_max_running, heavy_max_running, pools, job_types, now
+        conn, worker_id, limit, tenant_max_running, heavy_max_running, pools, job_types,
+        max_active_runs, now,
     )
     return [context_from_row(row) for row in rows]
 
@@ -130,6 +136,7 @@ async def _claim_rows(
     heavy_max_running: int,
     pools: Sequence[str] | None,
     job_types: Sequence[str] | None,
+    max_active_runs: int | None,
     now: Now,
 ) -> list[Any]:
     if limit <= 0:
@@ -142,26 +149,22 @@ async def _claim_rows(
         _list(job_types),
         tenant_max_running,
         heavy_max_running,
+        max_active_runs,
     )
     if conn.is_in_transaction():  # the caller's transaction: a savepoint is not needed
         await conn.execute(sql.CLAIM_LOCK)
         return list(await conn.fetch(sql.CLAIM, *args))
-    for attempt in range(1, 6):
-        # BEGIN and the lock travel in one message; CLAIM and COMMIT follow: 3 round trips.
-        await conn.execute(sql.CLAIM_BEGIN)
-        try:
-            rows = await conn.fetch(sql.CLAIM, *args)
-        except asyncpg.exceptions.DeadlockDetectedError:
-            await rollback_quietly(conn)
-            if attempt == 5:
+    async for attempt in on_conflict():
+        with attempt:
+            # BEGIN and the lock travel in one message; CLAIM and COMMIT follow: 3 round trips.
+            await conn.execute(sql.CLAIM_BEGIN)
+            try:
+                rows = await conn.fetch(sql.CLAIM, *args)
+            except BaseException:
+                await rollback_quietly(conn)
                 raise
-            continue
-        except BaseException:
-            await rollback_quietly(conn)
-            raise
-        await conn.execute("COMMIT")
-        return list(rows)
-    raise AssertionError("unreachable")
+            await conn.execute("COMMIT")
+    return list(rows)
 
 
 async def complete(

@@ -41,9 +41,28 @@ CLAIM_BEGIN: Final = (
 )
 
 # $2 limit, $3 worker id, $4 pools (NULL = any), $5 job types (NULL = any),
-# $6 running jobs allowed per tenant, $7 running heavy jobs allowed globally.
+# $6 running jobs allowed per tenant, $7 running heavy jobs allowed globally,
+# $8 active (started, unfinished) runs allowed per tenant unless the tenant's own
+# ``tenants.max_active_runs`` says otherwise (NULL: only the tenants' own limits).
+#
+# Active runs (spec 000 §12): a run becomes active at its first claim (``started`` below
+# moves it pending -> running) and stays so until it is finalised. A tenant at its limit has
+# only the jobs of its running runs claimed; its pending runs wait, queued, and are never
+# refused. Below the limit, the claim admits new runs in priority order until the limit,
+# counting each new run once however many of its jobs it takes. Jobs of running runs are
+# always eligible, so a started run can always finish and free its place. The running runs are
+# read through the partial index ix_processing_runs_running (migration 0015): a handful of
+# rows per tenant, whatever the history.
 CLAIM: Final = f"""
 WITH p AS ({NOW}),
+running_runs AS (
+    SELECT r.id, r.tenant_id FROM processing_runs r WHERE r.status = 'running'
+),
+runs_active AS (
+    SELECT rr.tenant_id, count(*) AS n, coalesce(min(t.max_active_runs), $8::int) AS cap
+    FROM running_runs rr JOIN tenants t ON t.id = rr.tenant_id
+    GROUP BY rr.tenant_id
+),
 active AS (
     SELECT tenant_id, count(*) AS n, count(*) FILTER (WHERE heavy) AS heavy_n
     FROM jobs WHERE state IN ('running', 'cancel_requested')
@@ -51,7 +70,7 @@ active AS (
 ),
 heavy_free AS (SELECT $7::int - coalesce(sum(heavy_n), 0)::int AS n FROM active),
 candidates AS (
-    SELECT j.id, j.tenant_id, j.heavy, j.priority, j.created_at
+    SELECT j.id, j.run_id, j.tenant_id, j.heavy, j.priority, j.created_at
     FROM jobs j
     WHERE j.state = 'queued'
       -- attempts lost to their worker are not the job's own (lost_count, migration 0009)
@@ -61,12 +80,32 @@ candidates AS (
       -- NOT IN (a hashed subplan) keeps the walk on ix_jobs_claim; NOT EXISTS or an array
       -- filter make the planner sort every queued job instead (tenant_id is never NULL).
       AND j.tenant_id NOT IN (SELECT tenant_id FROM active WHERE n >= $6)
+      -- a tenant at its active-run limit: only jobs of its started runs
+      AND (j.tenant_id NOT IN (SELECT tenant_id FROM runs_active WHERE n >= cap)
+           OR j.run_id IN (SELECT id FROM running_runs))
       AND (NOT j.heavy OR (SELECT n FROM heavy_free) > 0)
     ORDER BY j.priority DESC, j.created_at
     -- A small margin for rows the per-tenant and heavy ranking below drops (tenants already
     -- at their limit are excluded above). Every locked row costs a write, so no more.
     LIMIT $2::int + 8
     FOR UPDATE OF j SKIP LOCKED
+),
+-- New runs are admitted up to the tenant's active-run limit, best first (each counted once).
+admitted AS (
+    SELECT id, tenant_id, heavy, priority, created_at FROM (
+        SELECT c.*, r.status = 'pending' AS new_run,
+               dense_rank() OVER (
+                   PARTITION BY c.tenant_id, r.status = 'pending'
+                   ORDER BY r.priority DESC, r.created_at, r.id
+               ) AS run_rank,
+               coalesce(f.n, 0) AS active_runs,
+               coalesce(f.cap, t.max_active_runs, $8::int) AS runs_cap
+        FROM candidates c
+        JOIN processing_runs r ON r.id = c.run_id
+        JOIN tenants t ON t.id = c.tenant_id
+        LEFT JOIN runs_active f ON f.tenant_id = c.tenant_id
+    ) ranked_runs
+    WHERE NOT new_run OR runs_cap IS NULL OR active_runs + run_rank <= runs_cap
 ),
 chosen AS (
     SELECT id FROM (
@@ -75,7 +114,7 @@ chosen AS (
                    PARTITION BY c.tenant_id ORDER BY c.priority DESC, c.created_at, c.id
                ) AS tenant_slot,
                sum(c.heavy::int) OVER (ORDER BY c.priority DESC, c.created_at, c.id) AS heavy_slot
-        FROM candidates c LEFT JOIN active a ON a.tenant_id = c.tenant_id
+        FROM admitted c LEFT JOIN active a ON a.tenant_id = c.tenant_id
     ) ranked
     WHERE tenant_slot <= $6 AND (NOT heavy OR heavy_slot <= (SELECT n FROM heavy_free))
     ORDER BY priority DESC, created_at, id

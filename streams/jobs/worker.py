@@ -168,6 +168,7 @@ class _Worker:
             raise ValueError("concurrency must be >= 1")
         self.settings = settings
         self.cfg = settings.worker
+        self.max_active_runs = settings.quotas.max_active_runs
         self.executors = dict(executors)
         self.pools = None if pool is None else [pool]
         self.concurrency = concurrency
@@ -258,6 +259,7 @@ class _Worker:
                 job_types=sorted(self.executors),
                 tenant_max_running=self.cfg.tenant_max_running,
                 heavy_max_running=self.cfg.heavy_max_running,
+                max_active_runs=self.max_active_runs,
             )
         now = asyncio.get_running_loop().time()
         for ctx in contexts:

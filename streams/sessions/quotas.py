@@ -15,7 +15,8 @@ The limits are the ``quotas`` settings, each overridden by the tenant's own colu
 ceiling is what an API key may ask for (:func:`check_priority`).
 
 The third limit of spec 000 §12, at most ``max_active_runs`` runs of a tenant started at once,
-is the job claim's to enforce (runs beyond it stay ``pending``, their jobs queued).
+is enforced by the job claim (``streams.jobs.sql.CLAIM``): runs beyond it stay ``pending``,
+their jobs queued.
 """
 
 from __future__ import annotations

@@ -133,12 +133,6 @@ async def test_priority_defaults_and_the_tenants_ceiling(
     assert priorities.UPLOAD > priorities.DEVICE > priorities.REPROCESS > priorities.BACKFILL
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="the active-run limit belongs to CLAIM (streams/jobs/sql.py, another helper's area): "
-    "remove this mark once claim() takes max_active_runs (see the issue 15 item 7 report)",
-)
 async def test_runs_beyond_the_tenants_active_run_limit_wait(
     settings: Settings, pool: Any, nmea_file: Path, tmp_path: Path
 ) -> None:
@@ -162,7 +156,7 @@ async def test_runs_beyond_the_tenants_active_run_limit_wait(
             limit=10,
             tenant_max_running=10,
             heavy_max_running=2,
-            max_active_runs=2,  # type: ignore[call-arg]
+            max_active_runs=2,
         )
         statuses = sorted(
             r["status"] for r in await conn.fetch("SELECT status FROM processing_runs")
