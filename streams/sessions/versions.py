@@ -16,22 +16,30 @@ import importlib.metadata
 from functools import cache
 from pathlib import Path
 
+from stages.jobs.dag import DEFAULT_DAG
 from streams.jobs.model import RunVersions
 
-__all__ = ["current_versions"]
+__all__ = ["current_versions", "group_files"]
 
 _ROOT = Path(__file__).resolve().parents[2]
-_PARSER = (
-    "stages/batch/formats",
-    "stages/batch/artifact_validate.py",
-    "stages/batch/artifact_classify.py",
-    "stages/batch/parse_raw.py",
-    "stages/batch/normalise_units.py",
-    "stages/batch/time_align.py",
-    "stages/batch/canonical.py",
-)
+
+
+def _stage_files(group: str) -> tuple[str, ...]:
+    """The source files of the DAG's stages declared in ``group`` (``JobSpec.version_group``):
+    a job type moved to another group moves its code's digest with it."""
+    modules = {
+        spec.stage.partition(":")[0]
+        for spec in DEFAULT_DAG.values()
+        if spec.stage and spec.version_group == group
+    }
+    return tuple(sorted(m.replace(".", "/") + ".py" for m in modules))
+
+
+# What the parser group's stages read besides their own module: the formats and the canonical
+# sample layout they produce.
+_PARSER = (*_stage_files("parser"), "stages/batch/formats", "stages/batch/canonical.py")
 _PIPELINE = ("stages/batch", "stages/jobs")
-_FUSION = ("stages/batch/fuse_gnss_imu.py", "stages/batch/fuse_quality_summary.py")
+_FUSION = _stage_files("fusion")
 
 
 def _package_version() -> str:
@@ -63,3 +71,8 @@ def current_versions() -> RunVersions:
         pipeline=f"{base}+{_digest(_PIPELINE)}",
         fusion=f"{base}+{_digest(_FUSION)}",
     )
+
+
+def group_files(group: str) -> tuple[str, ...]:
+    """The source paths (files or folders, relative to the repository) a version covers."""
+    return {"parser": _PARSER, "pipeline": _PIPELINE, "fusion": _FUSION}[group]
