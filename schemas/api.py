@@ -832,3 +832,8 @@ class MessageExplanation(_Body):
     duplicates: list[dict[str, Any]]
     dead_letter: dict[str, Any] | None
     published: dict[str, Any] | None = None
+    archive: dict[str, list[str]] | None = Field(
+        None,
+        description="Set when retention had dropped rows of the envelope and they were read "
+        "from the Parquet archives instead: per table, the archive objects read.",
+    )

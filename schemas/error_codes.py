@@ -585,6 +585,12 @@ OBJECT_CONFLICT: Final = _code(
 OBJECT_OUTSIDE_ROOT: Final = _code(
     "OBJECT_OUTSIDE_ROOT", _A.RUNTIME, "an object URL points outside the store's root"
 )
+ARCHIVE_MISMATCH: Final = _code(
+    "ARCHIVE_MISMATCH",
+    _A.RUNTIME,
+    "a partition's Parquet archive does not hold what was exported (rows or bytes differ); "
+    "the partition is kept",
+)
 
 # -- HTTP API (codes of HTTP-level failures; other API errors carry the codes above) --------
 BAD_REQUEST: Final = _code("BAD_REQUEST", _A.API, "the request is malformed")

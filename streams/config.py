@@ -121,6 +121,16 @@ class RetentionSettings(_Group):
         description="Age past which tmp/ leftovers of dead attempts, and files of deleted "
         "runs and artifacts, are removed.",
     )
+    # -- archive before drop (streams.retention.archive) --
+    archive: tuple[Literal["stage_logs", "ingestion_records", "telemetry_logs"], ...] = Field(
+        (),
+        description="Tiers whose expired partitions are exported to Parquet in the object "
+        "store (under archive/) before they are dropped; none by default.",
+    )
+    archive_batch_rows: int = Field(
+        20_000, ge=100, le=1_000_000,
+        description="Rows fetched, converted and written per Parquet row group when archiving.",
+    )
 
 
 class RetrySettings(_Group):

@@ -17,7 +17,8 @@ filesystem, never from Tideway's settings). Every object is written once and nev
 - **removal is retention's**: :meth:`ObjectStore.remove_expired` deletes what
   ``streams.retention.batch`` found expired (a superseded run's datasets, an artifact marked
   deleted, a ``tmp/`` leftover); outside ``tmp/`` only a refused upload's artifact is removed
-  otherwise (:meth:`ObjectStore.discard_artifact`).
+  otherwise (:meth:`ObjectStore.discard_artifact`), and a partition archive that no
+  ``retention_archives`` row records (:meth:`ObjectStore.discard_unrecorded_archive`).
 
 Artifacts are content-addressed per tenant (:func:`artifact_key`), so uploading the same file
 twice stores it once. This class is blocking because ``pyarrow.fs`` is: callers on the event
@@ -223,6 +224,17 @@ class ObjectStore:
         except OSError as exc:
             raise _storage(exc, f"read {key}") from exc
 
+    def open_input_file(self, key: str) -> Any:
+        """A random-access reader of ``key`` (a ``pyarrow`` file), unverified: for Parquet
+        archives (``streams.retention.archive``), which are read a row group at a time and
+        carry page checksums instead of being hashed whole on every read."""
+        try:
+            return self._fs.open_input_file(self._path(key))
+        except FileNotFoundError as exc:
+            raise ObjectMissingError(f"{key} is not in the object store") from exc
+        except OSError as exc:
+            raise _storage(exc, f"open {key}") from exc
+
     # -- writes ---------------------------------------------------------------------------
     def writer(self, *, max_bytes: int | None = None) -> ObjectWriter:
         """A streaming writer to a temporary key; :meth:`ObjectWriter.commit` promotes it."""
@@ -353,6 +365,20 @@ class ObjectStore:
                 self._fs.delete_dir(path)
             elif info.type == pafs.FileType.File:
                 self._fs.delete_file(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise _storage(exc, f"delete {key}") from exc
+
+    def discard_unrecorded_archive(self, key: str) -> None:
+        """Remove a partition archive that no ``retention_archives`` row records: an export
+        promoted by a drop whose transaction then failed to commit. The third exception to
+        "never deleted"; the caller (``streams.retention.archive``) holds the partition and
+        has checked that no row names the key. A missing key is a no-op."""
+        if not key.startswith("archive/"):
+            raise ValueError(f"not an archive key: {key!r}")
+        try:
+            self._fs.delete_file(self._path(key))
         except FileNotFoundError:
             return
         except OSError as exc:

@@ -7,6 +7,8 @@ artifacts and leftovers (:mod:`streams.retention.batch`) and the ClickHouse anal
 it now. ``run`` does one maintenance round now (:mod:`streams.retention.maintain`:
 the same round the consumers' maintenance leader runs every
 ``retention.maintenance_interval_s``); ``--dry-run`` prints what it would drop and delete.
+A partition of a tier in ``retention.archive`` shows the object it is exported to before it
+is dropped (``archive_to``; :mod:`streams.retention.archive`).
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from streams.adapters import postgres
 from streams.cli.output import console, print_json, print_rows
 from streams.config import load_settings
 from streams.errors import TransientError
-from streams.retention import maintain
+from streams.retention import archive, maintain
 from streams.retention.plan import PlanItem
 
 retention_app = typer.Typer(
     help="Retention of the streaming tables, the batch half and ClickHouse: show, run.",
     no_args_is_help=True,
 )
-_COLUMNS = ["tier", "target", "expires_at", "action", "bytes", "rows"]
+_COLUMNS = ["tier", "target", "expires_at", "action", "bytes", "rows", "archive_to"]
 
 
 def register(app: typer.Typer) -> None:
@@ -50,20 +52,26 @@ def show_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.
     """Every partition, dedupe generation, superseded run and leftover: size, expiry, and
     what a run would do now."""
 
-    async def main() -> list[PlanItem]:
+    async def main() -> tuple[list[PlanItem], tuple[int, int]]:
         settings = load_settings()
         conn = await postgres.connect(settings.postgres())
         try:
-            return await maintain.current_plan(conn, settings, datetime.now(UTC))
+            items = await maintain.current_plan(conn, settings, datetime.now(UTC))
+            return items, await archive.totals(conn)
         finally:
             await conn.close()
 
-    items = asyncio.run(main())
+    items, (archives, archived_bytes) = asyncio.run(main())
     print_rows([_row(i) for i in items], columns=_COLUMNS, title="retention plan", as_json=as_json)
     if not as_json:
         total = sum(i.bytes for i in items)
         going = sum(i.bytes for i in items if i.action == "drop")
         console.print(f"{total:,} bytes stored; a run now drops {going:,} bytes")
+        archiving = sum(1 for i in items if i.archive_to and i.action == "drop")
+        console.print(
+            f"archive: {archives:,} partitions in the object store ({archived_bytes:,} bytes); "
+            f"a run now archives {archiving:,} before dropping them"
+        )
 
 
 @retention_app.command("run")

@@ -242,6 +242,9 @@ def register(app: typer.Typer) -> None:
         for part in ("telemetry", "published", "dead_letter"):
             if data.get(part):
                 print_record(data[part], title=part)
+        if data.get("archive"):  # rows retention dropped, read back from their archive
+            print_record({t: ", ".join(keys) for t, keys in data["archive"].items()},
+                         title="from the archive (retention dropped these rows)")
         if data["duplicates"]:
             print_rows(data["duplicates"], columns=["id", "stream_seq", "received_at"],
                        title="duplicates of this envelope")

@@ -97,11 +97,12 @@ async def run_consumer(
             beats = [hooks.heartbeat(f"ingest-fetch-{i}") for i in range(workers)]
         report = _Report(on_batch=on_batch, observer=observer)
         # Partitions for now and ahead exist before the first batch (streams.retention).
-        await run_round(resources.pool, settings, wait=True)
+        retention = hooks.retention if hooks is not None else None
+        await run_round(resources.pool, settings, wait=True, observer=retention)
         with tuned_collector():
             # Partition maintenance rides along: one consumer process at a time leads it
             # (streams.retention.maintain).
-            await asyncio.gather(maintenance_loop(resources.pool, settings, stop),
+            await asyncio.gather(maintenance_loop(resources.pool, settings, stop, retention),
                                  *(_work(pipeline, f, stop, report, beat)
                                    for f, beat in zip(fetchers, beats, strict=True)))
     finally:

@@ -6,6 +6,11 @@ the row it duplicates), its dead letter, and where it was published — the devi
 key and whether that key currently holds this envelope, and how many analytics rows it has.
 The hot state and ClickHouse are asked live; when one cannot be reached (an embedded chDB
 engine held by a running consumer, for instance) the answer says so instead of failing.
+
+When retention has dropped the envelope's rows (all of them, or its stage logs, which go
+first) and archived them (``retention.archive``), the same statements explain it from the
+archive (:mod:`streams.retention.restore`), and the answer's ``archive`` names the objects
+read.
 """
 
 from __future__ import annotations
@@ -20,18 +25,52 @@ from streams.ingest import sql
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotState
 from streams.ingest.resources import Resources
+from streams.objects import ObjectStore
+from streams.retention.restore import any_archive, restored
 
 
-async def find_id(conn: Conn, ident: str) -> int:
+async def find_id(conn: Conn, ident: str) -> int | None:
     """An ``ingestion_messages`` id from a numeric id or a dedupe key (a key is found while
-    its dedupe generation is kept: docs/storage.md, the dedupe horizon)."""
+    its dedupe generation is kept: docs/storage.md, the dedupe horizon); ``None`` for a key
+    no longer known (the archive may know it)."""
     if ident.isdigit():
         return int(ident)
     found = await conn.fetchval(sql.MESSAGE_BY_KEY, key_hash(ident))
-    if found is None:
-        raise NotFoundError(f"no envelope with id or dedupe key {ident!r} (a key is "
-                            "forgotten once its dedupe generation is dropped)")
-    return int(found)
+    return None if found is None else int(found)
+
+
+async def _gather(conn: Conn, message_id: int) -> dict[str, Any] | None:
+    """The envelope's rows as the statements find them on ``conn`` (``None``: no such row)."""
+    row = await conn.fetchrow(sql.MESSAGE, message_id)
+    if row is None:
+        return None
+    message = dict(row)
+    owner = message_id if message["duplicate_of"] is None else message["duplicate_of"]
+    telemetry = await conn.fetchrow(sql.MESSAGE_TELEMETRY, message_id)
+    dead = await conn.fetchrow(sql.MESSAGE_DEAD_LETTER, message_id)
+    return {
+        "message": message,
+        "stages": [dict(r) for r in await conn.fetch(sql.MESSAGE_STAGE_LOGS, message_id)],
+        "telemetry": dict(telemetry) if telemetry else None,
+        "duplicates": [dict(r) for r in await conn.fetch(sql.MESSAGE_DUPLICATES, owner)]
+        if message["duplicate_of"] is None else [],
+        "dead_letter": _dead_letter(dict(dead)) if dead else None,
+    }
+
+
+async def _from_archive(settings: Settings, ident: str, message_id: int | None
+                        ) -> dict[str, Any] | None:
+    """:func:`_gather` on a connection where the archived rows are back (``None``: no archive
+    holds the envelope)."""
+    store = ObjectStore(settings.objects())
+    key = None if ident.isdigit() else ident
+    async with restored(settings.postgres(), store, message_id=message_id, key=key) as found:
+        if found is None:
+            return None
+        out = await _gather(found.conn, found.message_id)
+        if out is not None:
+            out["archive"] = found.archives
+        return out
 
 
 async def explain(settings: Settings, ident: str, *, tenant: str | None = None) -> dict[str, Any]:
@@ -41,28 +80,21 @@ async def explain(settings: Settings, ident: str, *, tenant: str | None = None) 
     try:
         async with resources.pool.acquire() as conn:
             message_id = await find_id(conn, ident)
-            row = await conn.fetchrow(sql.MESSAGE, message_id)
-            if row is None:
-                raise NotFoundError(f"no envelope with id {message_id}")
-            message = dict(row)
-            owner = message_id if message["duplicate_of"] is None else message["duplicate_of"]
-            stages = [dict(r) for r in await conn.fetch(sql.MESSAGE_STAGE_LOGS, message_id)]
-            telemetry = await conn.fetchrow(sql.MESSAGE_TELEMETRY, message_id)
-            duplicates = [dict(r) for r in await conn.fetch(sql.MESSAGE_DUPLICATES, owner)]
-            dead = await conn.fetchrow(sql.MESSAGE_DEAD_LETTER, message_id)
+            out = None if message_id is None else await _gather(conn, message_id)
+            # Gone from Postgres, or its stage logs gone (they expire first): the archive's.
+            look = (out is None or not out["stages"]) and await any_archive(conn)
+        if look:
+            out = await _from_archive(resources.settings, ident, message_id) or out
+        if out is None:
+            raise NotFoundError(f"no envelope with id or dedupe key {ident!r} (a key is "
+                                "forgotten once its dedupe generation is dropped)")
+        message, telemetry, dead = out["message"], out["telemetry"], out["dead_letter"]
         # A malformed envelope has no tenant row; its dead letter names the subject's tenant.
-        owner_tenant = row["tenant"] or (dead["tenant"] if dead else None)
+        owner_tenant = message["tenant"] or (dead["tenant"] if dead else None)
         if tenant is not None and owner_tenant != tenant:
-            raise NotFoundError(f"no envelope with id {message_id}")
-        out: dict[str, Any] = {
-            "message": message,
-            "stages": stages,
-            "telemetry": dict(telemetry) if telemetry else None,
-            "duplicates": duplicates if message["duplicate_of"] is None else [],
-            "dead_letter": _dead_letter(dict(dead)) if dead else None,
-        }
+            raise NotFoundError(f"no envelope with id {message['id']}")
         if telemetry is not None and message["status"] == "completed":
-            out["published"] = await _published(resources, message, dict(telemetry))
+            out["published"] = await _published(resources, message, telemetry)
         return out
     finally:
         await resources.close()

@@ -118,6 +118,15 @@ class IntakeObserver(Protocol):
         ``rejected`` (dead-lettered) or ``deferred`` (nak'ed for a later redelivery)."""
 
 
+class RetentionObserver(Protocol):
+    """Told about each partition the maintenance leader archives before dropping it
+    (``streams.retention.archive``)."""
+
+    def on_archive(self, *, tier: str, outcome: str, rows: int) -> None:
+        """``archived`` (``rows`` exported, verified, recorded, then the partition dropped)
+        or ``failed`` (nothing dropped: the partition was kept)."""
+
+
 class ProcessHooks(Protocol):
     """What a long-running component (ingest, intake, worker, API) reports to its process.
 
@@ -139,6 +148,10 @@ class ProcessHooks(Protocol):
     @property
     def intake(self) -> IntakeObserver:
         """Told about each session notice."""
+
+    @property
+    def retention(self) -> RetentionObserver:
+        """Told about each partition archived before its drop."""
 
     def ready(self, component: str, *checks: Check) -> None:
         """``component`` is connected: from now on ``/readyz`` runs ``checks`` for it."""

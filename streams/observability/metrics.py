@@ -143,6 +143,15 @@ class Metrics:
             "runs_finished_total", "Processing runs that reached a final status, by status.",
             ("status",))
 
+        # -- retention ----------------------------------------------------------------------
+        self.retention_archives = self._counter(
+            "retention_archives_total", "Expired partitions the maintenance leader exported to "
+            "Parquet before dropping them, by tier and outcome (archived; failed: the partition "
+            "was kept).", ("tier", "outcome"))
+        self.retention_archived_rows = self._counter(
+            "retention_archived_rows_total", "Rows exported to Parquet archives before their "
+            "partition was dropped, by tier.", ("tier",))
+
         # -- intake, API, process ---------------------------------------------------------
         self.intake_notices = self._counter(
             "intake_notices_total", "Session notices handled by intake, by outcome.",

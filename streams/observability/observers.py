@@ -97,6 +97,18 @@ class JobMetrics:
         m.job_attempts.labels(job.job_type, outcome, code).inc()
 
 
+class RetentionMetrics:
+    """A :class:`~streams.observability.events.RetentionObserver`."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def on_archive(self, *, tier: str, outcome: str, rows: int) -> None:
+        self.metrics.retention_archives.labels(tier, outcome).inc()
+        if outcome == "archived":
+            self.metrics.retention_archived_rows.labels(tier).inc(rows)
+
+
 class IntakeMetrics:
     """An :class:`~streams.observability.events.IntakeObserver`."""
 

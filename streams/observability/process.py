@@ -27,7 +27,12 @@ from streams.config import ObservabilitySettings
 from streams.observability.http_metrics import Middleware, metrics_middleware
 from streams.observability.liveness import Heartbeat
 from streams.observability.metrics import Metrics
-from streams.observability.observers import IngestMetrics, IntakeMetrics, JobMetrics
+from streams.observability.observers import (
+    IngestMetrics,
+    IntakeMetrics,
+    JobMetrics,
+    RetentionMetrics,
+)
 from streams.observability.probes import ProbeServer
 from streams.observability.readiness import Check
 from streams.observability.samplers import (
@@ -58,6 +63,7 @@ class ProcessObservability:
         self.batches = IngestMetrics(self.metrics)
         self.jobs = JobMetrics(self.metrics)
         self.intake = IntakeMetrics(self.metrics)
+        self.retention = RetentionMetrics(self.metrics)
         self.components = tuple(components)
         self._waiting = set(components)
         self.probes = ProbeServer(

@@ -22,6 +22,10 @@ leader that dies releases it with its connection). A round:
 4. carries out the batch half's items (:mod:`streams.retention.batch`: superseded runs'
    datasets and ClickHouse rows, deleted artifacts, ``tmp/`` leftovers) in the same plan.
 
+With ``retention.archive`` naming a partition's tier, step 3 exports it to Parquet in the
+object store, verifies and records the object, and only then drops it, in one transaction
+(:mod:`streams.retention.archive`); an export that fails leaves the partition in place.
+
 Every DDL statement gets ``lock_timeout`` = :data:`LOCK_TIMEOUT_MS`.
 """
 
@@ -36,10 +40,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import pyarrow as pa
 
 from streams.adapters.postgres import Conn
 from streams.config import Settings
-from streams.retention import batch, sql
+from streams.errors import TidewayError
+from streams.objects import ObjectStore
+from streams.observability.events import RetentionObserver
+from streams.retention import archive, batch, sql
 from streams.retention.plan import (
     DEAD_LETTERS,
     DEDUPE,
@@ -73,6 +81,8 @@ class Round:
     done: list[PlanItem] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """(target, why) of what could not be done now (a lock not granted in time)."""
+    archives: list[tuple[str, str, int]] = field(default_factory=list)
+    """(tier, outcome, rows) of each archive tried: ``archived`` or ``failed``."""
 
 
 async def inventory(
@@ -120,9 +130,9 @@ async def inventory(
 async def current_plan(conn: Conn, settings: Settings, now: datetime) -> list[PlanItem]:
     """The retention plan as of ``now`` (what ``tideway retention show`` prints)."""
     partitions, generations, dead = await inventory(conn, settings, now)
-    return plan(
-        partitions, generations, settings.retention, now, resolved_dead_letters=dead
-    ) + await batch.plan_items(conn, settings, now)
+    items = plan(partitions, generations, settings.retention, now, resolved_dead_letters=dead)
+    items = archive.annotate(items, partitions, settings.retention, TIERS)
+    return items + await batch.plan_items(conn, settings, now)
 
 
 async def _ddl(conn: Conn, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
@@ -219,9 +229,16 @@ async def start_generation_if_due(conn: Conn, settings: Settings, now: datetime)
 
 
 async def execute(
-    conn: Conn, settings: Settings, items: Sequence[PlanItem], now: datetime
+    conn: Conn,
+    settings: Settings,
+    items: Sequence[PlanItem],
+    now: datetime,
+    *,
+    archives: list[tuple[str, str, int]] | None = None,
 ) -> tuple[list[PlanItem], list[tuple[str, str]]]:
-    """Carry out the ``drop`` and ``delete`` items; returns (done, skipped)."""
+    """Carry out the ``drop`` and ``delete`` items; returns (done, skipped). ``archives``
+    gets (tier, outcome, rows) of each partition archived, or not, before its drop."""
+    archives = [] if archives is None else archives
     by_tier = {tier.name: tier for tier in (*TIERS, DEDUPE)}
     done, skipped = [], []
     for item in items:
@@ -236,6 +253,14 @@ async def execute(
                 )
             elif item.action == DELETE:
                 await _delete_expired_default(conn, settings, by_tier[item.tier], item, now)
+            elif item.tier in settings.retention.archive:
+                why, rows = await _archive_then_drop(
+                    conn, settings, by_tier[item.tier], item.target
+                )
+                archives.append((item.tier, "failed" if why else "archived", rows))
+                if why is not None:
+                    skipped.append((item.target, why))
+                    continue
             elif item.tier == DEDUPE.name:
                 gen = int(item.target.rsplit("_g", 1)[1])
                 await _ddl(
@@ -267,6 +292,31 @@ async def _drop(conn: Conn, tier: Tier, name: str, *, detach: bool) -> None:
         )
     statements.append((f"DROP TABLE {ident(name)}", ()))
     await _ddl(conn, statements)
+
+
+async def _archive_then_drop(
+    conn: Conn, settings: Settings, tier: Tier, name: str
+) -> tuple[str | None, int]:
+    """:func:`archive.archive_then_drop` with this module's drop: (``None``, rows archived)
+    when done, else (why not, 0): the partition stays; the next round tries again."""
+    try:
+        store = ObjectStore(settings.objects())
+        done = await archive.archive_then_drop(
+            conn,
+            store,
+            settings.retention,
+            tier=tier,
+            partition=name,
+            lock_timeout_ms=LOCK_TIMEOUT_MS,
+            drop=lambda: _drop(conn, tier, name, detach=True),
+        )
+    except asyncpg.LockNotAvailableError:
+        raise  # skipped like any drop whose lock was not granted
+    except (TidewayError, pa.ArrowException, asyncpg.PostgresError) as exc:
+        code = getattr(exc, "code", None) or getattr(exc, "sqlstate", None) or type(exc).__name__
+        log.warning("archive of %s failed, partition kept: %s (%s)", name, exc, code)
+        return f"archive failed, partition kept: {code}: {exc}", 0
+    return None, done.rows
 
 
 async def _delete_expired_default(
@@ -329,14 +379,23 @@ async def _round(conn: Conn, settings: Settings, now: datetime, dry_run: bool) -
         out.skipped.append(
             ("dedupe generation", f"barrier not granted within {LOCK_TIMEOUT_MS} ms")
         )
-    out.done, skipped = await execute(conn, settings, await current_plan(conn, settings, now), now)
+    out.done, skipped = await execute(
+        conn, settings, await current_plan(conn, settings, now), now, archives=out.archives
+    )
     out.skipped += skipped
     return out
 
 
-async def run_round(pool: asyncpg.Pool, settings: Settings, *, wait: bool = False) -> None:
-    """:func:`maintain_once` now, logging what it did; a failed round is logged and left to
-    the next one (ingest must not stop for it)."""
+async def run_round(
+    pool: asyncpg.Pool,
+    settings: Settings,
+    *,
+    wait: bool = False,
+    observer: RetentionObserver | None = None,
+) -> None:
+    """:func:`maintain_once` now, logging what it did (and telling ``observer`` about the
+    archives it made or failed to make); a failed round is logged and left to the next one
+    (ingest must not stop for it)."""
     try:
         done = await maintain_once(pool, settings, wait=wait)
     except (
@@ -353,6 +412,9 @@ async def run_round(pool: asyncpg.Pool, settings: Settings, *, wait: bool = Fals
         return
     if done is None:
         return
+    if observer is not None:
+        for tier, outcome, rows in done.archives:
+            observer.on_archive(tier=tier, outcome=outcome, rows=rows)
     if done.created or done.done or done.generation:
         log.info(
             "partition maintenance: created %s; dedupe generation %s; %s",
@@ -364,7 +426,12 @@ async def run_round(pool: asyncpg.Pool, settings: Settings, *, wait: bool = Fals
         log.warning("partition maintenance skipped %s: %s", target, why)
 
 
-async def maintenance_loop(pool: asyncpg.Pool, settings: Settings, stop: asyncio.Event) -> None:
+async def maintenance_loop(
+    pool: asyncpg.Pool,
+    settings: Settings,
+    stop: asyncio.Event,
+    observer: RetentionObserver | None = None,
+) -> None:
     """:func:`run_round` every ``retention.maintenance_interval_s`` until ``stop`` (the
     consumer runs the first round itself, before it starts fetching)."""
     interval = settings.retention.maintenance_interval_s
@@ -372,4 +439,4 @@ async def maintenance_loop(pool: asyncpg.Pool, settings: Settings, stop: asyncio
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=interval)
         if not stop.is_set():
-            await run_round(pool, settings)
+            await run_round(pool, settings, observer=observer)

@@ -99,6 +99,9 @@ class PlanItem:
     """``keep``, ``drop`` (a whole partition) or ``delete`` (rows of a small table)."""
     bytes: int
     rows: int | None = None
+    archive_to: str | None = None
+    """The object key the partition is exported to before it is dropped, when its tier is
+    archived (``retention.archive``; :mod:`streams.retention.archive`)."""
 
 
 def retention_of(settings: RetentionSettings, tier: Tier) -> timedelta:
