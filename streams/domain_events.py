@@ -3,8 +3,10 @@
 Subjects (``streams.names``, namespaced like every other)::
 
     events.<tenant>.session.published    publish_session wrote the run's summary
-    events.<tenant>.run.<state>          a run changed state: pending (created by a retry or
-                                         reprocess), cancelled, succeeded, partial, failed
+    events.<tenant>.run.<state>          a run changed state: pending (created by an upload,
+                                         a retry, a reprocess or a backfill), running (a
+                                         worker claimed its first job), cancelled,
+                                         succeeded, partial, failed
 
 The body is JSON: ``{"type": "run.succeeded", "tenant", "run_id", "session_id", "status",
 "at"}``. ``GET /v1/events`` streams a tenant's events to browsers (server-sent events).
@@ -16,6 +18,15 @@ is written, an instant before the same completion transaction moves the session'
 ``run.succeeded``/``run.partial`` that follows is sent after that commit). A view that missed an
 event, or needs the state for certain, reads the resource: the API is the source of truth.
 Publishing never fails the work it reports on: an unreachable NATS is logged and the event lost.
+
+Every way a run changes state announces it, from the code that commits the change rather than
+from each caller: run creation by intake (``streams.sessions.intake``) and by reprocess and
+backfill (``streams.sessions.reprocess``), cancel and retry (``streams.jobs.run_actions``,
+which ``tideway runs cancel|retry`` and the API both call), a run's start and end in the worker
+(``streams.jobs.worker``). A run's start costs no statement on the claim path: the claim
+stamps the run's ``started_at`` with the same instant as the claimed jobs' ``locked_at``, so
+one lookup per claimed batch, in the background after the claim commits
+(:meth:`DomainEvents.runs_started_soon`), finds the runs that claim started.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -44,6 +55,15 @@ _RUNS: Final = """
 SELECT r.id, r.session_id, t.name AS tenant
 FROM processing_runs r JOIN tenants t ON t.id = r.tenant_id
 WHERE r.id = ANY($1::uuid[])
+"""
+
+# Of runs whose jobs a claim took at $2 (each job's locked_at), those that claim started: the
+# claim sets a pending run's started_at to the same instant (streams.jobs.sql.CLAIM).
+_STARTED: Final = """
+SELECT r.id, r.session_id, t.name AS tenant
+FROM unnest($1::uuid[], $2::timestamptz[]) AS c(id, at)
+JOIN processing_runs r ON r.id = c.id AND r.started_at = c.at
+JOIN tenants t ON t.id = r.tenant_id
 """
 
 _TENANT: Final = "SELECT name FROM tenants WHERE id = $1"
@@ -88,16 +108,31 @@ class DomainEvents:
         except Exception as exc:  # an event must never fail the work it reports on
             log.warning("domain event %s for %s not published: %s", kind, tenant, exc)
 
-    async def runs_changed(self, pool: Any, runs: Mapping[uuid.UUID, str]) -> None:
-        """Publish ``run.<state>`` for each run of ``runs`` (run id -> its new state)."""
+    async def runs_changed(self, db: Any, runs: Mapping[uuid.UUID, str]) -> None:
+        """Publish ``run.<state>`` for each run of ``runs`` (run id -> its new state), once
+        the change is committed; ``db`` (a pool or a connection) finds their tenants."""
         if not runs:
             return
         try:
-            async with pool.acquire() as conn:
-                rows = await conn.fetch(_RUNS, list(runs))
+            rows = await db.fetch(_RUNS, list(runs))
         except Exception as exc:
             log.warning("run events not published: %s", exc)
             return
+        await self._publish_runs(rows, runs)
+
+    async def runs_started(self, db: Any, claimed: Mapping[uuid.UUID, datetime]) -> None:
+        """Publish ``run.running`` for the runs a claim started: ``claimed`` maps each run
+        whose jobs the claim took to their ``locked_at`` (see the module docstring)."""
+        if not claimed:
+            return
+        try:
+            rows = await db.fetch(_STARTED, list(claimed), list(claimed.values()))
+        except Exception as exc:
+            log.warning("run.running events not published: %s", exc)
+            return
+        await self._publish_runs(rows, dict.fromkeys(claimed, "running"))
+
+    async def _publish_runs(self, rows: Sequence[Any], runs: Mapping[uuid.UUID, str]) -> None:
         for row in rows:
             status = runs[row["id"]]
             await self.publish(
@@ -111,9 +146,16 @@ class DomainEvents:
     def runs_changed_soon(self, pool: Any, runs: Sequence[tuple[uuid.UUID, str]]) -> None:
         """:meth:`runs_changed` in the background (for callers that must not wait on NATS);
         :meth:`aclose` waits for it."""
-        if not runs:
-            return
-        task = asyncio.create_task(self.runs_changed(pool, dict(runs)))
+        if runs:
+            self._background(self.runs_changed(pool, dict(runs)))
+
+    def runs_started_soon(self, pool: Any, claimed: Mapping[uuid.UUID, datetime]) -> None:
+        """:meth:`runs_started` in the background (the worker's claim loop does not wait)."""
+        if claimed:
+            self._background(self.runs_started(pool, dict(claimed)))
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 

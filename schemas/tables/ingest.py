@@ -200,11 +200,18 @@ dead_letters = sa.Table(
     # with the operator's note).
     sa.Column("resolution", sa.Text),
     sa.Column("resolution_note", sa.Text),
+    # The error signature the console groups dead letters by (migration 0016): the reason code,
+    # the stage that failed first (kept right by Postgres whatever writes ``failures``) and the
+    # schema version the envelope met (copied from its row when the dead letter is written).
+    sa.Column("failed_stage", sa.Text, sa.Computed("(failures -> 0) ->> 'stage'", persisted=True)),
+    sa.Column("schema_version_id", pg.UUID(as_uuid=True)),
     sa.CheckConstraint(_in("state", DEAD_LETTER_STATES), name="state_known"),
     sa.CheckConstraint(_in("resolution", DEAD_LETTER_RESOLUTIONS), name="resolution_known"),
     sa.CheckConstraint("(state = 'resolved') = (resolution IS NOT NULL)",
                        name="resolution_shape"),
     sa.Index("ix_dead_letters_state_first_seen", "state", "first_seen_at"),
+    sa.Index("ix_dead_letters_signature", "tenant", "state", "reason_code", "failed_stage",
+             "schema_version_id", "id", postgresql_include=["first_seen_at", "last_seen_at"]),
 )
 
 ingest_delivery_failures = sa.Table(

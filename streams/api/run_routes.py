@@ -26,7 +26,7 @@ from streams.api.context import caller_of, context_of
 from streams.api.inputs import path_uuid
 from streams.api.pages import decode_cursor, instant, page_of
 from streams.domain_events import DomainEvents
-from streams.jobs import queue
+from streams.jobs import queue, run_actions
 from streams.jobs.run_views import RunRow, list_runs, show_run
 from streams.sessions import queries
 from streams.sessions.reprocess import reprocess, rollback
@@ -41,10 +41,10 @@ __all__ = [
 ]
 
 
-async def _announce(request: web.Request, run_id: uuid.UUID, state: str) -> None:
-    """``run.<state>`` on NATS, once the change is committed (see streams.domain_events)."""
+def _events(request: web.Request) -> DomainEvents:
+    """Domain events on the API's NATS connection (see streams.domain_events)."""
     ctx = context_of(request)
-    await DomainEvents(ctx.settings, nc=ctx.nats).runs_changed(ctx.pool, {run_id: state})
+    return DomainEvents(ctx.settings, nc=ctx.nats)
 
 
 def _key(row: RunRow) -> tuple[str, str]:
@@ -82,8 +82,7 @@ async def cancel_run(request: web.Request) -> web.Response:
     caller, run_id = caller_of(request), path_uuid(request)
     async with context_of(request).pool.acquire() as conn:
         await queries.check_run(conn, caller.tenant_id, run_id)
-        done = await queue.cancel_run(conn, run_id)
-    await _announce(request, run_id, done.status.value)
+        done = await run_actions.cancel_run(conn, run_id, events=_events(request))
     return reply(
         CancelResult(
             run_id=done.run_id,
@@ -98,15 +97,14 @@ async def retry_run(request: web.Request) -> web.Response:
     ctx, caller, run_id = context_of(request), caller_of(request), path_uuid(request)
     async with ctx.pool.acquire() as conn:
         await queries.check_run(conn, caller.tenant_id, run_id)
-        new = await queue.retry_run(
+        new = await run_actions.retry_run(
             conn,
             run_id,
+            events=_events(request),
             requested_by=f"api:{caller.key_id}",
             channel=queue.jobs_channel(ctx.settings),
             default_attempts=ctx.settings.retry.job_max_attempts,
         )
-    if new.created:
-        await _announce(request, new.run_id, "pending")
     return reply(RunStarted(run_id=new.run_id, created=new.created), status=202)
 
 
@@ -123,9 +121,8 @@ async def reprocess_session(request: web.Request) -> web.Response:
             priority=body.priority,
             namespace=ctx.settings.namespace,
             default_attempts=ctx.settings.retry.job_max_attempts,
+            events=_events(request),
         )
-    if new.created:
-        await _announce(request, new.run_id, "pending")
     return reply(RunStarted(run_id=new.run_id, created=new.created), status=202)
 
 

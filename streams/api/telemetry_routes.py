@@ -7,8 +7,10 @@ group (or one dead letter). A group's id is its signature, encoded like a cursor
 same cause for every tenant, and every statement filters on the caller's tenant, so another
 tenant's group id only ever reaches the caller's own dead letters.
 
-Redrive re-runs publish with the same function as ``tideway dlq redrive``; it connects to
-Redis and ClickHouse itself, so with the embedded (in-process) ClickHouse it is refused with
+Redrive re-runs publish with the same function as ``tideway dlq redrive``, and explain is
+``tideway messages show``'s function; both read and write Postgres through the API's shared
+pool (no pool or connection of their own per request) and connect to Redis and ClickHouse
+themselves, so with the embedded (in-process) ClickHouse a redrive is refused with
 ``CLICKHOUSE_BUSY`` while another process holds the engine.
 """
 
@@ -148,7 +150,8 @@ async def _group_ids(conn: Conn, tenant: str, signature: list[Any]) -> list[int]
 
 
 async def _redrive(request: web.Request, ids: list[int]) -> web.Response:
-    report = await dlq.redrive(context_of(request).settings, ids=ids)
+    ctx = context_of(request)
+    report = await dlq.redrive(ctx.settings, ids=ids, pool=ctx.pool)
     return reply(RedriveReport.model_validate(report.as_dict()))
 
 
@@ -196,5 +199,6 @@ async def explain_message(request: web.Request) -> web.Response:
     caller, ident = caller_of(request), path_text(request, "id")
     if ident.isdigit() and not (ident.isascii() and len(ident) <= 18):
         raise NotFoundError("no such envelope")
-    found = await messages.explain(context_of(request).settings, ident, tenant=caller.tenant)
+    ctx = context_of(request)
+    found = await messages.explain(ctx.settings, ident, tenant=caller.tenant, pool=ctx.pool)
     return reply(MessageExplanation.model_validate(found))

@@ -14,7 +14,7 @@ import datetime as dt
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 import typer
@@ -24,6 +24,9 @@ from streams.cli.exit_codes import ExitCode
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.config import Settings, load_settings
 from streams.errors import NotFoundError, UsageError
+
+if TYPE_CHECKING:
+    from streams.jobs.enqueue import EnqueuedRun
 
 T = TypeVar("T")
 
@@ -275,14 +278,25 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JSON_OPTION,
     ) -> None:
         """Start a new run with the current versions; the session switches only if it succeeds."""
+        from streams.domain_events import DomainEvents
         from streams.sessions.reprocess import reprocess
 
         owner, sid = _tenant(tenant), _uuid(session)
         settings = load_settings()
         new_config = _config(config) if config else None
-        enqueued = _with_conn(lambda conn: reprocess(
-            conn, tenant=owner, session_id=sid, config=new_config, requested_by="cli",
-            namespace=settings.namespace, default_attempts=settings.retry.job_max_attempts))
+
+        async def start(conn: Any) -> EnqueuedRun:
+            events = DomainEvents(settings)  # the new run's run.pending, as from the API
+            try:
+                return await reprocess(
+                    conn, tenant=owner, session_id=sid, config=new_config, requested_by="cli",
+                    namespace=settings.namespace,
+                    default_attempts=settings.retry.job_max_attempts, events=events,
+                )  # fmt: skip
+            finally:
+                await events.aclose()
+
+        enqueued = _with_conn(start)
         if not as_json:
             console.print(f"reprocessing session {sid} as run {enqueued.run_id}")
         elif not wait:

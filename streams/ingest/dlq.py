@@ -200,14 +200,17 @@ async def resolve_dead_letters(conn: Conn, *, note: str, ids: list[int] | None =
 
 
 async def redrive(settings: Settings, *, ids: list[int] | None = None, page_size: int = 500,
-                  on_page: Callable[[RedrivePage], None] | None = None) -> RedriveReport:
+                  on_page: Callable[[RedrivePage], None] | None = None,
+                  pool: Any = None) -> RedriveReport:
     """Re-run publish for open dead letters: every one that can be redriven, or those in
     ``ids``; ``page_size`` at a time, each page its own transaction, ``on_page`` told after
     each. Raises ``CLICKHOUSE_BUSY`` before changing anything when the embedded ClickHouse
-    belongs to another process."""
+    belongs to another process. ``pool``: a Postgres pool the caller keeps (the API's);
+    without it a pool of two connections is opened and closed."""
     if page_size < 1:
         raise UsageError("the page size must be at least 1")
-    resources = await Resources.open(settings, name="tideway-dlq", pool_size=2, nats=False)
+    resources = (Resources.around(settings, pool) if pool is not None else
+                 await Resources.open(settings, name="tideway-dlq", pool_size=2, nats=False))
     try:
         return await _redrive(resources, ids, page_size, on_page)
     finally:

@@ -73,10 +73,13 @@ async def _from_archive(settings: Settings, ident: str, message_id: int | None
         return out
 
 
-async def explain(settings: Settings, ident: str, *, tenant: str | None = None) -> dict[str, Any]:
+async def explain(settings: Settings, ident: str, *, tenant: str | None = None,
+                  pool: Any = None) -> dict[str, Any]:
     """Everything about one envelope (see the module docstring); with ``tenant``, an envelope
-    of another tenant is not found, like one that does not exist."""
-    resources = await Resources.open(settings, name="tideway-messages", pool_size=1, nats=False)
+    of another tenant is not found, like one that does not exist. ``pool``: a Postgres pool
+    the caller keeps (the API's); without it a pool of one connection is opened and closed."""
+    resources = (Resources.around(settings, pool) if pool is not None else
+                 await Resources.open(settings, name="tideway-messages", pool_size=1, nats=False))
     try:
         async with resources.pool.acquire() as conn:
             message_id = await find_id(conn, ident)

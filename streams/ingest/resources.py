@@ -36,6 +36,8 @@ class Resources:
     clickhouse: ClickHouse
     outages: Outages = field(default_factory=Outages)
     """This process's view of which of them are down (see :mod:`streams.adapters.outage`)."""
+    owns_pool: bool = True
+    """False when the pool is the caller's (:meth:`around`): :meth:`close` leaves it open."""
 
     @classmethod
     async def open(cls, settings: Settings, *, name: str = "tideway-ingest",
@@ -65,6 +67,18 @@ class Resources:
             outages=outages,
         )
 
+    @classmethod
+    def around(cls, settings: Settings, pool: asyncpg.Pool) -> Resources:
+        """Redis and ClickHouse handles around a Postgres pool the caller keeps (the API
+        process's shared pool): no NATS, and :meth:`close` leaves ``pool`` open. Nothing
+        connects here; Redis connects on first use and ClickHouse's client is shared per DSN."""
+        return cls(
+            settings=settings, names=Names(namespace=settings.namespace), nc_=None, pool=pool,
+            redis=redis_client(settings.redis()),
+            clickhouse=ClickHouse(settings.clickhouse(), settings.clickhouse_database),
+            owns_pool=False,
+        )
+
     @property
     def nc(self) -> Nats:
         """The NATS connection (only when opened with ``nats=True``)."""
@@ -82,4 +96,5 @@ class Resources:
             if self.nc_ is not None:
                 await self.nc_.close()
             await self.redis.aclose()
-            await self.pool.close()
+            if self.owns_pool:
+                await self.pool.close()

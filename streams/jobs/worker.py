@@ -8,7 +8,8 @@ One worker process runs up to ``concurrency`` jobs at a time on one event loop:
   their contexts in two more, and starts one task per job. It then sleeps until a ``NOTIFY`` on
   the jobs channel (sent by the transaction that made jobs runnable, so an idle worker starts
   within milliseconds), until a slot frees, or for ``poll_interval_s`` (the fallback when a
-  notification is missed).
+  notification is missed). The runs a claim started are announced (``run.running``) in the
+  background once it has committed, as finished runs are (``streams.domain_events``).
 - **Execute.** One task per job awaits its executor. A watchdog checks every 50 ms for jobs
   past their soft timeout and cancels them: a retriable failure (attempt ``timed_out``).
   ``Cancelled`` from a checkpoint acknowledges the cancellation; any other exception is
@@ -261,6 +262,12 @@ class _Worker:
                 heavy_max_running=self.cfg.heavy_max_running,
                 max_active_runs=self.max_active_runs,
             )
+        # run.running for the runs this claim started, looked up in the background (one
+        # statement per claimed batch, never on the claim path): a run starts with its first
+        # claim, which takes only jobs never claimed before.
+        self.events.runs_started_soon(
+            self.db, {c.job.run_id: c.job.locked_at for c in contexts if c.job.attempt == 1}
+        )
         now = asyncio.get_running_loop().time()
         for ctx in contexts:
             entry = _Running(job=ctx.job, ctx=ctx, deadline=now + ctx.job.soft_timeout_s,

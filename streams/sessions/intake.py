@@ -72,6 +72,7 @@ from streams.adapters import postgres
 from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
 from streams.adapters.outage import Outage, wait_out
 from streams.config import Settings
+from streams.domain_events import DomainEvents
 from streams.errors import PermanentError, TidewayError, TransientError, UsageError
 from streams.names import Names
 from streams.objects import ObjectStore, artifact_key
@@ -167,6 +168,8 @@ class _Intake:
     rand: random.Random = field(default_factory=random.Random)
     """The draws of the nak delays' jitter (pass a seeded one to pin them)."""
     observer: IntakeObserver | None = None
+    events: DomainEvents | None = None
+    """Where the runs intake makes are announced (``run.pending``)."""
 
 
 async def run_intake(
@@ -208,6 +211,7 @@ async def run_intake(
         ctx = _Intake(
             settings=settings, names=names, pool=pool, store=store, js=js,
             observer=hooks.intake if hooks is not None else None,
+            events=DomainEvents(settings, nc=nc),
         )
         while not stop.is_set():
             if beat is not None:
@@ -231,6 +235,11 @@ async def _handle(ctx: _Intake, msg: Msg) -> None:
     """Handle one notice, then settle it as :mod:`stages.ack_policy` decides."""
     delivered = msg.metadata.num_delivered or 1
     outcome = await _attempt(ctx, msg)
+    if outcome.created and outcome.intake is not None and ctx.events is not None:
+        # The run's transaction has committed (a notice redelivered later is no new run).
+        made = outcome.intake
+        await ctx.events.publish(outcome.tenant, "run.pending", run_id=made.run_id,
+                                 session_id=made.session_id, status="pending")
     disposition, code, message = outcome.disposition, outcome.code, outcome.message
     max_deliver = ctx.settings.consumer.max_deliver
     if disposition is Disposition.RETRY and budget_spent(
@@ -270,6 +279,9 @@ class _Outcome:
     message: str = ""
     created: bool = False
     """Accepted: whether the notice made a new run (not one that existed already)."""
+    tenant: str = ""
+    intake: IntakeResult | None = None
+    """Accepted: the session and run."""
 
 
 # asyncpg's ways of saying "not now" rather than "not this notice": the server cannot be
@@ -333,7 +345,8 @@ async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
         result.run_id,
         "new" if result.created else "duplicate",
     )
-    return _Outcome(disposition=Disposition.RECORDED, created=result.created)
+    return _Outcome(disposition=Disposition.RECORDED, created=result.created, tenant=tenant,
+                    intake=result)
 
 
 async def _settle(msg: Msg, decision: AckDecision) -> None:

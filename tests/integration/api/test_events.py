@@ -101,10 +101,17 @@ async def test_a_published_session_and_its_finished_run_are_announced(
             receipt = await upload(client, acme, "kart-9", nmea_file)
             final = await wait_for_run(settings, run_id=receipt["run_id"], timeout_s=90)
             assert final.status in {"succeeded", "partial"}
+            # The run's whole life: made by intake, started by a worker, finished.
+            pending = await heard.wait_for("run.pending")
+            assert pending["run_id"] == receipt["run_id"]
+            assert pending["session_id"] == receipt["session_id"]
+            assert (await heard.wait_for("run.running"))["run_id"] == receipt["run_id"]
             published = await heard.wait_for("session.published")
             assert published["session_id"] == receipt["session_id"]
             assert published["run_id"] == receipt["run_id"]
             finished = await heard.wait_for(f"run.{final.status}")
             assert finished["run_id"] == receipt["run_id"]
             await asyncio.sleep(0.3)
+            # Announced once (events from two processes keep no order between them).
+            assert [e for e, _ in heard.events].count("run.running") == 1
         assert other.events == []

@@ -158,6 +158,28 @@ async def test_dead_letters_triaged_by_group(seeded: Seeded) -> None:
     assert (await client.post(whole, json={"note": "again"}, headers=acme)).status == 404
 
 
+async def test_explain_and_redrive_use_the_apis_shared_pool(seeded: Seeded, fleet: Harness) -> None:
+    # The process's settings name a Postgres nobody listens on; its pool is the real one. A
+    # handler that opened a pool or a connection of its own would answer 503 PG_UNAVAILABLE.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        nowhere = f"postgresql://postgres@127.0.0.1:{s.getsockname()[1]}/nowhere"
+    async with api_client(fleet.settings.with_services(postgres_dsn=nowhere),
+                          fleet.pool) as client:  # fmt: skip
+        resp = await client.get(f"/v1/messages/{seeded.message_id}", headers=seeded.acme)
+        shown = await resp.json()
+        assert resp.status == 200, shown
+        assert shown["message"]["id"] == seeded.message_id
+        one = f"/v1/dead-letters/{seeded.dead_letter_id}/redrive"
+        resp = await client.post(one, headers=seeded.acme)
+        report = await resp.json()
+        assert resp.status == 200, report
+        assert report["not_redrivable"] == 1  # a malformed envelope: nothing to publish
+        resp = await client.post(f"/v1/dead-letter-groups/{seeded.group_id}/redrive",
+                                 headers=seeded.acme)  # fmt: skip
+        assert resp.status == 200, await resp.text()
+
+
 def _closed_port_redis() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
