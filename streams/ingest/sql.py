@@ -168,7 +168,8 @@ TELEMETRY_COPY = TELEMETRY_COLUMNS
 # stage that failed first, and the schema version the envelope was evaluated against (JSON
 # nulls where there is none: a malformed envelope has no stage past ingress or no schema).
 # The dead letter holds all three (``failed_stage``, ``schema_version_id``: migration
-# 0017_dead_letter_signatures), indexed with its tenant and state; the joins name the schema version.
+# 0017_dead_letter_signatures), indexed with its tenant and state; the joins name the schema
+# version.
 _SIGNATURE = "jsonb_build_array(dl.reason_code, dl.failed_stage, sch.name, ver.version)"
 _SIGNATURE_JOINS = """
 LEFT JOIN device_schema_versions ver ON ver.id = dl.schema_version_id
