@@ -45,6 +45,9 @@ async def explain(settings: Settings, ident: str, *, tenant: str | None = None) 
             if row is None:
                 raise NotFoundError(f"no envelope with id {message_id}")
             message = dict(row)
+            # The subject as received, also where the row leaves it out (migration 0017).
+            message["subject"] = message.pop("full_subject")
+            message.pop("subject_prefix", None)
             owner = message_id if message["duplicate_of"] is None else message["duplicate_of"]
             stages = [dict(r) for r in await conn.fetch(sql.MESSAGE_STAGE_LOGS, message_id)]
             telemetry = await conn.fetchrow(sql.MESSAGE_TELEMETRY, message_id)
