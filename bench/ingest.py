@@ -280,9 +280,12 @@ async def naive_loop(settings: Settings, names: Names, seconds: float) -> dict[s
                                                          receipt.received_at, receipt.subject,
                                                          len(receipt.data), ev.device.tenant_id,
                                                          ev.device.id, ev.envelope.ts)
-                        await conn.execute(_NAIVE_TELEMETRY, message_id, ev.device.tenant_id,
-                                           ev.device.id, ev.binding.schema_version_id,
-                                           ev.envelope.ts, receipt.received_at, ev.values)
+                        await pipeline.recorder.layouts.ensure(resources.pool, [(
+                            ev.binding.version_text, "state", tuple(ev.values))])
+                        await conn.execute(_NAIVE_TELEMETRY, message_id, ev.device.id,
+                                           ev.binding.schema_version_id, ev.envelope.ts,
+                                           receipt.received_at, list(ev.values),
+                                           list(ev.values.values()))
                         await conn.execute(_NAIVE_LOG, message_id,
                                            sum(STAGE_BIT[log.stage] for log in ev.logs),
                                            [log.duration_us for log in ev.logs])
@@ -307,13 +310,15 @@ INSERT INTO ingestion_messages (source_deduplication_key, stream_seq, received_a
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'completed') ON CONFLICT DO NOTHING RETURNING id
 """
 _NAIVE_TELEMETRY = """
-INSERT INTO device_telemetry_logs (ingestion_message_id, tenant_id, device_id, schema_version_id,
-    topic, measured_at, received_at, processing_state, parameter_values)
-VALUES ($1, $2, $3, $4, 'state', $5, $6, 'processed', $7)
+INSERT INTO device_telemetry_logs (ingestion_message_id, device_id, measured_at, received_at,
+    processing_state, values_layout, parameter_list)
+VALUES ($1, $2, $4, $5, 'processed', (SELECT id FROM telemetry_value_layouts
+        WHERE schema_version_id = $3 AND topic = 'state' AND names = $6::text[]), $7)
 """
 _NAIVE_LOG = """
-INSERT INTO ingestion_stage_passes (message_id, attempt, stages, durations_us)
-VALUES ($1, 1, $2, $3)
+INSERT INTO ingestion_stage_passes (message_id, attempt, stages, durations)
+VALUES ($1, 1, $2, (SELECT string_agg(int4send(d), ''::bytea ORDER BY i)
+                    FROM unnest($3::integer[]) WITH ORDINALITY AS u(d, i)))
 """
 
 

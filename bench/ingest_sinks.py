@@ -34,7 +34,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from stages.ack_policy import ACK
 from stages.ingest.ingress import Receipt, key_hash
-from stages.ingest.plan import Fate, PublishOutcome, Recording, finalize
+from stages.ingest.plan import Fate, PublishOutcome, Recording, finalize, value_layout
 from streams.config import Settings
 from streams.ingest import sql
 from streams.ingest.fetch import Fetcher, acknowledge
@@ -93,9 +93,12 @@ async def prebuild(pipeline: Pipeline, names: Names, tenant: str,
             raise RuntimeError("the write ceiling needs a data set of new, valid envelopes")
         async with pipeline.resources.pool.acquire() as conn:
             ids = await conn.fetchval(sql.RESERVE_IDS, len(evaluations))
-        rec = Recording(capture=False, now=datetime.now(UTC), gen=gen)
-        for ev, message_id in zip(evaluations, ids, strict=True):
-            rec.add(finalize(ev, published), message_id)
+        finals = [finalize(ev, published) for ev in evaluations]
+        await pipeline.recorder.layouts.ensure(pipeline.resources.pool, map(value_layout, finals))
+        rec = Recording(capture=False, now=datetime.now(UTC), gen=gen,
+                        layouts=pipeline.recorder.layouts.ids)
+        for final, message_id in zip(finals, ids, strict=True):
+            rec.add(final, message_id)
         keys.extend(key_hash(ev.key) for ev in evaluations)
         receipts.extend(f"{ev.receipt.stream_seq}:{ev.receipt.received_at_ns // 1000}"
                         for ev in evaluations)

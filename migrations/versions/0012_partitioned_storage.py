@@ -427,8 +427,13 @@ def downgrade() -> None:
         "(device_id, measured_at)"
     )
     _guards()
-    for table in ("ingestion_messages", "device_telemetry_logs"):
-        op.execute(f"INSERT INTO {table} SELECT * FROM {table}_0012")
+    # Columns by name: a later revision's downgrade may have re-added a column at the end
+    # (0017 does: the telemetry's tenant_id, created_at, parameter_values, schema version
+    # and topic).
+    for table, columns in (("ingestion_messages", _MESSAGE_COLUMNS),
+                           ("device_telemetry_logs", _TELEMETRY_COLUMNS)):
+        names = ", ".join(line.split()[0] for line in columns.strip().rstrip(",").split(",\n"))
+        op.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {table}_0012")
     op.execute(
         f"""
         INSERT INTO ingestion_stage_passes (message_id, attempt, stages, statuses,

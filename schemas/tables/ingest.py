@@ -23,7 +23,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
-from schemas.tables.base import created_at, metadata, updated_at
+from schemas.tables.base import created_at, metadata
 
 _TS = sa.DateTime(timezone=True)
 
@@ -68,7 +68,10 @@ ingestion_messages = sa.Table(
     # The receipt: JetStream stream sequence + the time the stream stored the message.
     sa.Column("stream_seq", sa.BigInteger, nullable=False),
     sa.Column("received_at", _TS, nullable=False, primary_key=True),
-    sa.Column("subject", sa.Text, nullable=False),
+    # NULL when it is what tenant, device and topic spell under the consumer's namespace
+    # (``subject_prefix``, below; migration 0018): ``message_subject(subject, subject_prefix,
+    # tenant_id, device_id, schema_topic_id)`` gives it back.
+    sa.Column("subject", sa.Text),
     sa.Column("traceparent", sa.Text),
     sa.Column("payload_bytes", sa.Integer, nullable=False),
     # What the registry resolved the subject to (NULL when unknown).
@@ -84,8 +87,16 @@ ingestion_messages = sa.Table(
     # Processing passes: 1 when first recorded, +1 on every redrive.
     sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("1")),
     created_at(),
-    updated_at(),
+    # NULL until something updates the row (a redrive; migration 0018): 8 bytes saved on
+    # every row that is never updated, which is nearly all of them.
+    sa.Column("updated_at", _TS),
     sa.CheckConstraint(_in("status", STATUSES), name="status_known"),
+    sa.Column("subject_prefix", sa.SmallInteger),
+    sa.CheckConstraint(
+        "subject IS NOT NULL OR (subject_prefix IS NOT NULL AND tenant_id IS NOT NULL"
+        " AND device_id IS NOT NULL AND schema_topic_id IS NOT NULL)",
+        name="subject_known",
+    ),
     sa.CheckConstraint(
         "(status = 'duplicate') = (duplicate_of IS NOT NULL)"
         " AND (status = 'duplicate') = (source_deduplication_key IS NULL)",
@@ -131,7 +142,9 @@ ingestion_stage_passes = sa.Table(
     # below hold one element per stage reached, in that order.
     sa.Column("stages", sa.SmallInteger, nullable=False),
     sa.Column("failed", sa.SmallInteger, nullable=False, server_default=sa.text("0")),
-    sa.Column("durations_us", pg.ARRAY(sa.Integer), nullable=False),
+    # One 4-byte big-endian signed integer (µs) per stage reached, in that order (migration
+    # 0017: an ``integer[]`` spent 20 bytes of array header on six numbers).
+    sa.Column("durations", sa.LargeBinary, nullable=False),
     # NULL when no stage of the pass has an error (the common case).
     sa.Column("error_codes", pg.ARRAY(sa.Text)),
     sa.Column("error_messages", pg.ARRAY(sa.Text)),
@@ -142,7 +155,7 @@ ingestion_stage_passes = sa.Table(
     created_at(),
     sa.CheckConstraint("stages BETWEEN 1 AND 63 AND failed & ~stages = 0", name="stages_known"),
     sa.CheckConstraint(
-        "cardinality(durations_us) = length(replace(stages::integer::bit(6)::text, '0', ''))",
+        "length(durations) = 4 * length(replace(stages::integer::bit(6)::text, '0', ''))",
         name="aligned",
     ),
     sa.Index("ix_ingestion_stage_passes_message_id", "message_id", postgresql_using="brin"),
@@ -154,25 +167,57 @@ device_telemetry_logs = sa.Table(
     "device_telemetry_logs",
     metadata,
     sa.Column("ingestion_message_id", sa.BigInteger, primary_key=True),
-    sa.Column("tenant_id", pg.UUID(as_uuid=True), nullable=False),
+    # No tenant column: the device's (``devices.tenant_id`` never changes); the schema version
+    # and topic are the values layout's (below; migration 0018).
     sa.Column("device_id", pg.UUID(as_uuid=True), nullable=False),
-    sa.Column("schema_version_id", pg.UUID(as_uuid=True), nullable=False),
-    sa.Column("topic", sa.Text, nullable=False),
     sa.Column("measured_at", _TS, nullable=False),
     sa.Column("seq", sa.BigInteger),
     sa.Column("received_at", _TS, nullable=False, primary_key=True),
     sa.Column("processing_state", sa.Text, nullable=False),
     # Final values when processed / publish_failed; extracted values when invalid or
-    # inactive_skipped (the stages that did not run produced nothing). ``json``, not ``jsonb``:
-    # an append-only log read back one message at a time, so the insert skips building the
-    # binary form (migration 0005).
-    sa.Column("parameter_values", pg.JSON, nullable=False),
+    # inactive_skipped (the stages that did not run produced nothing). Stored without their
+    # keys (migration 0018): ``parameter_list`` is a JSON array of the values in the order of
+    # the key list of the layout ``values_layout`` (which also names the row's schema version
+    # and topic), and the SQL function
+    # ``telemetry_values(values_layout, parameter_list)`` rebuilds the object. ``json``, not
+    # ``jsonb``: an append-only log read back one message at a time, so the insert skips
+    # building the binary form (migration 0005).
     sa.Column("validation_issues", pg.JSONB),
-    created_at(),
-    updated_at(),
+    # NULL until a redrive updates the row. No created_at: its message's (migration 0018).
+    sa.Column("updated_at", _TS),
+    sa.Column("values_layout", sa.Integer, nullable=False),
+    sa.Column("parameter_list", pg.JSON, nullable=False),
     sa.CheckConstraint(_in("processing_state", PROCESSING_STATES), name="state_known"),
     sa.Index("ix_device_telemetry_logs_device_measured", "device_id", "measured_at"),
     postgresql_partition_by="RANGE (received_at)",
+)
+
+telemetry_value_layouts = sa.Table(
+    "telemetry_value_layouts",
+    metadata,
+    # What the telemetry rows of one schema version and topic with the same parameters
+    # present share (migration 0018): a row stores its values as a JSON array and the id of its
+    # layout here. A few rows per schema version and topic ever, registered by the first
+    # writer that meets one (``streams.ingest.layouts``) and never changed, so every process
+    # caches them for good.
+    sa.Column("id", sa.Integer, sa.Identity(always=False), primary_key=True),
+    sa.Column("schema_version_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("topic", sa.Text, nullable=False),
+    # The values' keys, in the order of the row's list.
+    sa.Column("names", pg.ARRAY(sa.Text(collation="C")), nullable=False),
+    created_at(),
+    sa.UniqueConstraint("schema_version_id", "topic", "names"),
+)
+
+ingest_subject_prefixes = sa.Table(
+    "ingest_subject_prefixes",
+    metadata,
+    # The subject prefixes (``"<namespace>."``, or ``""``) of the deployments that consume into
+    # this database (migration 0018): a message whose subject its tenant, device and topic
+    # spell stores only the prefix's id. One row per namespace ever; cached by every process.
+    sa.Column("id", sa.SmallInteger, sa.Identity(always=False), primary_key=True),
+    sa.Column("prefix", sa.Text(collation="C"), nullable=False, unique=True),
+    created_at(),
 )
 
 dead_letters = sa.Table(

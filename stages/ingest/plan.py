@@ -22,7 +22,7 @@ Each row is written once; nothing is updated on the hot path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -44,14 +44,14 @@ PUBLISH_FAILED = codes.PUBLISH_FAILED
 MESSAGE_COPY_COLUMNS = (
     "id", "source_deduplication_key", "stream_seq", "received_at", "subject", "traceparent",
     "payload_bytes", "tenant_id", "device_id", "schema_version_id", "schema_topic_id",
-    "measured_at", "seq", "status", "error_code", "error_message",
+    "measured_at", "seq", "status", "error_code", "error_message", "subject_prefix",
 )
 DUPLICATE_COLUMNS = (
     "duplicate_of", "stream_seq", "received_at", "subject", "traceparent", "payload_bytes",
     "tenant_id", "device_id", "measured_at", "seq",
 )
 STAGE_PASS_COLUMNS = (
-    "message_id", "attempt", "stages", "failed", "durations_us", "error_codes",
+    "message_id", "attempt", "stages", "failed", "durations", "error_codes",
     "error_messages", "input_snapshots", "output_snapshots",
 )
 STAGE_ORDER = ("ingress", "validate", "mutate", "derive", "persist", "publish")
@@ -59,10 +59,10 @@ STAGE_BIT = {stage: 1 << i for i, stage in enumerate(STAGE_ORDER)}
 """A pass stores the stages it reached, and those that failed, as bitmasks over
 :data:`STAGE_ORDER` (migration 0012); its arrays follow that order."""
 TELEMETRY_COLUMNS = (
-    "ingestion_message_id", "tenant_id", "device_id", "schema_version_id", "topic",
-    "measured_at", "seq", "received_at", "processing_state", "parameter_values",
-    "validation_issues",
+    "ingestion_message_id", "device_id", "measured_at", "seq", "received_at",
+    "processing_state", "values_layout", "parameter_list", "validation_issues",
 )
+INT32_MAX = 2**31 - 1
 DEAD_LETTER_COLUMNS = (
     "ingestion_message_id", "tenant", "subject", "headers", "payload", "reason_code", "failures",
 )
@@ -174,7 +174,13 @@ def finalize(ev: Evaluation, publish: PublishOutcome | None) -> Final:
 _NO_ERRORS = "\t\\N\t\\N\t\\N\t\\N\n"  # error codes, messages and both snapshots
 # The pass of a completed envelope, the bulk of all passes: its constant parts, spelled once
 # (attempt 1, all six stages reached, none failed).
-_COMPLETED_HEAD = f"\t1\t{sum(STAGE_BIT.values())}\t0\t{{"
+_COMPLETED_HEAD = f"\t1\t{sum(STAGE_BIT.values())}\t0\t\\\\x"
+
+
+def durations_field(durations: Sequence[int]) -> str:
+    """Stage durations (µs) as the ``COPY`` text of a ``bytea`` of 4-byte big-endian signed
+    integers (migration 0018), each clamped to what an ``integer`` holds."""
+    return "\\\\x" + "".join(f"{min(max(d, 0), INT32_MAX):08x}" for d in durations)
 
 
 def pass_line(message_id: int, attempt: int, logs: Sequence[StageLog], capture: bool) -> str:
@@ -189,8 +195,8 @@ def pass_line(message_id: int, attempt: int, logs: Sequence[StageLog], capture: 
         reached |= bit
         if log.status == "failed":
             failed |= bit
-    durations = ",".join(str(log.duration_us) for log in logs)
-    head = f"{message_id}\t{attempt}\t{reached}\t{failed}\t{{{durations}}}"
+    durations = durations_field([log.duration_us for log in logs])
+    head = f"{message_id}\t{attempt}\t{reached}\t{failed}\t{durations}"
     if not capture and all(log.error_code is None and log.error_message is None
                            for log in logs):
         return head + _NO_ERRORS
@@ -201,6 +207,20 @@ def pass_line(message_id: int, attempt: int, logs: Sequence[StageLog], capture: 
         _snapshots([log.output_snapshot for log in logs]) if capture else NULL,
     ]
     return head + "\t" + "\t".join(fields) + "\n"
+
+
+LayoutKey = tuple[str, str, tuple[str, ...]]
+"""A telemetry values layout: schema version (its UUID's text: hashing a ``UUID`` costs a
+Python call, once per envelope), topic, the values' keys in order."""
+
+
+def value_layout(final: Final) -> LayoutKey | None:
+    """The layout of the telemetry row :meth:`Recording.add` will write for ``final``
+    (``None``: it writes none)."""
+    ev = final.ev
+    if final.state is None or ev.device is None or ev.binding is None:
+        return None
+    return (ev.binding.version_text, ev.binding.program.topic, tuple(ev.values or ()))
 
 
 def _snapshots(snapshots: list[Any]) -> str:
@@ -246,9 +266,18 @@ class Recording:
     dead_letters: list[tuple[Any, ...]] = field(default_factory=list)
     duplicates: list[tuple[Any, ...]] = field(default_factory=list)
     recorded: list[tuple[Final, int]] = field(default_factory=list)
+    layouts: Mapping[LayoutKey, int] = field(default_factory=dict)
+    """Value layout ids (``telemetry_value_layouts``): every layout of the batch's telemetry
+    (:func:`value_layout`) must be in it."""
+    prefix: str = ""
+    """The consumer's subject prefix (``"<namespace>."`` or ``""``)."""
+    prefix_id: int | None = None
+    """Its id in ``ingest_subject_prefixes``; with it, a subject that the message's tenant,
+    device and topic spell under ``prefix`` is left out of the row (migration 0018)."""
 
-    def add(self, final: Final, message_id: int) -> None:
-        """The message row, dedupe key, telemetry row and dead letter of one new envelope."""
+    def add(self, final: Final, message_id: int, layout: int | None = None) -> None:
+        """The message row, dedupe key, telemetry row and dead letter of one new envelope
+        (``layout``: its telemetry's layout id, when the caller has looked it up already)."""
         # Hot path: one f-string per line; fields that cannot hold special characters (ids,
         # numbers, validated subjects) skip escaping.
         status = final.status
@@ -263,7 +292,12 @@ class Recording:
         else:
             measured = seq = NULL
         key = ev.key if "\\" not in ev.key else copy_text(ev.key)
-        subject = receipt.subject if ev.parts is not None else copy_text(receipt.subject)
+        subject, prefix_id = (receipt.subject if ev.parts is not None
+                              else copy_text(receipt.subject)), NULL
+        if (self.prefix_id is not None and device is not None and binding is not None
+                and receipt.subject == f"{self.prefix}telemetry.{device.tenant}."
+                                       f"{device.external_id}.{binding.program.topic}"):
+            subject, prefix_id = NULL, str(self.prefix_id)
         trace = receipt.traceparent or NULL
         ids = (f"{device.tenant_id_text}\t{device.id_text}" if device is not None
                else f"{NULL}\t{NULL}")
@@ -274,7 +308,7 @@ class Recording:
         self.messages.append(
             f"{message_id}\t{key}\t{receipt.stream_seq}\t{received}\t{subject}\t{trace}\t"
             f"{len(receipt.data)}\t{ids}\t{schema}\t{measured}\t{seq}\t{status.value}\t"
-            f"{error}\n"
+            f"{error}\t{prefix_id}\n"
         )
         self.keys.append(f"{key_hash(ev.key)}\t{self.gen}\t{message_id}\t{received}\n")
         state = final.state
@@ -283,10 +317,14 @@ class Recording:
                 raise PROCESSING_MACHINE.illegal(f"telemetry cannot be recorded as {state}")
             issues = (json_field(orjson.dumps(issues_json(ev.issues)).decode())
                       if ev.issues else NULL)
+            values = ev.values or {}
+            if layout is None:
+                layout = self.layouts[(binding.version_text, binding.program.topic,
+                                       tuple(values))]
+            listed = json_field(orjson.dumps(list(values.values())).decode())
             self.telemetry.append(
-                f"{message_id}\t{device.tenant_id_text}\t{device.id_text}\t"
-                f"{binding.version_text}\t{binding.program.topic}\t{measured}\t{seq}\t"
-                f"{received}\t{state.value}\t{json_field(ev.values_json)}\t{issues}\n"
+                f"{message_id}\t{device.id_text}\t{measured}\t{seq}\t{received}\t"
+                f"{state.value}\t{layout}\t{listed}\t{issues}\n"
             )
         self.recorded.append((final, message_id))
         if final.dead_letter:
@@ -295,6 +333,9 @@ class Recording:
     def stage_pass_lines(self, persist_us: int) -> list[str]:
         """One stage-pass line per recorded envelope (``persist`` took ``persist_us``)."""
         capture = self.capture
+        # The stages' own durations are microseconds of CPU work; persist and publish wait on
+        # services, so they are clamped to what the column holds.
+        persist_hex = f"{min(persist_us, INT32_MAX):08x}"
         lines: list[str] = []
         append = lines.append
         for final, message_id in self.recorded:
@@ -305,9 +346,9 @@ class Recording:
                     and final.state is not None and ev.device is not None):
                 # Completed: every stage ok, so only the durations vary.
                 a, b, c, d = logs
-                append(f"{message_id}{_COMPLETED_HEAD}{a.duration_us},{b.duration_us},"
-                       f"{c.duration_us},{d.duration_us},{persist_us},"
-                       f"{publish.duration_us}}}{_NO_ERRORS}")
+                append(f"{message_id}{_COMPLETED_HEAD}{a.duration_us:08x}{b.duration_us:08x}"
+                       f"{c.duration_us:08x}{d.duration_us:08x}{persist_hex}"
+                       f"{min(publish.duration_us, INT32_MAX):08x}{_NO_ERRORS}")
                 continue
             passed = list(logs)
             if final.state is not None and ev.device is not None:

@@ -94,8 +94,9 @@ SELECT (SELECT coalesce(jsonb_object_agg(status, n), '{}')
 # $1 tenant, $2 device's external id, $3 limit: through the (device_id, received_at) index.
 _RECENT: Final = """
 SELECT m.id, m.received_at, m.measured_at, m.seq, m.status, m.error_code,
-       split_part(m.subject, '.', -1) AS topic
+       coalesce(split_part(m.subject, '.', -1), st.name) AS topic
 FROM devices d JOIN ingestion_messages m ON m.device_id = d.id
+LEFT JOIN schema_topics st ON st.id = m.schema_topic_id
 WHERE d.tenant_id = $1 AND d.external_id = $2
 ORDER BY m.received_at DESC, m.id DESC
 LIMIT $3

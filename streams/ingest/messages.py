@@ -45,6 +45,9 @@ async def _gather(conn: Conn, message_id: int) -> dict[str, Any] | None:
     if row is None:
         return None
     message = dict(row)
+    # The subject as received, also where the row leaves it out (migration 0018).
+    message["subject"] = message.pop("full_subject")
+    message.pop("subject_prefix", None)
     owner = message_id if message["duplicate_of"] is None else message["duplicate_of"]
     telemetry = await conn.fetchrow(sql.MESSAGE_TELEMETRY, message_id)
     dead = await conn.fetchrow(sql.MESSAGE_DEAD_LETTER, message_id)

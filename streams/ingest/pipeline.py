@@ -121,7 +121,8 @@ class Pipeline:
         self.prefix = settings.namespace
         self.cache = RegistryCache(ttl_s=settings.consumer.registry_ttl_s)
         self.analytics = Analytics(resources.clickhouse, resources.names.analytics_table)
-        self.recorder = Recorder(resources.pool, capture=settings.consumer.capture_stage_snapshots)
+        self.recorder = Recorder(resources.pool, capture=settings.consumer.capture_stage_snapshots,
+                                 namespace=settings.namespace)
         retry = settings.retry
         self.publisher = Publisher(
             hot_state=HotState(resources.redis), analytics=self.analytics, names=resources.names,

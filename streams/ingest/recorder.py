@@ -33,11 +33,13 @@ from stages.ingest.plan import (
     Final,
     Recording,
     classify,
+    value_layout,
 )
 from stages.ingest.status import Status
 from streams.adapters.postgres import NOT_NOW_CLASSES, Conn
 from streams.errors import PermanentError, TidewayError, TransientError
 from streams.ingest import sql
+from streams.ingest.layouts import ValueLayouts
 from streams.observability import tracing
 
 PERSIST_REJECTED = "PERSIST_REJECTED"
@@ -122,9 +124,13 @@ class Recorded:
 class Recorder:
     """Writes batches to Postgres."""
 
-    def __init__(self, pool: asyncpg.Pool, *, capture: bool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, capture: bool, namespace: str = "") -> None:
         self.pool = pool
         self.capture = capture
+        self.layouts = ValueLayouts()
+        self.prefix = f"{namespace}." if namespace else ""
+        self.prefix_id: int | None = None
+        """The prefix's id in ``ingest_subject_prefixes``, once registered."""
 
     async def record_safely(
         self, evaluations: Sequence[Evaluation], fates: Sequence[Classified],
@@ -175,12 +181,26 @@ class Recorder:
         keys of every older generation: a lookup made before a generation change cannot
         have missed a key recorded just before it (migration 0012's barrier).
         """
+        # The telemetry layouts and the subject prefix are registered before the transaction
+        # (streams.ingest.layouts), so an id this process caches has always been committed.
+        layouts = {index: value_layout(final) for index, final in finals.items()}
+        try:
+            await self.layouts.ensure(self.pool, layouts.values())
+            if self.prefix_id is None and finals:
+                async with self.pool.acquire() as conn:
+                    self.prefix_id = int(await conn.fetchval(sql.REGISTER_SUBJECT_PREFIX,
+                                                             self.prefix))
+        except PG_FAILURES as exc:
+            raise translate(exc) from exc
+        known = self.layouts.ids
+        layout_ids = {index: None if key is None else known[key]
+                      for index, key in layouts.items()}
         for careful in (False, True):
             try:
                 with tracing.span("postgres.record", {"tideway.careful": careful}):
                     async with self.pool.acquire() as conn, conn.transaction():
                         return await self._record(conn, evaluations, list(fates), finals,
-                                                  careful, gen)
+                                                  layout_ids, careful, gen)
             except asyncpg.UniqueViolationError:
                 if careful:
                     raise PermanentError("duplicate key on the careful path",
@@ -191,11 +211,12 @@ class Recorder:
 
     async def _record(
         self, conn: Conn, evaluations: Sequence[Evaluation],
-        fates: list[Classified], finals: Mapping[int, Final], careful: bool,
-        seen_gen: int | None,
+        fates: list[Classified], finals: Mapping[int, Final],
+        layout_ids: Mapping[int, int | None], careful: bool, seen_gen: int | None,
     ) -> Recorded:
         out = Recorded()
-        rec = Recording(capture=self.capture, now=datetime.now(UTC))
+        rec = Recording(capture=self.capture, now=datetime.now(UTC), layouts=self.layouts.ids,
+                        prefix=self.prefix, prefix_id=self.prefix_id)
         started = time.perf_counter_ns()
         owners: dict[str, int] = {}
         if finals:
@@ -207,7 +228,7 @@ class Recorder:
         if finals and not careful:
             for index, message_id in reserved.items():
                 owners[evaluations[index].key] = message_id
-                rec.add(finals[index], message_id)
+                rec.add(finals[index], message_id, layout_ids[index])
             await copy_lines(conn, sql.MESSAGES, sql.MESSAGE_COPY, rec.messages)
             await copy_lines(conn, sql.KEYS, sql.KEY_COPY, rec.keys)
         elif finals:
@@ -231,7 +252,7 @@ class Recorder:
                         owners[evaluations[index].key] = fate.owner_id
             for index in finals:
                 if fates[index].fate is Fate.NEW:
-                    rec.add(finals[index], owners[evaluations[index].key])
+                    rec.add(finals[index], owners[evaluations[index].key], layout_ids[index])
             await copy_lines(conn, sql.MESSAGES, sql.MESSAGE_COPY, rec.messages)
         await copy_lines(conn, sql.TELEMETRY, sql.TELEMETRY_COPY, rec.telemetry)
         persist_us = (time.perf_counter_ns() - started) // 1000

@@ -104,6 +104,25 @@ ON CONFLICT DO NOTHING
 RETURNING message_id
 """
 
+# A telemetry value layout's id (streams.ingest.layouts), registering the key list on first
+# sight. DO UPDATE, not DO NOTHING: RETURNING must return the row a concurrent writer made.
+REGISTER_LAYOUT = """
+INSERT INTO telemetry_value_layouts (schema_version_id, topic, names)
+VALUES ($1::text::uuid, $2, $3::text[])
+ON CONFLICT (schema_version_id, topic, names) DO UPDATE SET names = EXCLUDED.names
+RETURNING id
+"""
+
+
+# The id of a subject prefix (``"<namespace>."`` or ``""``; migration 0018), registered on
+# first sight; DO UPDATE so that RETURNING returns a row a concurrent writer made.
+REGISTER_SUBJECT_PREFIX = """
+INSERT INTO ingest_subject_prefixes (prefix) VALUES ($1)
+ON CONFLICT (prefix) DO UPDATE SET prefix = EXCLUDED.prefix
+RETURNING id
+"""
+
+
 def _unnest(types: tuple[str, ...]) -> str:
     return ", ".join(f"${i}::{t}[]" for i, t in enumerate(types, start=1))
 
@@ -231,14 +250,16 @@ WHERE dl.id = $1 AND ($2::text IS NULL OR dl.tenant = $2)
 # the locked ones.
 REDRIVE_CANDIDATES = """
 SELECT dl.id AS dead_letter_id, m.id AS message_id, m.attempts, m.status,
-       m.source_deduplication_key AS key, m.received_at, t.tenant_id, t.device_id,
-       t.schema_version_id, t.topic, t.measured_at, t.seq, t.parameter_values,
+       m.source_deduplication_key AS key, m.received_at, d.tenant_id, t.device_id,
+       l.schema_version_id, l.topic, t.measured_at, t.seq,
+       telemetry_values(t.values_layout, t.parameter_list) AS parameter_values,
        t.processing_state, d.external_id AS device, tn.name AS tenant
 FROM dead_letters dl
 JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
 LEFT JOIN device_telemetry_logs t ON t.ingestion_message_id = m.id
+LEFT JOIN telemetry_value_layouts l ON l.id = t.values_layout
 LEFT JOIN devices d ON d.id = t.device_id
-LEFT JOIN tenants tn ON tn.id = t.tenant_id
+LEFT JOIN tenants tn ON tn.id = d.tenant_id
 WHERE dl.state = 'open' AND dl.id > $2
   AND CASE WHEN $1::bigint[] IS NULL THEN t.processing_state = 'publish_failed'
            ELSE dl.id = ANY($1::bigint[]) END
@@ -307,8 +328,11 @@ RETURNING d.id, (SELECT count(*) FROM m) AS messages
 
 # -- explaining one envelope -----------------------------------------------------------------
 
+# ``full_subject``: the subject, spelled out where the row leaves it out (migration 0018).
 MESSAGE = """
-SELECT m.*, d.external_id AS device, tn.name AS tenant
+SELECT m.*, d.external_id AS device, tn.name AS tenant,
+       message_subject(m.subject, m.subject_prefix, m.tenant_id, m.device_id,
+                       m.schema_topic_id) AS full_subject
 FROM ingestion_messages m
 LEFT JOIN devices d ON d.id = m.device_id
 LEFT JOIN tenants tn ON tn.id = m.tenant_id
@@ -326,16 +350,31 @@ ORDER BY attempt, array_position(
     ARRAY['ingress', 'validate', 'mutate', 'derive', 'persist', 'publish'], stage)
 """
 
-MESSAGE_TELEMETRY = "SELECT * FROM device_telemetry_logs WHERE ingestion_message_id = $1"
+# The row as it reads (migration 0018 stores less): the tenant from the device, the schema
+# version and topic from the values layout, the values with their keys, the creation time
+# from the message.
+MESSAGE_TELEMETRY = """
+SELECT t.ingestion_message_id, d.tenant_id, t.device_id, l.schema_version_id, l.topic,
+       t.measured_at, t.seq, t.received_at, t.processing_state,
+       telemetry_values(t.values_layout, t.parameter_list) AS parameter_values,
+       t.validation_issues, m.created_at, coalesce(t.updated_at, m.created_at) AS updated_at
+FROM device_telemetry_logs t
+JOIN telemetry_value_layouts l ON l.id = t.values_layout
+LEFT JOIN devices d ON d.id = t.device_id
+LEFT JOIN ingestion_messages m ON m.id = t.ingestion_message_id AND m.received_at = t.received_at
+WHERE t.ingestion_message_id = $1
+"""
 
 # The newest measurement of a device and topic that Postgres recorded as processed, in hot-state
 # order (ts, then seq with none first; the earliest recorded of equals): what the hot state
 # should hold once an envelope Postgres refused is taken back out of it.
 NEWEST_PROCESSED = """
-SELECT t.measured_at, t.seq, t.received_at, t.parameter_values::text AS values_json,
+SELECT t.measured_at, t.seq, t.received_at,
+       telemetry_values(t.values_layout, t.parameter_list)::text AS values_json,
        m.source_deduplication_key AS key
 FROM device_telemetry_logs t JOIN ingestion_messages m ON m.id = t.ingestion_message_id
-WHERE t.device_id = $1 AND t.topic = $2 AND t.processing_state = 'processed'
+WHERE t.device_id = $1 AND t.processing_state = 'processed'
+  AND t.values_layout IN (SELECT id FROM telemetry_value_layouts WHERE topic = $2)
 ORDER BY t.measured_at DESC, t.seq DESC NULLS LAST, t.ingestion_message_id
 LIMIT 1
 """

@@ -18,6 +18,7 @@ from schemas.device_schema import parse_schema_text
 from streams import registry
 from streams.clickhouse import ClickHouse
 from streams.config import RetrySettings, Settings
+from streams.ingest import sql
 from streams.ingest.analytics import Analytics
 from streams.ingest.consumer import run_consumer
 from streams.ingest.fleet import SCHEMA_NAME, demo_schema_text
@@ -144,9 +145,8 @@ class Harness:
 
     async def telemetry(self, message_id: int) -> asyncpg.Record | None:
         async with self.pool.acquire() as conn:
-            return await conn.fetchrow(
-                "SELECT * FROM device_telemetry_logs WHERE ingestion_message_id = $1", message_id
-            )
+            # As ``tideway messages show`` reads it: the values with their keys (0017).
+            return await conn.fetchrow(sql.MESSAGE_TELEMETRY, message_id)
 
     async def hot_state(self, device: str, tenant: str = TENANT) -> dict[str, Any]:
         return await HotState(self.redis).read(self.names.hot_state_key(tenant, device))

@@ -111,8 +111,9 @@ async def test_envelopes_over_mqtt_are_ingested(
     await h.consume(3)
     async with h.pool.acquire() as conn:
         rows = await conn.fetch(
-            "SELECT subject, status, source_deduplication_key FROM ingestion_messages "
-            "ORDER BY stream_seq"
+            "SELECT message_subject(subject, subject_prefix, tenant_id, device_id,"
+            " schema_topic_id) AS subject, status, source_deduplication_key"
+            " FROM ingestion_messages ORDER BY stream_seq"
         )
     assert [r["status"] for r in rows] == ["completed"] * 3
     assert {r["subject"] for r in rows} == {h.names.telemetry_subject("acme", "m1", "state")}

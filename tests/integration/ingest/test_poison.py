@@ -15,7 +15,8 @@ async def _refuse_poison_firmware(fleet: Harness) -> None:
     async with fleet.pool.acquire() as conn:
         await conn.execute(
             "ALTER TABLE device_telemetry_logs ADD CONSTRAINT test_poison "
-            "CHECK (parameter_values->>'firmware' IS DISTINCT FROM 'poison')"
+            "CHECK (telemetry_values(values_layout, parameter_list)->>'firmware'"
+            " IS DISTINCT FROM 'poison')"
         )
 
 

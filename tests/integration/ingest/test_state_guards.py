@@ -71,11 +71,10 @@ async def test_every_processing_state_pair_in_sql(pg_pool: asyncpg.Pool) -> None
                 continue
             n += 1
             await conn.execute(
-                """INSERT INTO device_telemetry_logs (ingestion_message_id, tenant_id, device_id,
-                       schema_version_id, topic, measured_at, received_at, processing_state,
-                       parameter_values)
-                   VALUES ($1, gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 't',
-                           $2, $2, $3, '{}')""",
+                """INSERT INTO device_telemetry_logs (ingestion_message_id, device_id,
+                       measured_at, received_at, processing_state, values_layout,
+                       parameter_list)
+                   VALUES ($1, gen_random_uuid(), $2, $2, $3, 1, '[]')""",
                 n,
                 NOW,
                 a.value,

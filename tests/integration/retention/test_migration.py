@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
+
 from streams import migrate
 from streams.ingest.provision import provision
 from tests.integration.ingest.conftest import Harness, good_values
@@ -18,16 +20,29 @@ _ROWS = {
     "ingestion_stage_logs": "SELECT message_id, attempt, stage, status, duration_us,"
     " error_code, error_message, created_at FROM ingestion_stage_logs"
     " ORDER BY message_id, attempt, stage",
+    # {values} is the values as JSON text, however the revision stores them.
     "device_telemetry_logs": "SELECT ingestion_message_id, device_id, measured_at,"
-    " received_at, processing_state, parameter_values::text FROM device_telemetry_logs"
+    " received_at, processing_state, {values}::text FROM device_telemetry_logs"
     " ORDER BY ingestion_message_id",
     "dead_letters": "SELECT id, ingestion_message_id, state FROM dead_letters ORDER BY id",
 }
 
 
-async def _snapshot(h: Harness) -> dict[str, list[tuple[Any, ...]]]:
+async def _has_column(h: Harness, table: str, column: str) -> bool:
     async with h.pool.acquire() as conn:
-        return {t: [tuple(r) for r in await conn.fetch(q)] for t, q in _ROWS.items()}
+        return bool(await conn.fetchval(
+            "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = $1::regclass"
+            " AND attname = $2 AND NOT attisdropped)", table, column))
+
+
+async def _snapshot(h: Harness) -> dict[str, list[tuple[Any, ...]]]:
+    # Before 0017 the values are a JSON object; from 0017 a list its function gives keys to.
+    values = ("parameter_values" if await _has_column(h, "device_telemetry_logs",
+                                                      "parameter_values")
+              else "telemetry_values(values_layout, parameter_list)")
+    async with h.pool.acquire() as conn:
+        return {t: [tuple(r) for r in await conn.fetch(q.format(values=values))]
+                for t, q in _ROWS.items()}
 
 
 async def _relkind(h: Harness, table: str) -> str:
@@ -78,3 +93,94 @@ async def test_down_to_0008_and_up_again_keeps_every_row(fleet: Harness) -> None
     dup, new = await fleet.message(again), await fleet.message(fresh)
     assert dup["status"] == "duplicate" and new["status"] == "completed"
     assert min(dup["id"], new["id"]) > last_id
+
+
+# Migration 0017 (compact rows): every column a reader sees, read the way each layout holds it.
+_BEFORE_0017 = {
+    "ingestion_messages": "SELECT id, source_deduplication_key, subject, tenant_id, device_id,"
+    " status, attempts, created_at, updated_at FROM ingestion_messages ORDER BY id",
+    "ingestion_stage_logs": _ROWS["ingestion_stage_logs"],
+    "device_telemetry_logs": "SELECT ingestion_message_id, tenant_id, device_id,"
+    " schema_version_id, topic, measured_at, seq, received_at, processing_state,"
+    " parameter_values, validation_issues, created_at, updated_at FROM device_telemetry_logs"
+    " ORDER BY ingestion_message_id",
+}
+_FROM_0017 = {
+    **_BEFORE_0017,
+    "ingestion_messages": _BEFORE_0017["ingestion_messages"].replace(
+        "updated_at", "coalesce(updated_at, created_at)").replace(
+        "subject,", "message_subject(subject, subject_prefix, tenant_id, device_id,"
+        " schema_topic_id),"),
+    "device_telemetry_logs": "SELECT t.ingestion_message_id, d.tenant_id, t.device_id,"
+    " l.schema_version_id, l.topic, t.measured_at, t.seq, t.received_at, t.processing_state,"
+    " telemetry_values(t.values_layout, t.parameter_list), t.validation_issues, m.created_at,"
+    " coalesce(t.updated_at, m.created_at) FROM device_telemetry_logs t"
+    " JOIN telemetry_value_layouts l ON l.id = t.values_layout"
+    " JOIN devices d ON d.id = t.device_id"
+    " JOIN ingestion_messages m ON m.id = t.ingestion_message_id"
+    " AND m.received_at = t.received_at ORDER BY t.ingestion_message_id",
+}
+
+
+async def _rows(h: Harness, queries: dict[str, str]) -> dict[str, list[tuple[Any, ...]]]:
+    async with h.pool.acquire() as conn:
+        return {t: [tuple(r) for r in await conn.fetch(q)] for t, q in queries.items()}
+
+
+async def test_compact_rows_down_and_up_again_keeps_every_value(fleet: Harness) -> None:
+    from alembic.script import ScriptDirectory
+
+    dsn = fleet.settings.postgres()
+    script = ScriptDirectory.from_config(migrate.alembic_config(dsn))
+    before = script.get_revision("0018_compact_rows").down_revision
+    assert isinstance(before, str)
+    for i in range(4):
+        await fleet.publish("d1", {"ts": i, "seq": i, "values": good_values()}, msg_id=f"c-{i}")
+    # A second layout: an optional parameter left out.
+    partial = {k: v for k, v in good_values().items() if k != "humidity"}
+    await fleet.publish("d1", {"ts": 5, "seq": 5, "values": partial}, msg_id="c-partial")
+    await fleet.publish("off", {"ts": 9, "values": good_values()}, msg_id="c-inactive")
+    await fleet.publish("d1", {"ts": 7, "values": {"temp": "hot"}}, msg_id="c-invalid")
+    await fleet.consume(7)
+    async with fleet.pool.acquire() as conn:
+        # A redriven row has an update time; the others have none until then.
+        await conn.execute("UPDATE ingestion_messages SET updated_at = now() + interval '1 hour'"
+                           " WHERE id = (SELECT min(id) FROM ingestion_messages)")
+        await conn.execute("UPDATE device_telemetry_logs SET updated_at = now() + interval '1 h'"
+                           " WHERE ingestion_message_id = (SELECT min(id) FROM ingestion_messages)")
+        assert await conn.fetchval("SELECT count(*) FROM telemetry_value_layouts") >= 2
+        assert await conn.fetchval(
+            "SELECT count(*) FROM ingestion_messages WHERE updated_at IS NULL") == 6
+        # Every one of these envelopes names a known device and topic, so no row keeps its
+        # subject: tenant, device and topic spell it.
+        assert await conn.fetchval(
+            "SELECT count(*) FROM ingestion_messages WHERE subject IS NULL") == 7
+    recorded = await _rows(fleet, _FROM_0017)
+    assert len(recorded["device_telemetry_logs"]) == 7
+    assert len(recorded["ingestion_stage_logs"]) > 7 * 2
+
+    await asyncio.to_thread(migrate.downgrade, dsn, before)
+    await fleet.pool.expire_connections()
+    assert not await _has_column(fleet, "device_telemetry_logs", "parameter_list")
+    assert await _rows(fleet, _BEFORE_0017) == recorded
+    async with fleet.pool.acquire() as conn:
+        # The old layout's own spelling of the values: the compact JSON the pipeline wrote.
+        text = await conn.fetchval("SELECT parameter_values::text FROM device_telemetry_logs"
+                                   " ORDER BY ingestion_message_id LIMIT 1")
+    assert text == orjson.dumps(recorded["device_telemetry_logs"][0][9]).decode()
+
+    await asyncio.to_thread(migrate.upgrade, dsn)
+    await fleet.pool.expire_connections()
+    assert not await _has_column(fleet, "device_telemetry_logs", "parameter_values")
+    assert await _rows(fleet, _FROM_0017) == recorded
+
+    # The pipeline goes on in the compact layout, reusing the layouts the upgrade registered.
+    async with fleet.pool.acquire() as conn:
+        layouts = await conn.fetchval("SELECT count(*) FROM telemetry_value_layouts")
+    fresh = await fleet.publish("d1", {"ts": 11, "seq": 11, "values": good_values()},
+                                msg_id="c-new")
+    await fleet.consume(8)
+    row = await fleet.telemetry((await fleet.message(fresh))["id"])
+    assert row is not None and row["parameter_values"] == recorded["device_telemetry_logs"][0][9]
+    async with fleet.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM telemetry_value_layouts") == layouts

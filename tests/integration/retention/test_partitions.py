@@ -143,15 +143,14 @@ async def test_retention_drops_exactly_the_expired_partitions_and_keeps_open_dea
         for day, message_id in enumerate(ids):
             await conn.execute(
                 "INSERT INTO ingestion_stage_passes (message_id, attempt, stages,"
-                " durations_us, created_at) VALUES ($1, 1, 1, '{1}', $2)",
+                " durations, created_at) VALUES ($1, 1, 1, '\\x00000001', $2)",
                 message_id,
                 T0 + day * DAY,
             )
         await conn.execute(
-            "INSERT INTO device_telemetry_logs (ingestion_message_id, tenant_id, device_id,"
-            " schema_version_id, topic, measured_at, received_at, processing_state,"
-            " parameter_values) SELECT id, gen_random_uuid(), gen_random_uuid(),"
-            " gen_random_uuid(), 't', received_at, received_at, 'processed', '{}'"
+            "INSERT INTO device_telemetry_logs (ingestion_message_id, device_id, measured_at,"
+            " received_at, processing_state, values_layout, parameter_list)"
+            " SELECT id, gen_random_uuid(), received_at, received_at, 'processed', 1, '[]'"
             " FROM ingestion_messages"
         )
         before = {

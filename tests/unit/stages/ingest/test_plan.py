@@ -26,6 +26,7 @@ from stages.ingest.plan import (
     classify,
     finalize,
     hot_state_order,
+    value_layout,
 )
 from stages.ingest.processing_state import ProcessingState
 from stages.ingest.program import compile_schema
@@ -96,7 +97,10 @@ def test_publish_failure_turns_completed_into_failed_terminal_with_dead_letter()
 
 def test_recording_lines_have_one_field_per_column_and_escape_text() -> None:
     ev = _ev(1, msg_id="x\\y")
-    rec = Recording(capture=False, now=NOW)
+    assert ev.values is not None
+    layout = value_layout(finalize(ev, None))
+    assert layout == (str(VERSION), "state", tuple(ev.values))
+    rec = Recording(capture=False, now=NOW, layouts={layout: 5})
     rec.add(finalize(ev, PublishOutcome(duration_us=7, hot_state_written=True,
                                         analytics_published=True)), 42)
     (message,), (telemetry,) = rec.messages, rec.telemetry
@@ -107,25 +111,53 @@ def test_recording_lines_have_one_field_per_column_and_escape_text() -> None:
     assert fields["status"] == "completed" and fields["error_code"] == "\\N"
     assert fields["device_id"] == str(DEVICE.id)
     values = dict(zip(TELEMETRY_COLUMNS, telemetry[:-1].split("\t"), strict=True))
+    # The values without their keys, in the order of the layout's key list (migration 0017).
     # COPY text doubles backslashes; undoing that gives the JSON, which keeps the tab escaped.
-    decoded = orjson.loads(values["parameter_values"].replace("\\\\", "\\"))
-    assert decoded["firmware"] == "a\tb\\c" and values["processing_state"] == "processed"
+    assert values["values_layout"] == "5"
+    decoded = orjson.loads(values["parameter_list"].replace("\\\\", "\\"))
+    assert dict(zip(layout[2], decoded, strict=True)) == ev.values
+    assert ev.values["firmware"] == "a\tb\\c" and values["processing_state"] == "processed"
+    assert not {"tenant_id", "schema_version_id", "topic"} & values.keys()
     (line,) = rec.stage_pass_lines(persist_us=99)
     assert line.endswith("\n") and line.count("\t") == len(STAGE_PASS_COLUMNS) - 1
     passed = dict(zip(STAGE_PASS_COLUMNS, line[:-1].split("\t"), strict=True))
     assert passed["message_id"] == "42" and passed["attempt"] == "1"
     assert passed["stages"] == "63"  # all six stages reached (bits 0-5)
     assert passed["failed"] == "0"
-    assert passed["durations_us"].endswith(",99,7}")
+    # 4-byte big-endian integers in bytea hex, one per stage: ..., persist 99 µs, publish 7.
+    assert passed["durations"].startswith("\\\\x") and len(passed["durations"]) == 3 + 6 * 8
+    assert passed["durations"].endswith("00000063" "00000007")
     assert passed["error_codes"] == passed["error_messages"] == "\\N"
     assert rec.dead_letters == []
+
+
+def test_a_subject_the_ids_spell_is_left_out_of_the_message_row() -> None:
+    ok = finalize(_ev(1, msg_id="s"), PublishOutcome(duration_us=1))
+    layout = value_layout(ok)
+    assert layout is not None
+    spelled = Recording(capture=False, now=NOW, layouts={layout: 1}, prefix="", prefix_id=3)
+    spelled.add(ok, 1)
+    # Another namespace's prefix: this subject is not what it spells, so it is kept.
+    other = Recording(capture=False, now=NOW, layouts={layout: 1}, prefix="ns.", prefix_id=4)
+    other.add(ok, 1)
+    unknown = Recording(capture=False, now=NOW, prefix="", prefix_id=3)
+    unknown.add(finalize(evaluate(
+        Receipt.of(subject="telemetry.acme.nobody.state", data=b"{}", headers=None,
+                   stream_seq=9, received_at_ns=10**18),
+        REGISTRY, prefix="", max_payload_bytes=65536, capture=False, clock=lambda: 0), None), 2)
+    rows = [dict(zip(MESSAGE_COPY_COLUMNS, r.messages[0][:-1].split("\t"), strict=True))
+            for r in (spelled, other, unknown)]
+    assert [(r["subject"], r["subject_prefix"]) for r in rows] == [
+        ("\\N", "3"), ("telemetry.acme.d1.state", "\\N"),
+        ("telemetry.acme.nobody.state", "\\N")]
 
 
 def test_failed_publish_records_a_dead_letter_with_the_original_envelope() -> None:
     ev = _ev(1, msg_id="z")
     failure = PublishFailure(sink="analytics", code="CLICKHOUSE_ERROR", message="no",
                              attempts=2)
-    rec = Recording(capture=False, now=NOW)
+    rec = Recording(capture=False, now=NOW,
+                    layouts={(str(VERSION), "state", tuple(ev.values or ())): 1})
     rec.add(finalize(ev, PublishOutcome(duration_us=1, failures=(failure,))), 7)
     (row,) = rec.dead_letters
     assert row[0] == 7 and row[4] == ev.receipt.data and row[5] == "PUBLISH_FAILED"
