@@ -428,7 +428,7 @@ def downgrade() -> None:
     )
     _guards()
     # Columns by name: a later revision's downgrade may have re-added a column at the end
-    # (0017 does: the telemetry's tenant_id, created_at, parameter_values, schema version
+    # (0018 does: the telemetry's tenant_id, created_at, parameter_values, schema version
     # and topic).
     for table, columns in (("ingestion_messages", _MESSAGE_COLUMNS),
                            ("device_telemetry_logs", _TELEMETRY_COLUMNS)):

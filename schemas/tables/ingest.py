@@ -143,7 +143,7 @@ ingestion_stage_passes = sa.Table(
     sa.Column("stages", sa.SmallInteger, nullable=False),
     sa.Column("failed", sa.SmallInteger, nullable=False, server_default=sa.text("0")),
     # One 4-byte big-endian signed integer (µs) per stage reached, in that order (migration
-    # 0017: an ``integer[]`` spent 20 bytes of array header on six numbers).
+    # 0018: an ``integer[]`` spent 20 bytes of array header on six numbers).
     sa.Column("durations", sa.LargeBinary, nullable=False),
     # NULL when no stage of the pass has an error (the common case).
     sa.Column("error_codes", pg.ARRAY(sa.Text)),

@@ -36,7 +36,7 @@ async def _has_column(h: Harness, table: str, column: str) -> bool:
 
 
 async def _snapshot(h: Harness) -> dict[str, list[tuple[Any, ...]]]:
-    # Before 0017 the values are a JSON object; from 0017 a list its function gives keys to.
+    # Before 0018 the values are a JSON object; from 0018 a list its function gives keys to.
     values = ("parameter_values" if await _has_column(h, "device_telemetry_logs",
                                                       "parameter_values")
               else "telemetry_values(values_layout, parameter_list)")
@@ -95,8 +95,8 @@ async def test_down_to_0008_and_up_again_keeps_every_row(fleet: Harness) -> None
     assert min(dup["id"], new["id"]) > last_id
 
 
-# Migration 0017 (compact rows): every column a reader sees, read the way each layout holds it.
-_BEFORE_0017 = {
+# Migration 0018 (compact rows): every column a reader sees, read the way each layout holds it.
+_BEFORE_0018 = {
     "ingestion_messages": "SELECT id, source_deduplication_key, subject, tenant_id, device_id,"
     " status, attempts, created_at, updated_at FROM ingestion_messages ORDER BY id",
     "ingestion_stage_logs": _ROWS["ingestion_stage_logs"],
@@ -105,9 +105,9 @@ _BEFORE_0017 = {
     " parameter_values, validation_issues, created_at, updated_at FROM device_telemetry_logs"
     " ORDER BY ingestion_message_id",
 }
-_FROM_0017 = {
-    **_BEFORE_0017,
-    "ingestion_messages": _BEFORE_0017["ingestion_messages"].replace(
+_FROM_0018 = {
+    **_BEFORE_0018,
+    "ingestion_messages": _BEFORE_0018["ingestion_messages"].replace(
         "updated_at", "coalesce(updated_at, created_at)").replace(
         "subject,", "message_subject(subject, subject_prefix, tenant_id, device_id,"
         " schema_topic_id),"),
@@ -155,14 +155,14 @@ async def test_compact_rows_down_and_up_again_keeps_every_value(fleet: Harness) 
         # subject: tenant, device and topic spell it.
         assert await conn.fetchval(
             "SELECT count(*) FROM ingestion_messages WHERE subject IS NULL") == 7
-    recorded = await _rows(fleet, _FROM_0017)
+    recorded = await _rows(fleet, _FROM_0018)
     assert len(recorded["device_telemetry_logs"]) == 7
     assert len(recorded["ingestion_stage_logs"]) > 7 * 2
 
     await asyncio.to_thread(migrate.downgrade, dsn, before)
     await fleet.pool.expire_connections()
     assert not await _has_column(fleet, "device_telemetry_logs", "parameter_list")
-    assert await _rows(fleet, _BEFORE_0017) == recorded
+    assert await _rows(fleet, _BEFORE_0018) == recorded
     async with fleet.pool.acquire() as conn:
         # The old layout's own spelling of the values: the compact JSON the pipeline wrote.
         text = await conn.fetchval("SELECT parameter_values::text FROM device_telemetry_logs"
@@ -172,7 +172,7 @@ async def test_compact_rows_down_and_up_again_keeps_every_value(fleet: Harness) 
     await asyncio.to_thread(migrate.upgrade, dsn)
     await fleet.pool.expire_connections()
     assert not await _has_column(fleet, "device_telemetry_logs", "parameter_values")
-    assert await _rows(fleet, _FROM_0017) == recorded
+    assert await _rows(fleet, _FROM_0018) == recorded
 
     # The pipeline goes on in the compact layout, reusing the layouts the upgrade registered.
     async with fleet.pool.acquire() as conn:
