@@ -50,6 +50,7 @@ from stages.ingest.ingress import (
     check_size,
     decode_envelope,
     dedupe_key,
+    key_hash,
     parse_subject,
 )
 from stages.ingest.mutate import mutate
@@ -140,6 +141,8 @@ class Evaluation(NamedTuple):
 
     receipt: Receipt
     key: str
+    key_digest: str
+    """``key_hash(key)``, computed once: the dedupe read and the recording both use it."""
     parts: SubjectParts | None
     status: Status
     """Final status; ``COMPLETED`` means "once publish succeeds"."""
@@ -232,8 +235,9 @@ def evaluate(
                 elif (general := _general_stages(program, envelope.values, clock)) is not None:
                     final, issues, t2, t3, t4 = general
                 if final is not None:
+                    key = dedupe_key(parts.tenant, receipt)
                     return _new(Evaluation, (
-                        receipt, dedupe_key(parts.tenant, receipt), parts, _COMPLETED, None,
+                        receipt, key, key_hash(key), parts, _COMPLETED, None,
                         None, device, binding, envelope, _PROCESSED, final,
                         orjson.dumps(final).decode(), issues,
                         _passed((t1 - t0) // 1000, (t2 - t1) // 1000, (t3 - t2) // 1000,
@@ -316,9 +320,9 @@ def evaluate_fully(
             state: ProcessingState | None = None, values: dict[str, Any] | None = None,
             dead_letter: bool = False) -> Evaluation:
         return Evaluation(
-            receipt, key, parts, status, code, message, device, binding, envelope, state,
-            values, None if values is None else orjson.dumps(values).decode(), issues,
-            tuple(logs), dead_letter,
+            receipt, key, key_hash(key), parts, status, code, message, device, binding,
+            envelope, state, values, None if values is None else orjson.dumps(values).decode(),
+            issues, tuple(logs), dead_letter,
         )
 
     def failed(code: str, message: str) -> None:

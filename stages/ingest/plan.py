@@ -33,7 +33,7 @@ import orjson
 from schemas import error_codes as codes
 from stages.ingest.copy_format import NULL, copy_text, json_field, text, text_array
 from stages.ingest.evaluate import Evaluation, StageLog, issues_json
-from stages.ingest.ingress import iso_utc, key_hash
+from stages.ingest.ingress import iso_utc
 from stages.ingest.processing_state import PROCESSING_MACHINE, ProcessingState, recorded_path
 from stages.ingest.processing_state import check_path as check_state_path
 from stages.ingest.status import FINAL, STATUS_MACHINE, Status, check_path
@@ -310,7 +310,7 @@ class Recording:
             f"{len(receipt.data)}\t{ids}\t{schema}\t{measured}\t{seq}\t{status.value}\t"
             f"{error}\t{prefix_id}\n"
         )
-        self.keys.append(f"{key_hash(ev.key)}\t{self.gen}\t{message_id}\t{received}\n")
+        self.keys.append(f"{ev.key_digest}\t{self.gen}\t{message_id}\t{received}\n")
         state = final.state
         if state is not None and device is not None and binding is not None:
             if state not in RECORDABLE_STATES:

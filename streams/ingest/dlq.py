@@ -33,7 +33,7 @@ import orjson
 
 from schemas.envelope import epoch_us
 from stages.ingest.evaluate import DeviceRecord, Evaluation, StageLog
-from stages.ingest.ingress import DecodedEnvelope, Receipt, SubjectParts
+from stages.ingest.ingress import DecodedEnvelope, Receipt, SubjectParts, key_hash
 from stages.ingest.plan import PUBLISH_FAILED, pass_line, publish_failures
 from stages.ingest.processing_state import ProcessingState
 from stages.ingest.status import Status
@@ -170,7 +170,8 @@ def _evaluation(row: Any, binding: Any) -> Evaluation:
                           external_id=row["device"], active=True,
                           schema_version_id=row["schema_version_id"])
     return Evaluation(
-        receipt=receipt, key=row["key"], parts=parts, status=Status.COMPLETED, error_code=None,
+        receipt=receipt, key=row["key"], key_digest=key_hash(row["key"]), parts=parts,
+        status=Status.COMPLETED, error_code=None,
         error_message=None, device=device, binding=binding,
         envelope=DecodedEnvelope(ts=measured, ts_us=ts_us, seq=row["seq"], values={}),
         state=ProcessingState.PROCESSED, values=row["parameter_values"],

@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 import asyncpg
 
 from stages.ingest.evaluate import Evaluation, StageLog
-from stages.ingest.ingress import key_hash
 from stages.ingest.plan import (
     Classified,
     Existing,
@@ -91,7 +90,7 @@ async def lookup(conn: Conn, evaluations: Sequence[Evaluation]) -> tuple[list[Ex
     try:
         rows = await conn.fetch(
             sql.LOOKUP,
-            "\n".join([key_hash(ev.key) for ev in evaluations]),
+            "\n".join([ev.key_digest for ev in evaluations]),
             "\n".join([f"{ev.receipt.stream_seq}:{ev.receipt.received_at_ns // 1000}"
                        for ev in evaluations]),
         )
@@ -233,7 +232,7 @@ class Recorder:
             await copy_lines(conn, sql.KEYS, sql.KEY_COPY, rec.keys)
         elif finals:
             claimed = {row["message_id"] for row in await conn.fetch(
-                sql.CLAIM_KEYS, [key_hash(evaluations[i].key) for i in finals], rec.gen,
+                sql.CLAIM_KEYS, [evaluations[i].key_digest for i in finals], rec.gen,
                 list(reserved.values()),
                 [evaluations[i].receipt.received_at for i in finals])}
             for index, message_id in reserved.items():
