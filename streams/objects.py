@@ -326,15 +326,7 @@ class ObjectStore:
         """Remove a temporary file or directory (only ever under ``tmp/``)."""
         if not key.startswith("tmp/"):
             raise ValueError(f"only temporary keys may be deleted: {key!r}")
-        path = self._path(key)
-        try:
-            info = self._fs.get_file_info(path)
-            if info.type == pafs.FileType.Directory:
-                self._fs.delete_dir(path)
-            elif info.type == pafs.FileType.File:
-                self._fs.delete_file(path)
-        except OSError as exc:
-            raise _storage(exc, f"delete {key}") from exc
+        self._remove(key)
 
     def discard_artifact(self, key: str) -> None:
         """Remove an artifact that no session was ever given (an upload refused after storing).
@@ -344,12 +336,7 @@ class ObjectStore:
         """
         if not key.startswith("artifacts/"):
             raise ValueError(f"not an artifact key: {key!r}")
-        try:
-            self._fs.delete_file(self._path(key))
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise _storage(exc, f"delete {key}") from exc
+        self._remove(key)
 
     def remove_expired(self, key: str) -> None:
         """Remove the file or directory ``key`` that retention has expired
@@ -358,17 +345,7 @@ class ObjectStore:
         caller has checked that nothing live refers to it. A missing key is a no-op."""
         if not key.startswith(_EXPIRABLE) or key.rstrip("/") + "/" in _EXPIRABLE:
             raise ValueError(f"not an expirable key: {key!r}")
-        path = self._path(key)
-        try:
-            info = self._fs.get_file_info(path)
-            if info.type == pafs.FileType.Directory:
-                self._fs.delete_dir(path)
-            elif info.type == pafs.FileType.File:
-                self._fs.delete_file(path)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise _storage(exc, f"delete {key}") from exc
+        self._remove(key)
 
     def discard_unrecorded_archive(self, key: str) -> None:
         """Remove a partition archive that no ``retention_archives`` row records: an export
@@ -377,8 +354,18 @@ class ObjectStore:
         has checked that no row names the key. A missing key is a no-op."""
         if not key.startswith("archive/"):
             raise ValueError(f"not an archive key: {key!r}")
+        self._remove(key)
+
+    def _remove(self, key: str) -> None:
+        """Delete the file or directory ``key``; a missing key is a no-op. Only the public
+        methods above call it, each after checking that its kind of key may go."""
+        path = self._path(key)
         try:
-            self._fs.delete_file(self._path(key))
+            info = self._fs.get_file_info(path)
+            if info.type == pafs.FileType.Directory:
+                self._fs.delete_dir(path)
+            elif info.type == pafs.FileType.File:
+                self._fs.delete_file(path)
         except FileNotFoundError:
             return
         except OSError as exc:
