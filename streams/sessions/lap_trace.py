@@ -27,31 +27,24 @@ from stages.batch.geo import column_f64, travelled, ts_micros
 from streams.errors import NotFoundError
 from streams.objects import ObjectStore
 from streams.sessions.datasets import read_table
+from streams.sessions.track import active_run_datasets
 
 __all__ = ["MAX_POINTS", "lap_trace"]
 
 MAX_POINTS: Final = 1500
 _LEVELS: Final = ("gnss_L1", "gnss_L2")
 
-_ACTIVE: Final = "SELECT active_run_id FROM sessions WHERE id = $1 AND tenant_id = $2"
-_DATASETS: Final = """
-SELECT name, storage_url, content_hash FROM derived_datasets
-WHERE run_id = $1 AND name = ANY($2::text[])
-"""
 
 
 async def lap_trace(
     conn: Any, store: ObjectStore, tenant_id: uuid.UUID, session_id: uuid.UUID, lap: int
 ) -> dict[str, Any]:
     """Lap ``lap`` of the session's active run as speed over distance (see the module docstring)."""
-    row = await conn.fetchrow(_ACTIVE, session_id, tenant_id)
-    if row is None:
-        raise NotFoundError(f"no session {session_id}")
-    run_id = row["active_run_id"]
+    run_id, found = await active_run_datasets(
+        conn, tenant_id, session_id, ["laps", "segments", *_LEVELS]
+    )
     if run_id is None:
         raise NotFoundError(f"session {session_id} has no active run, so no lap {lap}")
-    wanted = ["laps", "segments", *_LEVELS]
-    found = {r["name"]: r for r in await conn.fetch(_DATASETS, run_id, wanted)}
     level = next((name for name in _LEVELS if name in found), None)
     if "laps" not in found:
         raise NotFoundError(f"the session's active run has no lap {lap}")

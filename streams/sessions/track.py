@@ -21,7 +21,7 @@ from streams.errors import NotFoundError
 from streams.objects import ObjectStore
 from streams.sessions.datasets import read_table
 
-__all__ = ["MAX_POINTS", "session_track"]
+__all__ = ["MAX_POINTS", "active_run_datasets", "session_track"]
 
 MAX_POINTS: Final = 4000
 _LEVELS: Final = ("gnss_L1", "gnss_L2")
@@ -33,19 +33,29 @@ WHERE run_id = $1 AND name = ANY($2::text[])
 """
 
 
-async def session_track(
-    conn: Any, store: ObjectStore, tenant_id: uuid.UUID, session_id: uuid.UUID
-) -> dict[str, Any]:
-    """The track of the session's active run (see the module docstring)."""
+async def active_run_datasets(
+    conn: Any, tenant_id: uuid.UUID, session_id: uuid.UUID, names: list[str]
+) -> tuple[uuid.UUID | None, dict[str, Any]]:
+    """The session's active run (``None``: it has none) and its datasets among ``names``, by
+    name; ``NotFoundError`` for a session the tenant does not have."""
     row = await conn.fetchrow(_ACTIVE, session_id, tenant_id)
     if row is None:
         raise NotFoundError(f"no session {session_id}")
     run_id = row["active_run_id"]
+    if run_id is None:
+        return None, {}
+    return run_id, {r["name"]: r for r in await conn.fetch(_DATASETS, run_id, names)}
+
+
+async def session_track(
+    conn: Any, store: ObjectStore, tenant_id: uuid.UUID, session_id: uuid.UUID
+) -> dict[str, Any]:
+    """The track of the session's active run (see the module docstring)."""
+    run_id, found = await active_run_datasets(conn, tenant_id, session_id, list(_LEVELS))
     out: dict[str, Any] = {"session_id": session_id, "run_id": run_id, "dataset": None,
                            "rows": 0, "points": [], "reason": None}  # fmt: skip
     if run_id is None:
         return {**out, "reason": "NO_ACTIVE_RUN"}
-    found = {r["name"]: r for r in await conn.fetch(_DATASETS, run_id, list(_LEVELS))}
     level = next((name for name in _LEVELS if name in found), None)
     if level is None:
         return {**out, "reason": "NO_GNSS_SERIES"}
