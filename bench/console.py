@@ -14,7 +14,8 @@ runs enqueued with the real session DAG), serves the API in this process, then:
 
 Prints a table and writes ``bench/results/console.json``. Postgres comes from
 ``TIDEWAY_BENCH_POSTGRES_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``),
-NATS and Redis from the usual settings (``TIDEWAY_NATS_URL``, ``TIDEWAY_REDIS_URL``).
+NATS and Redis from the usual settings (``TIDEWAY_NATS_URL``, ``TIDEWAY_REDIS_URL``; Redis defaults
+to the local server).
 Not a test: nothing here asserts a speed.
 """
 
@@ -269,7 +270,12 @@ async def main() -> None:
         seeded = await seed(dsn, devices=args.devices, runs=args.runs,
                             dead_letters=args.dead_letters)  # fmt: skip
         seed_s = time.perf_counter() - started
-        settings = Settings(postgres_dsn=dsn, namespace=f"bench{uuid.uuid4().hex[:6]}")
+        # The device page reads hot state from Redis: the local server unless one is named
+        # (without any, that call answers 422 CONFIG_ERROR and the timing stops).
+        settings = Settings(
+            postgres_dsn=dsn, namespace=f"bench{uuid.uuid4().hex[:6]}",
+            redis_url=os.environ.get("TIDEWAY_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        )  # fmt: skip
         pool = await postgres.create_pool(settings.postgres(), postgres.API_POOL)
         nc = await nats.connect(settings.nats())
         ctx = ApiContext(
