@@ -288,7 +288,8 @@ async def naive_loop(settings: Settings, names: Names, seconds: float) -> dict[s
                                            list(ev.values.values()))
                         await conn.execute(_NAIVE_LOG, message_id,
                                            sum(STAGE_BIT[log.stage] for log in ev.logs),
-                                           [log.duration_us for log in ev.logs])
+                                           [log.duration_us for log in ev.logs]
+                                           + [0] * (len(STAGE_BIT) - len(ev.logs)))
                 key = names.hot_state_key(TENANT, ev.device.external_id)
                 await hot.offer([HotItem(key=key, topic="state", order=hot_state_order(
                     ev.envelope.ts_us, ev.envelope.seq), doc=orjson.dumps(ev.values))])
@@ -316,9 +317,9 @@ VALUES ($1, $2, $4, $5, 'processed', (SELECT id FROM telemetry_value_layouts
         WHERE schema_version_id = $3 AND topic = 'state' AND names = $6::text[]), $7)
 """
 _NAIVE_LOG = """
-INSERT INTO ingestion_stage_passes (message_id, attempt, stages, durations)
-VALUES ($1, 1, $2, (SELECT string_agg(int4send(d), ''::bytea ORDER BY i)
-                    FROM unnest($3::integer[]) WITH ORDINALITY AS u(d, i)))
+INSERT INTO ingestion_stage_passes (message_ids, message_id_min, message_id_max, attempt,
+                                    stages, failed, durations)
+VALUES (ARRAY[$1::bigint], $1, $1, 1, ARRAY[$2::smallint], ARRAY[0::smallint], $3::integer[])
 """
 
 

@@ -128,38 +128,48 @@ ingestion_messages = sa.Table(
 ingestion_stage_passes = sa.Table(
     "ingestion_stage_passes",
     metadata,
-    # The stage logs of one processing pass (one envelope, one ``attempt``: 1 when consumed,
-    # higher for a dead-letter redrive) in one row: the stages reached, in order, as parallel
-    # arrays. No primary key: rows are only ever appended, by the transaction that records the
-    # pass, and read per message through the BRIN index (message ids grow with time, so the
-    # index stays tiny and nearly free). The view ``ingestion_stage_logs`` (migration
-    # ``0012_partitioned_storage``) unnests them into one row per stage reached — what
-    # readers use.
-    sa.Column("message_id", sa.BigInteger, nullable=False),
+    # The stage logs of the processing passes one transaction recorded with one ``attempt``
+    # (1 when consumed, higher for a dead-letter redrive), in one row (migration 0019): the
+    # consumer's whole batch, so the row's header, its BRIN entry and its arrays' headers are
+    # paid once and Postgres compresses the arrays. No primary key: rows are only ever
+    # appended, by the transaction that records the passes, and found per message through the
+    # BRIN index on the id bounds (message ids grow with time, so it stays tiny). The view
+    # ``ingestion_stage_logs`` unnests them into one row per pass and stage reached — what
+    # readers use; a reader of one message bounds ``message_id_min`` / ``message_id_max``
+    # too, or the view unnests every row.
+    sa.Column("message_ids", pg.ARRAY(sa.BigInteger), nullable=False),
+    sa.Column("message_id_min", sa.BigInteger, nullable=False),
+    sa.Column("message_id_max", sa.BigInteger, nullable=False),
     sa.Column("attempt", sa.SmallInteger, nullable=False),
-    # The stages reached, and those that failed, as bitmasks over STAGES (bit 0 ingress ...
-    # bit 5 publish; migration 0012): two smallints instead of two text arrays. The arrays
-    # below hold one element per stage reached, in that order.
-    sa.Column("stages", sa.SmallInteger, nullable=False),
-    sa.Column("failed", sa.SmallInteger, nullable=False, server_default=sa.text("0")),
-    # One 4-byte big-endian signed integer (µs) per stage reached, in that order (migration
-    # 0018: an ``integer[]`` spent 20 bytes of array header on six numbers).
-    sa.Column("durations", sa.LargeBinary, nullable=False),
-    # NULL when no stage of the pass has an error (the common case).
+    # Per pass, the stages reached and those that failed, as bitmasks over STAGES (bit 0
+    # ingress ... bit 5 publish).
+    sa.Column("stages", pg.ARRAY(sa.SmallInteger), nullable=False),
+    sa.Column("failed", pg.ARRAY(sa.SmallInteger), nullable=False),
+    # Six slots per pass, one per stage in STAGES order: pass i's stage k is element
+    # 6 (i - 1) + k. Durations in µs (0 for a stage not reached).
+    sa.Column("durations", pg.ARRAY(sa.Integer), nullable=False),
+    # Six slots per pass like ``durations``; NULL when no pass of the row has an error.
     sa.Column("error_codes", pg.ARRAY(sa.Text)),
     sa.Column("error_messages", pg.ARRAY(sa.Text)),
-    # JSON arrays aligned with the stages reached; only when capture_stage_snapshots is on
-    # (spec 001's snapshot switch).
+    # JSON arrays of six slots per pass; only when capture_stage_snapshots is on (spec 001's
+    # snapshot switch).
     sa.Column("input_snapshots", pg.JSONB),
     sa.Column("output_snapshots", pg.JSONB),
     created_at(),
-    sa.CheckConstraint("stages BETWEEN 1 AND 63 AND failed & ~stages = 0", name="stages_known"),
     sa.CheckConstraint(
-        "length(durations) = 4 * length(replace(stages::integer::bit(6)::text, '0', ''))",
+        "cardinality(message_ids) >= 1"
+        " AND cardinality(stages) = cardinality(message_ids)"
+        " AND cardinality(failed) = cardinality(message_ids)"
+        " AND cardinality(durations) = 6 * cardinality(message_ids)"
+        " AND (error_codes IS NULL OR cardinality(error_codes) = 6 * cardinality(message_ids))"
+        " AND (error_messages IS NULL"
+        " OR cardinality(error_messages) = 6 * cardinality(message_ids))"
+        " AND message_id_min <= message_id_max",
         name="aligned",
     ),
-    sa.Index("ix_ingestion_stage_passes_message_id", "message_id", postgresql_using="brin"),
-    # By the time the pass was recorded (a redrive's pass lands in the day it ran).
+    sa.Index("ix_ingestion_stage_passes_message_id", "message_id_min", "message_id_max",
+             postgresql_using="brin"),
+    # By the time the passes were recorded (a redrive's pass lands in the day it ran).
     postgresql_partition_by="RANGE (created_at)",
 )
 

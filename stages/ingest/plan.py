@@ -51,8 +51,8 @@ DUPLICATE_COLUMNS = (
     "tenant_id", "device_id", "measured_at", "seq",
 )
 STAGE_PASS_COLUMNS = (
-    "message_id", "attempt", "stages", "failed", "durations", "error_codes",
-    "error_messages", "input_snapshots", "output_snapshots",
+    "message_ids", "message_id_min", "message_id_max", "attempt", "stages", "failed",
+    "durations", "error_codes", "error_messages", "input_snapshots", "output_snapshots",
 )
 STAGE_ORDER = ("ingress", "validate", "mutate", "derive", "persist", "publish")
 STAGE_BIT = {stage: 1 << i for i, stage in enumerate(STAGE_ORDER)}
@@ -171,42 +171,107 @@ def finalize(ev: Evaluation, publish: PublishOutcome | None) -> Final:
                  ev.dead_letter)
 
 
-_NO_ERRORS = "\t\\N\t\\N\t\\N\t\\N\n"  # error codes, messages and both snapshots
-# The pass of a completed envelope, the bulk of all passes: its constant parts, spelled once
-# (attempt 1, all six stages reached, none failed).
-_COMPLETED_HEAD = f"\t1\t{sum(STAGE_BIT.values())}\t0\t\\\\x"
+_ALL_STAGES = sum(STAGE_BIT.values())
+_SLOTS = len(STAGE_ORDER)
+_NO_ERRORS = (None,) * _SLOTS
 
 
-def durations_field(durations: Sequence[int]) -> str:
-    """Stage durations (µs) as the ``COPY`` text of a ``bytea`` of 4-byte big-endian signed
-    integers (migration 0018), each clamped to what an ``integer`` holds."""
-    return "\\\\x" + "".join(f"{min(max(d, 0), INT32_MAX):08x}" for d in durations)
+class StagePasses:
+    """Processing passes of one attempt number, written as **one** ``ingestion_stage_passes``
+    row (migration 0019): the stage logs of every envelope a recording transaction wrote.
+
+    A row holds parallel arrays, one element per pass: ``message_ids``, the stages reached and
+    those that failed (bitmasks over :data:`STAGE_ORDER`); and six slots per pass, one per
+    stage in that order, for ``durations`` (µs; 0 for a stage not reached) and, only when some
+    pass has them, ``error_codes`` / ``error_messages`` and the snapshots. One row per batch
+    instead of one per envelope: the row header, the BRIN entry and the arrays' headers are
+    paid once, and Postgres compresses the arrays of a large batch (96 → about 20 bytes per
+    envelope; docs/storage.md).
+    """
+
+    __slots__ = ("attempt", "capture", "codes", "durations", "failed", "ids", "inputs",
+                 "messages", "outputs", "stages")
+
+    def __init__(self, attempt: int, capture: bool) -> None:
+        self.attempt = attempt
+        self.capture = capture
+        self.ids: list[int] = []
+        self.stages: list[int] = []
+        self.failed: list[int] = []
+        self.durations: list[int] = []
+        self.codes: list[str | None] = []
+        self.messages: list[str | None] = []
+        self.inputs: list[Any] = []
+        self.outputs: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add_completed(self, message_id: int, durations: Sequence[int]) -> None:
+        """A pass that reached every stage, none failed, no errors and no snapshots (a
+        completed envelope without capture: the bulk of all passes)."""
+        self.ids.append(message_id)
+        self.stages.append(_ALL_STAGES)
+        self.failed.append(0)
+        self.durations.extend(min(max(d, 0), INT32_MAX) for d in durations)
+        self.codes.extend(_NO_ERRORS)
+        self.messages.extend(_NO_ERRORS)
+
+    def add(self, message_id: int, logs: Sequence[StageLog]) -> None:
+        """A pass of ``logs`` (each stage at most once, in any order)."""
+        reached = failed = 0
+        durations = [0] * _SLOTS
+        codes: list[str | None] = [None] * _SLOTS
+        messages: list[str | None] = [None] * _SLOTS
+        inputs: list[Any] = [None] * _SLOTS
+        outputs: list[Any] = [None] * _SLOTS
+        for log in logs:
+            bit = STAGE_BIT[log.stage]
+            if reached & bit:
+                raise ValueError(f"stage {log.stage} logged twice in one pass")
+            reached |= bit
+            if log.status == "failed":
+                failed |= bit
+            slot = bit.bit_length() - 1
+            durations[slot] = min(max(log.duration_us, 0), INT32_MAX)
+            codes[slot], messages[slot] = log.error_code, log.error_message
+            if self.capture:
+                inputs[slot], outputs[slot] = log.input_snapshot, log.output_snapshot
+        self.ids.append(message_id)
+        self.stages.append(reached)
+        self.failed.append(failed)
+        self.durations.extend(durations)
+        self.codes.extend(codes)
+        self.messages.extend(messages)
+        if self.capture:
+            self.inputs.extend(inputs)
+            self.outputs.extend(outputs)
+
+    def line(self) -> str:
+        """The row as a ``COPY`` text line (columns :data:`STAGE_PASS_COLUMNS`)."""
+        ids = self.ids
+        fields = [
+            "{" + ",".join(map(str, ids)) + "}", str(min(ids)), str(max(ids)), str(self.attempt),
+            "{" + ",".join(map(str, self.stages)) + "}",
+            "{" + ",".join(map(str, self.failed)) + "}",
+            "{" + ",".join(map(str, self.durations)) + "}",
+            copy_text(text_array(self.codes)), copy_text(text_array(self.messages)),
+            _snapshots(self.inputs) if self.capture else NULL,
+            _snapshots(self.outputs) if self.capture else NULL,
+        ]
+        return "\t".join(fields) + "\n"
 
 
-def pass_line(message_id: int, attempt: int, logs: Sequence[StageLog], capture: bool) -> str:
-    """One processing pass's stage logs as a ``COPY`` text line of ``ingestion_stage_passes``
-    (columns :data:`STAGE_PASS_COLUMNS`; the logs in :data:`STAGE_ORDER`, each stage once)."""
-    logs = sorted(logs, key=lambda log: STAGE_BIT[log.stage])
-    reached = failed = 0
-    for log in logs:
-        bit = STAGE_BIT[log.stage]
-        if reached & bit:
-            raise ValueError(f"stage {log.stage} logged twice in one pass")
-        reached |= bit
-        if log.status == "failed":
-            failed |= bit
-    durations = durations_field([log.duration_us for log in logs])
-    head = f"{message_id}\t{attempt}\t{reached}\t{failed}\t{durations}"
-    if not capture and all(log.error_code is None and log.error_message is None
-                           for log in logs):
-        return head + _NO_ERRORS
-    fields = [
-        copy_text(text_array([log.error_code for log in logs])),
-        copy_text(text_array([log.error_message for log in logs])),
-        _snapshots([log.input_snapshot for log in logs]) if capture else NULL,
-        _snapshots([log.output_snapshot for log in logs]) if capture else NULL,
-    ]
-    return head + "\t" + "\t".join(fields) + "\n"
+def pass_lines(passes: Sequence[tuple[int, int, Sequence[StageLog]]], capture: bool) -> list[str]:
+    """``(message_id, attempt, logs)`` passes as ``COPY`` lines of ``ingestion_stage_passes``:
+    one row per attempt number (a redrive's passes can differ in it)."""
+    rows: dict[int, StagePasses] = {}
+    for message_id, attempt, logs in passes:
+        row = rows.get(attempt)
+        if row is None:
+            row = rows[attempt] = StagePasses(attempt, capture)
+        row.add(message_id, logs)
+    return [row.line() for row in rows.values()]
 
 
 LayoutKey = tuple[str, str, tuple[str, ...]]
@@ -331,24 +396,24 @@ class Recording:
             self.dead_letters.append(self.dead_letter_row(final, message_id))
 
     def stage_pass_lines(self, persist_us: int) -> list[str]:
-        """One stage-pass line per recorded envelope (``persist`` took ``persist_us``)."""
+        """The stage logs of every recorded envelope (``persist`` took ``persist_us``), as
+        the ``COPY`` line of one ``ingestion_stage_passes`` row (none when nothing was
+        recorded)."""
         capture = self.capture
-        # The stages' own durations are microseconds of CPU work; persist and publish wait on
-        # services, so they are clamped to what the column holds.
-        persist_hex = f"{min(persist_us, INT32_MAX):08x}"
-        lines: list[str] = []
-        append = lines.append
+        passes = StagePasses(1, capture)
         for final, message_id in self.recorded:
             ev, publish = final.ev, final.publish
             logs = ev.logs
             if (not capture and final.status is Status.COMPLETED and len(logs) == 4
                     and publish is not None and publish.ok
                     and final.state is not None and ev.device is not None):
-                # Completed: every stage ok, so only the durations vary.
+                # Completed: every stage ok, so only the durations vary. The stages' own
+                # durations are microseconds of CPU work; persist and publish wait on services
+                # (the row clamps them to what an integer holds).
                 a, b, c, d = logs
-                append(f"{message_id}{_COMPLETED_HEAD}{a.duration_us:08x}{b.duration_us:08x}"
-                       f"{c.duration_us:08x}{d.duration_us:08x}{persist_hex}"
-                       f"{min(publish.duration_us, INT32_MAX):08x}{_NO_ERRORS}")
+                passes.add_completed(message_id, (a.duration_us, b.duration_us, c.duration_us,
+                                                  d.duration_us, persist_us,
+                                                  publish.duration_us))
                 continue
             passed = list(logs)
             if final.state is not None and ev.device is not None:
@@ -364,8 +429,8 @@ class Recording:
                     None, {"hot_state_written": publish.hot_state_written,
                            "analytics_published": publish.analytics_published}
                     if capture else None))
-            append(pass_line(message_id, 1, passed, capture))
-        return lines
+            passes.add(message_id, passed)
+        return [passes.line()] if passes else []
 
     def dead_letter_row(self, final: Final, message_id: int) -> tuple[Any, ...]:
         """The dead letter of a new envelope. Its failures are this delivery's; the SQL that

@@ -34,7 +34,7 @@ import orjson
 from schemas.envelope import epoch_us
 from stages.ingest.evaluate import DeviceRecord, Evaluation, StageLog
 from stages.ingest.ingress import DecodedEnvelope, Receipt, SubjectParts, key_hash
-from stages.ingest.plan import PUBLISH_FAILED, pass_line, publish_failures
+from stages.ingest.plan import PUBLISH_FAILED, pass_lines, publish_failures
 from stages.ingest.processing_state import ProcessingState
 from stages.ingest.status import Status
 from streams.adapters.postgres import Conn
@@ -293,27 +293,27 @@ async def _record(conn: Conn, publishable: list[tuple[Any, Evaluation]], outcome
     at = datetime.now(UTC)
     done: list[tuple[int, int, int]] = []
     failed: list[tuple[int, int, int, str]] = []
-    logs: list[str] = []
+    passes: list[tuple[int, int, list[StageLog]]] = []
     for (row, _), outcome in zip(publishable, outcomes, strict=True):
         attempt = row["attempts"] + 1
         dl, msg = row["dead_letter_id"], row["message_id"]
         if outcome.ok:
             done.append((dl, msg, attempt))
-            logs.append(pass_line(msg, attempt, [StageLog("publish", "ok", outcome.duration_us)],
-                                  capture=False))
+            passes.append((msg, attempt, [StageLog("publish", "ok", outcome.duration_us)]))
             results.append(RedriveResult(dead_letter_id=dl, message_id=msg, outcome=COMPLETED))
             continue
         message = "; ".join(f"{f.sink}: {f.message}" for f in outcome.failures)
         failures = [{**f, "redrive": True}
                     for f in publish_failures(outcome, at=at, attempt=attempt)]
         failed.append((dl, msg, attempt, orjson.dumps(failures).decode()))
-        logs.append(pass_line(msg, attempt, [StageLog("publish", "failed", outcome.duration_us,
-                                                      PUBLISH_FAILED, message)], capture=False))
+        passes.append((msg, attempt, [StageLog("publish", "failed", outcome.duration_us,
+                                               PUBLISH_FAILED, message)]))
         results.append(RedriveResult(dead_letter_id=dl, message_id=msg, outcome=FAILED,
                                      detail=message))
     if done:
         await conn.fetch(sql.REDRIVE_RESOLVE, *(list(c) for c in zip(*done, strict=True)))
     if failed:
         await conn.fetch(sql.REDRIVE_FAILED, *(list(c) for c in zip(*failed, strict=True)))
-    if logs:
-        await copy_lines(conn, sql.STAGE_PASSES, sql.STAGE_PASS_COPY, logs)
+    if passes:
+        await copy_lines(conn, sql.STAGE_PASSES, sql.STAGE_PASS_COPY,
+                         pass_lines(passes, capture=False))

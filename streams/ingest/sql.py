@@ -345,7 +345,8 @@ MESSAGE_BY_KEY = "SELECT message_id FROM ingest_dedupe_keys WHERE key_hash = $1:
 MESSAGE_STAGE_LOGS = """
 SELECT attempt, stage, status, duration_us, error_code, error_message, input_snapshot,
        output_snapshot, created_at
-FROM ingestion_stage_logs WHERE message_id = $1
+FROM ingestion_stage_logs
+WHERE message_id = $1 AND message_id_min <= $1 AND message_id_max >= $1
 ORDER BY attempt, array_position(
     ARRAY['ingress', 'validate', 'mutate', 'derive', 'persist', 'publish'], stage)
 """

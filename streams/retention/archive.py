@@ -67,12 +67,14 @@ log = logging.getLogger(__name__)
 
 PREFIX = "archive"
 
-# The column naming a row's message (``ingestion_messages.id``), per table: recorded as an id
-# range per object so that explaining a message reads only the objects that can hold it.
-MESSAGE_ID_COLUMN = {
-    "ingestion_messages": "id",
-    "ingestion_stage_passes": "message_id",
-    "device_telemetry_logs": "ingestion_message_id",
+# The columns naming a row's messages (``ingestion_messages.id``), per table: the lowest and
+# the highest id a row holds; the same column for a row of one message, two for a row of
+# many (a stage-pass row holds a transaction's passes; migration 0019). Recorded as an id
+# range per object, so that explaining a message reads only the objects that can hold it.
+MESSAGE_ID_BOUNDS = {
+    "ingestion_messages": ("id", "id"),
+    "ingestion_stage_passes": ("message_id_min", "message_id_max"),
+    "device_telemetry_logs": ("ingestion_message_id", "ingestion_message_id"),
 }
 
 # -- statements -------------------------------------------------------------------------------
@@ -247,14 +249,17 @@ class _Sink:
 class _Export:
     """Rows in, Parquet row groups out (the blocking half: runs in a worker thread)."""
 
-    def __init__(self, store: ObjectStore, schema: pa.Schema, id_column: str | None) -> None:
+    def __init__(
+        self, store: ObjectStore, schema: pa.Schema, id_bounds: tuple[str, str] | None
+    ) -> None:
         self.writer = store.writer()
         self._sink = _Sink(self.writer)
         self._parquet = pq.ParquetWriter(
             self._sink, schema, compression="zstd", write_page_checksum=True
         )
         self._schema = schema
-        self._id = schema.get_field_index(id_column) if id_column else -1
+        self._lo: int = schema.get_field_index(id_bounds[0]) if id_bounds else -1
+        self._hi: int = schema.get_field_index(id_bounds[1]) if id_bounds else -1
         self.rows = 0
         self.id_min: int | None = None
         self.id_max: int | None = None
@@ -267,10 +272,11 @@ class _Export:
         batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
         self._parquet.write_batch(batch)
         self.rows += len(records)
-        if self._id >= 0:
-            ids = [r[self._id] for r in records if r[self._id] is not None]
-            if ids:
-                lo, hi = min(ids), max(ids)
+        if self._lo >= 0:
+            los = [r[self._lo] for r in records if r[self._lo] is not None]
+            his = [r[self._hi] for r in records if r[self._hi] is not None]
+            if los and his:
+                lo, hi = min(los), max(his)
                 self.id_min = lo if self.id_min is None else min(self.id_min, lo)
                 self.id_max = hi if self.id_max is None else max(self.id_max, hi)
 
@@ -303,10 +309,10 @@ async def export(
         for r in await conn.fetch(COLUMNS, partition)
     ]
     schema = arrow_schema(columns, metadata)
-    id_column = MESSAGE_ID_COLUMN.get(table)
-    if id_column not in schema.names:
-        id_column = None  # a layout without it: the lookup reads every object of the table
-    out = await asyncio.to_thread(_Export, store, schema, id_column)
+    id_bounds = MESSAGE_ID_BOUNDS.get(table)
+    if id_bounds is not None and not set(id_bounds) <= set(schema.names):
+        id_bounds = None  # a layout without them: the lookup reads every object of the table
+    out = await asyncio.to_thread(_Export, store, schema, id_bounds)
     try:
         # A named cursor, closed when read (an open portal on the partition would forbid
         # dropping it in this transaction); named afresh each time, because asyncpg caches

@@ -46,12 +46,12 @@ import pyarrow.parquet as pq
 
 from streams.adapters import postgres
 from streams.objects import ObjectStore
-from streams.retention.archive import MESSAGE_ID_COLUMN
+from streams.retention.archive import MESSAGE_ID_BOUNDS
 from streams.retention.sql import ident
 
 log = logging.getLogger(__name__)
 
-TABLES = tuple(MESSAGE_ID_COLUMN)
+TABLES = tuple(MESSAGE_ID_BOUNDS)
 KEY_COLUMN = "source_deduplication_key"
 
 # -- statements -------------------------------------------------------------------------------
@@ -108,18 +108,27 @@ class Found:
 # -- reading the archives (blocking: run in a thread) -----------------------------------------
 
 
-def _read(store: ObjectStore, key: str, equal: Sequence[tuple[str, Any]]) -> pa.Table:
-    """The rows of the object at ``key`` where any ``(column, value)`` of ``equal`` holds;
-    a column the object lacks (another layout) is left out, and when it lacks the first,
-    no row matches."""
+Match = tuple[str, str, Any]
+"""``(low, high, value)``: the rows whose ``low`` column is at most ``value`` and whose
+``high`` column at least (``low == high``: the rows where that column equals it)."""
+
+
+def _read(store: ObjectStore, key: str, match: Sequence[Match]) -> pa.Table:
+    """The rows of the object at ``key`` where any of ``match`` holds; a column the object
+    lacks (another layout) is left out, and when it lacks the first's, no row matches."""
     with store.open_input_file(key) as f:
         names = pq.ParquetFile(f, page_checksum_verification=True).schema_arrow.names
-        present = [(c, v) for c, v in equal if c in names]
-        if not present or present[0][0] != equal[0][0]:
+        present = [m for m in match if m[0] in names and m[1] in names]
+        if not present or present[0] != match[0]:
             return pa.table({})
-        where = pc.field(present[0][0]) == present[0][1]
-        for column, value in present[1:]:
-            where = where | (pc.field(column) == value)
+        where: pc.Expression | None = None
+        for low, high, value in present:
+            holds = (
+                pc.field(low) == value
+                if low == high
+                else (pc.field(low) <= value) & (pc.field(high) >= value)
+            )
+            where = holds if where is None else where | holds
         f.seek(0)
         return pq.read_table(f, filters=where, page_checksum_verification=True)
 
@@ -154,7 +163,9 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
 async def _find_by_key(conn: asyncpg.Connection, store: ObjectStore, key: str) -> int | None:
     """The id of the archived message with dedupe key ``key`` (newest archive first)."""
     for r in await conn.fetch(ALL_OF, "ingestion_messages"):
-        hit = await asyncio.to_thread(_read, store, r["object_key"], [(KEY_COLUMN, key)])
+        hit = await asyncio.to_thread(
+            _read, store, r["object_key"], [(KEY_COLUMN, KEY_COLUMN, key)]
+        )
         if hit.num_rows and "id" in hit.column_names:
             return int(hit.column("id")[0].as_py())
     return None
@@ -165,12 +176,16 @@ async def _restore(
 ) -> list[str]:
     """Fill the temporary ``table`` with the message's live rows, then its archived rows not
     already there; returns the objects rows came from."""
-    column = MESSAGE_ID_COLUMN[table]
-    live_where = f"{ident(column)} = $1"
-    equal: list[tuple[str, Any]] = [(column, message_id)]
+    low, high = MESSAGE_ID_BOUNDS[table]
+    # A row of many messages (a transaction's stage passes) comes whole: the views pick the
+    # message's part.
+    live_where = (
+        f"{ident(low)} = $1" if low == high else f"{ident(low)} <= $1 AND {ident(high)} >= $1"
+    )
+    match: list[Match] = [(low, high, message_id)]
     if table == "ingestion_messages":  # its duplicates too (they name it as their owner)
         live_where += " OR duplicate_of = $1"
-        equal.append(("duplicate_of", message_id))
+        match.append(("duplicate_of", "duplicate_of", message_id))
     await conn.execute(
         f"CREATE TEMP TABLE {ident(table)} (LIKE {ident(schema)}.{ident(table)} INCLUDING DEFAULTS)"
     )
@@ -192,7 +207,7 @@ async def _restore(
     )
     used = []
     for r in await conn.fetch(CANDIDATES, table, message_id):
-        found = await asyncio.to_thread(_read, store, r["object_key"], equal)
+        found = await asyncio.to_thread(_read, store, r["object_key"], match)
         if found.num_rows:
             await conn.execute(insert, _rows(found))
             used.append(r["object_key"])

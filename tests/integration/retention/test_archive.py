@@ -46,10 +46,10 @@ def _archiving(settings: Settings, **changes: Any) -> Settings:
 
 
 async def _partition_of(conn: asyncpg.Connection, table: str, column: str, value: Any) -> str:
+    # ``column`` holds one value, or (``[]`` appended) an array holding it.
+    where = f"$1 = ANY({column[:-2]})" if column.endswith("[]") else f"{column} = $1"
     return str(
-        await conn.fetchval(
-            f"SELECT tableoid::regclass::text FROM {table} WHERE {column} = $1", value
-        )
+        await conn.fetchval(f"SELECT tableoid::regclass::text FROM {table} WHERE {where}", value)
     )
 
 
@@ -143,7 +143,7 @@ async def test_an_expired_partition_is_archived_verified_recorded_then_dropped_a
                 conn, "ingestion_messages", "id", owner["id"]
             ),
             "ingestion_stage_passes": await _partition_of(
-                conn, "ingestion_stage_passes", "message_id", owner["id"]
+                conn, "ingestion_stage_passes", "message_ids[]", owner["id"]
             ),
             "device_telemetry_logs": await _partition_of(
                 conn, "device_telemetry_logs", "ingestion_message_id", owner["id"]

@@ -184,3 +184,56 @@ async def test_compact_rows_down_and_up_again_keeps_every_value(fleet: Harness) 
     assert row is not None and row["parameter_values"] == recorded["device_telemetry_logs"][0][9]
     async with fleet.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM telemetry_value_layouts") == layouts
+
+
+# Migration 0019 (a transaction's stage passes in one row): every stage log, snapshots too.
+_STAGE_LOGS = {
+    "ingestion_stage_logs": "SELECT message_id, attempt, stage, status, duration_us,"
+    " error_code, error_message, input_snapshot, output_snapshot, created_at"
+    " FROM ingestion_stage_logs ORDER BY message_id, attempt, stage",
+}
+
+
+async def test_stage_pass_batches_down_and_up_again_keep_every_stage_log(
+    fleet: Harness,
+) -> None:
+    dsn = fleet.settings.postgres()
+    for i in range(4):
+        await fleet.publish("d1", {"ts": i, "seq": i, "values": good_values()}, msg_id=f"b-{i}")
+    await fleet.publish("d1", {"ts": 7, "values": {"temp": "hot"}}, msg_id="b-invalid")
+    await fleet.consume(5)
+    async with fleet.pool.acquire() as conn:
+        # A redrive's pass (attempt 2) and a pass with snapshots, as their writers make them.
+        first = await conn.fetchval("SELECT min(id) FROM ingestion_messages")
+        await conn.execute(
+            "INSERT INTO ingestion_stage_passes (message_ids, message_id_min, message_id_max,"
+            " attempt, stages, failed, durations, error_codes, error_messages,"
+            " input_snapshots, output_snapshots)"
+            " VALUES (ARRAY[$1::bigint], $1, $1, 2, '{32}', '{32}', '{0,0,0,0,0,9}',"
+            " '{NULL,NULL,NULL,NULL,NULL,PUBLISH_FAILED}', '{NULL,NULL,NULL,NULL,NULL,no}',"
+            " '[null, null, null, null, null, {\"in\": 1}]',"
+            " '[null, null, null, null, null, {\"out\": [2]}]')", first)
+        passes = await conn.fetchval("SELECT count(*) FROM ingestion_stage_passes")
+    recorded = await _rows(fleet, _STAGE_LOGS)
+    logs = recorded["ingestion_stage_logs"]
+    assert len({r[0] for r in logs}) == 5 and {r[1] for r in logs} == {1, 2}
+    assert any(r[5] == "VALIDATION_FAILED" for r in logs)  # the invalid envelope's errors
+    assert [r[7:9] for r in logs if r[1] == 2] == [({"in": 1}, {"out": [2]})]
+    assert passes < 5 + 1  # the consumer's batches hold several passes each
+
+    await asyncio.to_thread(migrate.downgrade, dsn, "0018_compact_rows")
+    await fleet.pool.expire_connections()
+    assert await _rows(fleet, _STAGE_LOGS) == recorded
+    async with fleet.pool.acquire() as conn:  # one row per pass again
+        assert await conn.fetchval("SELECT count(*) FROM ingestion_stage_passes") == 5 + 1
+
+    await asyncio.to_thread(migrate.upgrade, dsn)
+    await fleet.pool.expire_connections()
+    assert await _rows(fleet, _STAGE_LOGS) == recorded
+    async with fleet.pool.acquire() as conn:
+        # Regrouped by transaction: as many rows as before the trip.
+        assert await conn.fetchval("SELECT count(*) FROM ingestion_stage_passes") == passes
+        # The same partitions (a partition of the day and DEFAULT at least).
+        assert await conn.fetchval(
+            "SELECT count(*) FROM pg_inherits"
+            " WHERE inhparent = 'ingestion_stage_passes'::regclass") >= 2

@@ -142,8 +142,9 @@ async def test_retention_drops_exactly_the_expired_partitions_and_keeps_open_dea
             )
         for day, message_id in enumerate(ids):
             await conn.execute(
-                "INSERT INTO ingestion_stage_passes (message_id, attempt, stages,"
-                " durations, created_at) VALUES ($1, 1, 1, '\\x00000001', $2)",
+                "INSERT INTO ingestion_stage_passes (message_ids, message_id_min,"
+                " message_id_max, attempt, stages, failed, durations, created_at)"
+                " VALUES (ARRAY[$1::bigint], $1, $1, 1, '{1}', '{0}', '{1,0,0,0,0,0}', $2)",
                 message_id,
                 T0 + day * DAY,
             )

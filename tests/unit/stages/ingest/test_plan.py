@@ -121,12 +121,14 @@ def test_recording_lines_have_one_field_per_column_and_escape_text() -> None:
     (line,) = rec.stage_pass_lines(persist_us=99)
     assert line.endswith("\n") and line.count("\t") == len(STAGE_PASS_COLUMNS) - 1
     passed = dict(zip(STAGE_PASS_COLUMNS, line[:-1].split("\t"), strict=True))
-    assert passed["message_id"] == "42" and passed["attempt"] == "1"
-    assert passed["stages"] == "63"  # all six stages reached (bits 0-5)
-    assert passed["failed"] == "0"
-    # 4-byte big-endian integers in bytea hex, one per stage: ..., persist 99 µs, publish 7.
-    assert passed["durations"].startswith("\\\\x") and len(passed["durations"]) == 3 + 6 * 8
-    assert passed["durations"].endswith("00000063" "00000007")
+    # One row for the transaction's passes (migration 0019): here a single pass.
+    assert passed["message_ids"] == "{42}" and passed["attempt"] == "1"
+    assert passed["message_id_min"] == passed["message_id_max"] == "42"
+    assert passed["stages"] == "{63}"  # all six stages reached (bits 0-5)
+    assert passed["failed"] == "{0}"
+    # Six slots per pass, one per stage in order: ..., persist 99 µs, publish 7.
+    durations = passed["durations"].strip("{}").split(",")
+    assert len(durations) == 6 and durations[4:] == ["99", "7"]
     assert passed["error_codes"] == passed["error_messages"] == "\\N"
     assert rec.dead_letters == []
 
@@ -165,8 +167,8 @@ def test_failed_publish_records_a_dead_letter_with_the_original_envelope() -> No
     assert orjson.loads(row[6])[0]["code"] == "CLICKHOUSE_ERROR"
     (line,) = rec.stage_pass_lines(1)
     passed = dict(zip(STAGE_PASS_COLUMNS, line[:-1].split("\t"), strict=True))
-    assert int(passed["stages"]) & 0b110000 == 0b110000  # persist and publish reached
-    assert passed["failed"] == "32"  # publish failed
+    assert int(passed["stages"].strip("{}")) & 0b110000 == 0b110000  # persist, publish
+    assert passed["failed"] == "{32}"  # publish failed
     assert passed["error_codes"] == "{NULL,NULL,NULL,NULL,NULL,\"PUBLISH_FAILED\"}"
     assert passed["error_messages"].endswith(',"analytics: no"}')
 
