@@ -131,6 +131,30 @@ class RetentionSettings(_Group):
         20_000, ge=100, le=1_000_000,
         description="Rows fetched, converted and written per Parquet row group when archiving.",
     )
+    archives_s: float | None = Field(
+        None, gt=0,
+        description="How long a partition's archive is kept, counted like its tier's "
+        "retention from the end of the partition's time range (longer than that retention); "
+        "none: kept until something outside Tideway removes it (an object-store lifecycle "
+        "rule).",
+    )
+
+    @model_validator(mode="after")
+    def _check_archives_outlive_their_tiers(self) -> RetentionSettings:
+        if self.archives_s is None:
+            return self
+        tiers = {"stage_logs": self.stage_logs_s, "ingestion_records": self.ingestion_records_s,
+                 "telemetry_logs": self.telemetry_logs_s}
+        for tier in self.archive:
+            if self.archives_s <= tiers[tier]:
+                from streams.errors import ConfigError
+
+                raise ConfigError(
+                    f"retention.archives_s ({self.archives_s:g}) is not longer than "
+                    f"retention.{tier}_s ({tiers[tier]:g}): an archive of {tier} would be "
+                    "removed as soon as it is made; raise retention.archives_s"
+                )
+        return self
 
 
 class RetrySettings(_Group):

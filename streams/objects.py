@@ -356,6 +356,14 @@ class ObjectStore:
             raise ValueError(f"not an archive key: {key!r}")
         self._remove(key)
 
+    def remove_expired_archive(self, key: str) -> None:
+        """Remove a partition archive past ``retention.archives_s``. The fourth exception to
+        "never deleted"; the caller (``streams.retention.archive``) deletes the row recording
+        it right after. A missing key is a no-op."""
+        if not key.startswith("archive/") or not key.endswith(".parquet"):
+            raise ValueError(f"not an archive key: {key!r}")
+        self._remove(key)
+
     def _remove(self, key: str) -> None:
         """Delete the file or directory ``key``; a missing key is a no-op. Only the public
         methods above call it, each after checking that its kind of key may go."""

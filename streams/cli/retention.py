@@ -52,8 +52,9 @@ def show_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.
     """Every partition, dedupe generation, superseded run and leftover: size, expiry, and
     what a run would do now."""
 
+    settings = load_settings()
+
     async def main() -> tuple[list[PlanItem], tuple[int, int]]:
-        settings = load_settings()
         conn = await postgres.connect(settings.postgres())
         try:
             items = await maintain.current_plan(conn, settings, datetime.now(UTC))
@@ -68,9 +69,14 @@ def show_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.
         going = sum(i.bytes for i in items if i.action == "drop")
         console.print(f"{total:,} bytes stored; a run now drops {going:,} bytes")
         archiving = sum(1 for i in items if i.archive_to and i.action == "drop")
+        expired = sum(1 for i in items if i.tier == archive.ARCHIVES and i.action == "drop")
+        keep = settings.retention.archives_s
+        kept = (f"kept {keep / 86400:g} days" if keep is not None
+                else "kept until removed outside Tideway")
         console.print(
-            f"archive: {archives:,} partitions in the object store ({archived_bytes:,} bytes); "
-            f"a run now archives {archiving:,} before dropping them"
+            f"archive: {archives:,} partitions in the object store ({archived_bytes:,} bytes), "
+            f"{kept}; a run now archives {archiving:,} before dropping them and removes "
+            f"{expired:,} expired"
         )
 
 

@@ -40,6 +40,12 @@ object — never neither.
 
 The export holds a snapshot for its duration (as any consistent export must): on a large
 partition that is minutes in which vacuum cannot remove newer dead rows.
+
+Archives are kept for ``retention.archives_s`` (none: until something outside Tideway removes
+them), counted from the end of their partition's time range like the tiers: the round's plan
+lists each expired archive (tier ``archives``, action ``drop``, :func:`plan_items`) and
+:func:`remove_expired` removes its object, then the row recording it (an object removed
+whose row survives a failure is removed again, as a no-op, by the next round).
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -58,7 +64,7 @@ import pyarrow.parquet as pq
 
 from streams.adapters.postgres import Conn
 from streams.config import RetentionSettings
-from streams.errors import PermanentError
+from streams.errors import PermanentError, TransientError
 from streams.objects import ObjectStore, ObjectWriter
 from streams.retention.plan import DROP, KEEP, Partition, PlanItem, Tier
 from streams.retention.sql import ident
@@ -434,6 +440,59 @@ async def _discard(store: ObjectStore, key: str) -> None:
         await asyncio.to_thread(store.discard_unrecorded_archive, key)
     except Exception as exc:
         log.warning("could not remove the unrecorded archive %s: %s", key, exc)
+
+
+# -- expiry ---------------------------------------------------------------------------------
+
+ARCHIVES = "archives"
+"""The retention plan's tier of archives past ``retention.archives_s``."""
+
+EXPIRED = """
+SELECT object_key, range_hi, bytes, rows FROM retention_archives
+WHERE range_hi + make_interval(secs => $1) <= $2
+ORDER BY range_hi, id
+"""
+
+FORGET = "DELETE FROM retention_archives WHERE object_key = $1"
+
+
+async def plan_items(conn: Conn, settings: RetentionSettings, now: datetime) -> list[PlanItem]:
+    """The archives a run removes now (none while ``retention.archives_s`` is unset); the
+    others are summed up by :func:`totals`."""
+    if settings.archives_s is None:
+        return []
+    return [
+        PlanItem(
+            tier=ARCHIVES,
+            target=r["object_key"],
+            expires_at=r["range_hi"] + timedelta(seconds=settings.archives_s),
+            action=DROP,
+            bytes=r["bytes"],
+            rows=r["rows"],
+        )
+        for r in await conn.fetch(EXPIRED, settings.archives_s, now)
+    ]
+
+
+async def remove_expired(
+    conn: Conn, store: ObjectStore, items: Sequence[PlanItem]
+) -> tuple[list[PlanItem], list[tuple[str, str]]]:
+    """Remove the expired archives of ``items`` (object, then its row); returns (done,
+    skipped): an object the store cannot remove now keeps its row for the next round."""
+    done, skipped = [], []
+    for item in items:
+        if item.tier != ARCHIVES or item.action != DROP:
+            continue
+        try:
+            await asyncio.to_thread(store.remove_expired_archive, item.target)
+        except TransientError as exc:
+            log.warning("could not remove the expired archive %s: %s", item.target, exc)
+            skipped.append((item.target, f"{exc.code}: {exc}"))
+            continue
+        await conn.execute(FORGET, item.target)
+        log.info("removed the expired archive %s (%d rows)", item.target, item.rows or 0)
+        done.append(item)
+    return done, skipped
 
 
 async def totals(conn: Conn) -> tuple[int, int]:

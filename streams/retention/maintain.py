@@ -132,6 +132,7 @@ async def current_plan(conn: Conn, settings: Settings, now: datetime) -> list[Pl
     partitions, generations, dead = await inventory(conn, settings, now)
     items = plan(partitions, generations, settings.retention, now, resolved_dead_letters=dead)
     items = archive.annotate(items, partitions, settings.retention, TIERS)
+    items += await archive.plan_items(conn, settings.retention, now)
     return items + await batch.plan_items(conn, settings, now)
 
 
@@ -242,7 +243,7 @@ async def execute(
     by_tier = {tier.name: tier for tier in (*TIERS, DEDUPE)}
     done, skipped = [], []
     for item in items:
-        if item.action not in (DROP, DELETE) or item.tier in batch.TIERS:
+        if item.action not in (DROP, DELETE) or item.tier in (*batch.TIERS, archive.ARCHIVES):
             continue
         try:
             if item.tier == DEAD_LETTERS:
@@ -273,6 +274,11 @@ async def execute(
             skipped.append((item.target, f"lock not granted within {LOCK_TIMEOUT_MS} ms"))
             continue
         done.append(item)
+    if any(item.tier == archive.ARCHIVES for item in items):
+        removed, kept = await archive.remove_expired(
+            conn, ObjectStore(settings.objects()), items
+        )
+        done, skipped = done + removed, skipped + kept
     batch_done, batch_skipped = await batch.execute(conn, settings, items, now)
     return done + batch_done, skipped + batch_skipped
 

@@ -387,3 +387,47 @@ async def test_whatever_the_columns_the_archive_holds_them_and_restores_them(
                 "SELECT * FROM ingestion_messages WHERE id = $1", message_id
             )
         assert dict(again) == row
+
+
+async def test_an_archive_is_removed_once_its_own_retention_has_passed(fleet: Harness) -> None:
+    """``retention.archives_s`` (5 days here, the tiers 1): a round three days on archives
+    and drops the partitions that expired (today's and the empty ones made ahead); a later
+    round removes exactly the archives whose partition ended 5 days before it, object and
+    row, and keeps the others; a dry run removes nothing."""
+    keep = timedelta(days=5)
+    s = _archiving(fleet.settings)
+    s = s.model_copy(
+        update={"retention": s.retention.model_copy(update={"archives_s": keep.total_seconds()})}
+    )
+    seq = await fleet.publish("d1", {"ts": 1, "values": good_values()}, msg_id="e-1")
+    await fleet.consume(1, settings=s)
+    message = await fleet.message(seq)
+    now = datetime.now(UTC)
+    done = await maintain.maintain_once(fleet.pool, s, now=now + 3 * DAY)
+    assert done is not None and not done.skipped, done.skipped
+    assert not [i for i in done.done if i.tier == "archives"]
+    store = ObjectStore(s.objects())
+
+    async def archives() -> dict[str, datetime]:
+        async with fleet.pool.acquire() as conn:
+            rows = await conn.fetch("SELECT object_key, range_hi FROM retention_archives")
+        return {r["object_key"]: r["range_hi"] for r in rows}
+
+    made = await archives()
+    assert made and all(store.exists(k) for k in made)
+    assert (await explain(s, str(message["id"])))["message"]["status"] == "completed"
+
+    later = now + 6 * DAY
+    due = {k for k, hi in made.items() if hi + keep <= later}
+    assert due and due != set(made)  # today's partitions expire, those made ahead not yet
+    dry = await maintain.maintain_once(fleet.pool, s, now=later, dry_run=True)
+    assert dry is not None
+    assert {i.target for i in dry.done if i.tier == "archives"} == due
+    assert all(store.exists(k) for k in made)  # a dry run removes nothing
+
+    late = await maintain.maintain_once(fleet.pool, s, now=later)
+    assert late is not None and not late.skipped, late.skipped
+    assert {i.target for i in late.done if i.tier == "archives"} == due
+    left = await archives()
+    assert not due & left.keys() and not any(store.exists(k) for k in due)
+    assert set(made) - due <= left.keys() and all(store.exists(k) for k in set(made) - due)
