@@ -56,7 +56,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -430,6 +430,84 @@ async def archive_then_drop(
             await _discard(store, key)
             raise
     log.info("archived %s: %s (%d rows, %d bytes)", partition, key, archived.rows, archived.bytes)
+    return archived
+
+
+def default_archive_key(table: str, partition: str, cutoff: datetime) -> str:
+    """Where the expired rows a round deletes from a DEFAULT partition go: one object per
+    round that deletes some (``cutoff``: the round's; a suffix keeps two rounds with the same
+    cutoff apart)."""
+    return (
+        f"{PREFIX}/{table}/default/{partition}_{cutoff.astimezone(UTC):%Y%m%dT%H%M%S}Z_"
+        f"{uuid.uuid4().hex[:8]}.parquet"
+    )
+
+
+async def archive_then_delete(
+    conn: Conn,
+    store: ObjectStore,
+    settings: RetentionSettings,
+    *,
+    tier: Tier,
+    partition: str,
+    where: str,
+    args: Sequence[Any],
+    cutoff: datetime,
+    lock_timeout_ms: int,
+) -> Archived | None:
+    """Delete the rows of the DEFAULT ``partition`` of ``tier`` matching ``where`` (with
+    ``args``) and archive them, in one transaction: they move into a temporary table, which
+    is exported, verified and recorded like a partition (the record's range ends at
+    ``cutoff``). ``None`` when no row matched. On any failure the rows stay."""
+    async with conn.transaction():
+        await conn.execute(f"SET LOCAL lock_timeout = {lock_timeout_ms}")
+        moved = f"tideway_archive_rows_{uuid.uuid4().hex[:12]}"
+        await conn.execute(
+            f"CREATE TEMP TABLE {moved} (LIKE {ident(partition)}) ON COMMIT DROP"
+        )
+        await conn.execute(
+            f"WITH gone AS (DELETE FROM {ident(partition)} WHERE {where} RETURNING *) "
+            f"INSERT INTO {moved} SELECT * FROM gone",
+            *args,
+        )
+        rows = int(await conn.fetchval(f"SELECT count(*) FROM {moved}"))
+        if not rows:
+            return None
+        lo = await conn.fetchval(f"SELECT min({ident(tier.column)}) FROM {moved}")
+        key = default_archive_key(tier.table, partition, cutoff)
+        archived, _ = await export(
+            conn,
+            store,
+            table=tier.table,
+            partition=moved,
+            key=key,
+            metadata={
+                "tideway.table": tier.table,
+                "tideway.partition": partition,
+                "tideway.range": f"[{lo.isoformat()}, {cutoff.isoformat()})",
+            },
+            batch_rows=settings.archive_batch_rows,
+        )
+        try:
+            await asyncio.to_thread(verify, store, archived, rows)
+            await conn.execute(
+                RECORD,
+                tier.name,
+                tier.table,
+                partition,
+                lo,
+                cutoff,
+                archived.key,
+                archived.sha256,
+                archived.bytes,
+                archived.rows,
+                archived.message_id_min,
+                archived.message_id_max,
+            )
+        except BaseException:
+            await _discard(store, key)
+            raise
+    log.info("archived %d expired rows of %s: %s", rows, partition, key)
     return archived
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -253,7 +253,14 @@ async def execute(
                     now,
                 )
             elif item.action == DELETE:
-                await _delete_expired_default(conn, settings, by_tier[item.tier], item, now)
+                why, rows = await _delete_expired_default(
+                    conn, settings, by_tier[item.tier], item, now
+                )
+                if why or rows:  # an archive was made, or tried and failed
+                    archives.append((item.tier, "failed" if why else "archived", rows))
+                if why is not None:
+                    skipped.append((item.target, why))
+                    continue
             elif item.tier in settings.retention.archive:
                 why, rows = await _archive_then_drop(
                     conn, settings, by_tier[item.tier], item.target
@@ -300,41 +307,74 @@ async def _drop(conn: Conn, tier: Tier, name: str, *, detach: bool) -> None:
     await _ddl(conn, statements)
 
 
+async def _archived(what: str, kept: str, run: Awaitable[int]) -> tuple[str | None, int]:
+    """Await an archive (``run`` answers the rows archived): (``None``, rows) when done, else
+    (why not, 0) and a warning: what it would have removed (``kept``) stays for the next
+    round. A lock not granted is raised, to be skipped like any drop's."""
+    try:
+        rows = await run
+    except asyncpg.LockNotAvailableError:
+        raise
+    except (TidewayError, pa.ArrowException, asyncpg.PostgresError) as exc:
+        code = getattr(exc, "code", None) or getattr(exc, "sqlstate", None) or type(exc).__name__
+        log.warning("archive of %s failed, %s kept: %s (%s)", what, kept, exc, code)
+        return f"archive failed, {kept} kept: {code}: {exc}", 0
+    return None, rows
+
+
 async def _archive_then_drop(
     conn: Conn, settings: Settings, tier: Tier, name: str
 ) -> tuple[str | None, int]:
     """:func:`archive.archive_then_drop` with this module's drop: (``None``, rows archived)
     when done, else (why not, 0): the partition stays; the next round tries again."""
-    try:
-        store = ObjectStore(settings.objects())
+
+    async def run() -> int:
         done = await archive.archive_then_drop(
             conn,
-            store,
+            ObjectStore(settings.objects()),
             settings.retention,
             tier=tier,
             partition=name,
             lock_timeout_ms=LOCK_TIMEOUT_MS,
             drop=lambda: _drop(conn, tier, name, detach=True),
         )
-    except asyncpg.LockNotAvailableError:
-        raise  # skipped like any drop whose lock was not granted
-    except (TidewayError, pa.ArrowException, asyncpg.PostgresError) as exc:
-        code = getattr(exc, "code", None) or getattr(exc, "sqlstate", None) or type(exc).__name__
-        log.warning("archive of %s failed, partition kept: %s (%s)", name, exc, code)
-        return f"archive failed, partition kept: {code}: {exc}", 0
-    return None, done.rows
+        return done.rows
+
+    return await _archived(name, "partition", run())
 
 
 async def _delete_expired_default(
     conn: Conn, settings: Settings, tier: Tier, item: PlanItem, now: datetime
-) -> None:
+) -> tuple[str | None, int]:
+    """Delete the expired rows of a DEFAULT partition (not those of open dead letters); of an
+    archived tier, archive them first (:func:`archive.archive_then_delete`). Returns, like
+    :func:`_archive_then_drop`, (``None``, rows archived) or (why not, 0): the rows stay."""
     cutoff = now - retention_of(settings.retention, tier)
     keep = (
         f" AND {tier.keep_open_dead_letters} NOT IN ({sql.OPEN_DEAD_LETTER_IDS})"
         if tier.keep_open_dead_letters
         else ""
     )
-    await conn.execute(f"DELETE FROM {ident(item.target)} WHERE {tier.column} < $1{keep}", cutoff)
+    where = f"{tier.column} < $1{keep}"
+    if tier.name not in settings.retention.archive:
+        await conn.execute(f"DELETE FROM {ident(item.target)} WHERE {where}", cutoff)
+        return None, 0
+
+    async def run() -> int:
+        done = await archive.archive_then_delete(
+            conn,
+            ObjectStore(settings.objects()),
+            settings.retention,
+            tier=tier,
+            partition=item.target,
+            where=where,
+            args=(cutoff,),
+            cutoff=cutoff,
+            lock_timeout_ms=LOCK_TIMEOUT_MS,
+        )
+        return done.rows if done else 0
+
+    return await _archived(f"{item.target}'s expired rows", "rows", run())
 
 
 async def finish_detached(conn: Conn) -> list[str]:

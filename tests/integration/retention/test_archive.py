@@ -431,3 +431,53 @@ async def test_an_archive_is_removed_once_its_own_retention_has_passed(fleet: Ha
     left = await archives()
     assert not due & left.keys() and not any(store.exists(k) for k in due)
     assert set(made) - due <= left.keys() and all(store.exists(k) for k in set(made) - due)
+
+
+async def test_expired_rows_of_a_default_partition_are_archived_before_they_are_deleted(
+    fleet: Harness,
+) -> None:
+    """Rows in DEFAULT (a time no partition covers: an old replay, the rows of a dead letter
+    kept past their partition) go row by row; with their tier archived they are exported,
+    verified and recorded first, in the same transaction, and a message is explained from
+    that archive."""
+    s = _archiving(fleet.settings)
+    seq = await fleet.publish("d1", {"ts": 1, "seq": 1, "values": good_values()}, msg_id="f-1")
+    await fleet.consume(1, settings=s)
+    message = await fleet.message(seq)
+    old = timedelta(days=400)  # before every partition: the rows move to DEFAULT
+    async with fleet.pool.acquire() as conn:
+        for table, column, where in (
+            ("ingestion_messages", "received_at", "id = $1"),
+            ("device_telemetry_logs", "received_at", "ingestion_message_id = $1"),
+            ("ingestion_stage_passes", "created_at", "$1 = ANY(message_ids)"),
+        ):
+            await conn.execute(f"UPDATE {table} SET {column} = {column} - $2::interval"
+                               f" WHERE {where}", message["id"], old)
+        for table in TABLES:
+            assert await _partition_of(
+                conn, table, "message_ids[]" if table == "ingestion_stage_passes"
+                else "id" if table == "ingestion_messages" else "ingestion_message_id",
+                message["id"],
+            ) == f"{table}_default"
+    before = await explain(s, str(message["id"]))
+
+    done = await maintain.maintain_once(fleet.pool, s, now=datetime.now(UTC))
+    assert done is not None and not done.skipped, done.skipped
+    assert sorted(a[:2] for a in done.archives) == [
+        (tier, "archived") for tier in sorted(ALL_TIERS)
+    ]
+    async with fleet.pool.acquire() as conn:
+        for table in TABLES:
+            assert await conn.fetchval(f"SELECT count(*) FROM {table}_default") == 0
+        recorded = await conn.fetch(
+            "SELECT partition_name, object_key, rows FROM retention_archives ORDER BY 1"
+        )
+    assert [(r["partition_name"], r["rows"]) for r in recorded] == [
+        (f"{t}_default", 1) for t in sorted(TABLES)
+    ]
+    assert all(r["object_key"].startswith("archive/") and "/default/" in r["object_key"]
+               for r in recorded)
+    after = await explain(s, str(message["id"]))
+    assert after["message"]["status"] == "completed"
+    assert after["stages"] == before["stages"] and after["telemetry"] == before["telemetry"]
+    assert sorted(after["archive"]) == sorted(TABLES)
