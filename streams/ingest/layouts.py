@@ -4,9 +4,12 @@ topic with the same parameters present share.
 A telemetry row stores its values as a JSON array and the id of its layout in
 ``telemetry_value_layouts`` (migration 0018): schema version, topic and the values' keys in
 order, written once per layout instead of once per row. A deployment has a handful of layouts
-(a few per schema version and topic), each registered by the first writer that meets it and
-never changed, so each process keeps every id it has seen for good and asks Postgres only on a
-miss — outside the recording transaction, so an id it caches is always committed.
+(a few per schema version and topic: the keys are the topic's parameters in the compiled
+schema's order, every measured one present, ``null`` when the envelope lacks it, so they vary
+only with the stages reached, never with what a device sends), each registered by the first
+writer that meets it and never changed, so each process keeps every id it has seen for good
+and asks Postgres only on a miss — outside the recording transaction, so an id it caches is
+always committed.
 """
 
 from __future__ import annotations

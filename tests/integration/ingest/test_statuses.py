@@ -121,3 +121,29 @@ async def test_unparseable_and_oversized_envelopes_are_recorded_and_dead_lettere
             "SELECT payload FROM dead_letters WHERE ingestion_message_id = $1", big_row["id"]
         )
     assert payload == big  # the original envelope, byte for byte
+
+
+async def test_what_a_device_sends_cannot_grow_the_value_layouts(fleet: Harness) -> None:
+    """A layout's keys are the topic's parameters in the schema's order (every measured one,
+    ``null`` when absent, plus the derived ones once derived), so envelopes leaving out any
+    optional parameters share one layout; only a different stage reached (an invalid envelope:
+    measured values only) makes another."""
+    full = good_values()
+    optional = ("rh", "pressure_pa", "bat_mv", "door", "wind", "fw")
+    for i in range(len(optional) + 1):
+        values = {k: v for k, v in full.items() if k not in optional[:i]}
+        await fleet.publish("d1", {"ts": i, "seq": i, "values": values}, msg_id=f"lay-{i}")
+    await fleet.publish("d1", {"ts": 9, "values": {"temp": "hot"}}, msg_id="lay-invalid")
+    await fleet.consume(len(optional) + 2)
+    async with fleet.pool.acquire() as conn:
+        states = await conn.fetch(
+            "SELECT processing_state, count(DISTINCT values_layout) AS layouts"
+            " FROM device_telemetry_logs GROUP BY 1 ORDER BY 1")
+        assert [tuple(r) for r in states] == [("invalid", 1), ("processed", 1)]
+        assert await conn.fetchval("SELECT count(*) FROM telemetry_value_layouts") == 2
+        # The envelope without any optional parameter kept them all, as nulls.
+        values = await conn.fetchval(
+            "SELECT telemetry_values(values_layout, parameter_list) FROM device_telemetry_logs"
+            " WHERE processing_state = 'processed' ORDER BY ingestion_message_id DESC LIMIT 1")
+    assert values["humidity"] is None and values["firmware"] is None
+    assert values["temp_c"] == full["temp"]
