@@ -395,36 +395,11 @@ async def archive_then_drop(
             )
         # An object no row records is a leftover of an attempt whose commit failed.
         await asyncio.to_thread(store.discard_unrecorded_archive, key)
-        archived, _ = await export(
-            conn,
-            store,
-            table=tier.table,
-            partition=partition,
-            key=key,
-            metadata={
-                "tideway.table": tier.table,
-                "tideway.partition": partition,
-                "tideway.range": f"[{lo.isoformat()}, {hi.isoformat()})",
-            },
-            batch_rows=settings.archive_batch_rows,
+        archived = await _export_and_record(
+            conn, store, settings, tier=tier, source=partition, partition=partition, key=key,
+            lo=lo, hi=hi,
         )
         try:
-            rows = int(await conn.fetchval(f"SELECT count(*) FROM {ident(partition)}"))
-            await asyncio.to_thread(verify, store, archived, rows)
-            await conn.execute(
-                RECORD,
-                tier.name,
-                tier.table,
-                partition,
-                lo,
-                hi,
-                archived.key,
-                archived.sha256,
-                archived.bytes,
-                archived.rows,
-                archived.message_id_min,
-                archived.message_id_max,
-            )
             await drop()
         except BaseException:
             await _discard(store, key)
@@ -475,39 +450,62 @@ async def archive_then_delete(
             return None
         lo = await conn.fetchval(f"SELECT min({ident(tier.column)}) FROM {moved}")
         key = default_archive_key(tier.table, partition, cutoff)
-        archived, _ = await export(
-            conn,
-            store,
-            table=tier.table,
-            partition=moved,
-            key=key,
-            metadata={
-                "tideway.table": tier.table,
-                "tideway.partition": partition,
-                "tideway.range": f"[{lo.isoformat()}, {cutoff.isoformat()})",
-            },
-            batch_rows=settings.archive_batch_rows,
+        archived = await _export_and_record(
+            conn, store, settings, tier=tier, source=moved, partition=partition, key=key,
+            lo=lo, hi=cutoff,
         )
-        try:
-            await asyncio.to_thread(verify, store, archived, rows)
-            await conn.execute(
-                RECORD,
-                tier.name,
-                tier.table,
-                partition,
-                lo,
-                cutoff,
-                archived.key,
-                archived.sha256,
-                archived.bytes,
-                archived.rows,
-                archived.message_id_min,
-                archived.message_id_max,
-            )
-        except BaseException:
-            await _discard(store, key)
-            raise
     log.info("archived %d expired rows of %s: %s", rows, partition, key)
+    return archived
+
+
+async def _export_and_record(
+    conn: Conn,
+    store: ObjectStore,
+    settings: RetentionSettings,
+    *,
+    tier: Tier,
+    source: str,
+    partition: str,
+    key: str,
+    lo: datetime,
+    hi: datetime,
+) -> Archived:
+    """Export the rows of ``source`` (the partition itself, or a temporary table of its rows)
+    to ``key``, verify the object holds every one of them and record it as ``partition``'s
+    archive of ``[lo, hi)``. On a failure after the export the object is removed again."""
+    archived, _ = await export(
+        conn,
+        store,
+        table=tier.table,
+        partition=source,
+        key=key,
+        metadata={
+            "tideway.table": tier.table,
+            "tideway.partition": partition,
+            "tideway.range": f"[{lo.isoformat()}, {hi.isoformat()})",
+        },
+        batch_rows=settings.archive_batch_rows,
+    )
+    try:
+        rows = int(await conn.fetchval(f"SELECT count(*) FROM {ident(source)}"))
+        await asyncio.to_thread(verify, store, archived, rows)
+        await conn.execute(
+            RECORD,
+            tier.name,
+            tier.table,
+            partition,
+            lo,
+            hi,
+            archived.key,
+            archived.sha256,
+            archived.bytes,
+            archived.rows,
+            archived.message_id_min,
+            archived.message_id_max,
+        )
+    except BaseException:
+        await _discard(store, key)
+        raise
     return archived
 
 
