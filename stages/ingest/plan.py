@@ -63,8 +63,12 @@ TELEMETRY_COLUMNS = (
     "processing_state", "values_layout", "parameter_list", "validation_issues",
 )
 INT32_MAX = 2**31 - 1
+_NO_CARRIED = "\t".join([NULL] * 6)
+"""The tenant, device, schema version, topic, measurement time and ``seq`` of a message row
+whose telemetry row holds them (migration 0020)."""
 DEAD_LETTER_COLUMNS = (
     "ingestion_message_id", "tenant", "subject", "headers", "payload", "reason_code", "failures",
+    "dedupe_key", "schema_version_id",
 )
 
 
@@ -82,6 +86,8 @@ class Existing:
 
     id: int
     key: str | None
+    """The key's digest (:func:`stages.ingest.ingress.key_hash`: what the row stores since
+    migration 0020); ``None`` for a duplicate row."""
     stream_seq: int
     received_at: datetime
     status: str
@@ -108,7 +114,7 @@ def classify(evaluations: Sequence[Evaluation], existing: Sequence[Existing]) ->
     out: list[Classified] = []
     for index, ev in enumerate(evaluations):
         receipt = (ev.receipt.stream_seq, ev.receipt.received_at)
-        owner = by_key.get(ev.key)
+        owner = by_key.get(ev.key_digest)
         if receipt in duplicate_receipts or (
             owner is not None and (owner.stream_seq, owner.received_at) == receipt
         ):
@@ -370,7 +376,6 @@ class Recording:
             seq = NULL if env.seq is None else str(env.seq)
         else:
             measured = seq = NULL
-        key = ev.key if "\\" not in ev.key else copy_text(ev.key)
         subject, prefix_id = (receipt.subject if ev.parts is not None
                               else copy_text(receipt.subject)), NULL
         if (self.prefix_id is not None and device is not None and binding is not None
@@ -378,20 +383,13 @@ class Recording:
                                        f"{device.external_id}.{binding.program.topic}"):
             subject, prefix_id = NULL, str(self.prefix_id)
         trace = receipt.traceparent or NULL
-        ids = (f"{device.tenant_id_text}\t{device.id_text}" if device is not None
-               else f"{NULL}\t{NULL}")
-        schema = (f"{binding.version_text}\t{binding.topic_id_text}" if binding is not None
-                  else f"{NULL}\t{NULL}")
         error = (f"{NULL}\t{NULL}" if final.error_code is None else
                  f"{copy_text(final.error_code)}\t{copy_text(final.error_message)}")
-        self.messages.append(
-            f"{message_id}\t{key}\t{receipt.stream_seq}\t{received}\t{subject}\t{trace}\t"
-            f"{len(receipt.data)}\t{ids}\t{schema}\t{measured}\t{seq}\t{status.value}\t"
-            f"{error}\t{prefix_id}\n"
-        )
-        self.keys.append(f"{ev.key_digest}\t{self.gen}\t{message_id}\t{received}\n")
         state = final.state
         if state is not None and device is not None and binding is not None:
+            # The telemetry row carries the device, the measurement and (through its values
+            # layout) the schema version and topic; the message row leaves them NULL
+            # (migration 0020; the ingestion_records view reads them back).
             if state not in RECORDABLE_STATES:
                 raise PROCESSING_MACHINE.illegal(f"telemetry cannot be recorded as {state}")
             issues = (json_field(orjson.dumps(issues_json(ev.issues)).decode())
@@ -405,6 +403,22 @@ class Recording:
                 f"{message_id}\t{device.id_text}\t{measured}\t{seq}\t{received}\t"
                 f"{state.value}\t{layout}\t{listed}\t{issues}\n"
             )
+            self.messages.append(
+                f"{message_id}\t{ev.key_digest}\t{receipt.stream_seq}\t{received}\t{subject}\t"
+                f"{trace}\t{len(receipt.data)}\t{_NO_CARRIED}\t{status.value}\t{error}\t"
+                f"{prefix_id}\n"
+            )
+        else:
+            ids = (f"{device.tenant_id_text}\t{device.id_text}" if device is not None
+                   else f"{NULL}\t{NULL}")
+            schema = (f"{binding.version_text}\t{binding.topic_id_text}" if binding is not None
+                      else f"{NULL}\t{NULL}")
+            self.messages.append(
+                f"{message_id}\t{ev.key_digest}\t{receipt.stream_seq}\t{received}\t{subject}\t"
+                f"{trace}\t{len(receipt.data)}\t{ids}\t{schema}\t{measured}\t{seq}\t"
+                f"{status.value}\t{error}\t{prefix_id}\n"
+            )
+        self.keys.append(f"{ev.key_digest}\t{self.gen}\t{message_id}\t{received}\n")
         self.recorded.append((final, message_id))
         if final.dead_letter:
             self.dead_letters.append(self.dead_letter_row(final, message_id))
@@ -465,6 +479,7 @@ class Recording:
             message_id, ev.parts.tenant if ev.parts else None, text(receipt.subject),
             orjson.dumps({text(k): text(v) for k, v in (receipt.headers or {}).items()}).decode(),
             receipt.data, final.error_code or PUBLISH_FAILED, orjson.dumps(failures).decode(),
+            ev.key, ev.binding.version_text if ev.binding is not None else None,
         )
 
     def add_duplicate(self, ev: Evaluation, owner_id: int) -> None:

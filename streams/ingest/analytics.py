@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -217,12 +218,19 @@ class Analytics:
                 {"keys": list(keys)},
             )
 
-    async def count_for(self, key: str) -> int:
-        """How many (deduplicated) rows hold values of the envelope with dedupe key ``key``."""
+    async def count_for(self, digest: str, *, tenant: str, device: str,
+                        measured_at: datetime) -> int:
+        """How many (deduplicated) rows hold values of the envelope whose dedupe key has the
+        digest ``digest`` (:func:`stages.ingest.ingress.key_hash`: Postgres keeps only the
+        digest since migration 0020), measured at ``measured_at`` by ``device`` of
+        ``tenant`` (which narrow the read to a range of the table's sort key)."""
         rows = await self.clickhouse.query_rows(
             f"SELECT count() FROM {self.clickhouse.database}.{self.table} FINAL "
-            "WHERE message_key = {key:String}",
-            {"key": key},
+            "WHERE tenant = {tenant:String} AND device = {device:String} "
+            "AND measured_at = {measured:DateTime64(6, 'UTC')} "
+            "AND lower(hex(substring(SHA256(message_key), 1, 16))) = {digest:String}",
+            {"tenant": tenant, "device": device, "digest": digest,
+             "measured": measured_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")},
         )
         return int(rows[0][0]) if rows else 0
 

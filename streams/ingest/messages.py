@@ -48,8 +48,11 @@ async def _gather(conn: Conn, message_id: int) -> dict[str, Any] | None:
     # The subject as received, also where the row leaves it out (migration 0018).
     message["subject"] = message.pop("full_subject")
     message.pop("subject_prefix", None)
+    # The key's digest (migration 0020), as key_hash spells it.
+    digest = message["source_deduplication_key"]
+    message["source_deduplication_key"] = None if digest is None else digest.hex
     owner = message_id if message["duplicate_of"] is None else message["duplicate_of"]
-    telemetry = await conn.fetchrow(sql.MESSAGE_TELEMETRY, message_id)
+    telemetry = await conn.fetchrow(sql.MESSAGE_TELEMETRY, message_id, message["received_at"])
     dead = await conn.fetchrow(sql.MESSAGE_DEAD_LETTER, message_id)
     return {
         "message": message,
@@ -120,13 +123,19 @@ async def _published(resources: Resources, message: dict[str, Any],
     try:
         state = await HotState(resources.redis).read(key)
         current = state.get(telemetry["topic"]) or {}
-        out["hot_state_current"] = current.get("message_key") == message["source_deduplication_key"]
+        # The entry names its envelope by key (or, when it was put back from Postgres, by the
+        # key's digest: pipeline._newest_kept); the row holds the digest.
+        held = current.get("message_key")
+        digest = message["source_deduplication_key"]
+        out["hot_state_current"] = held is not None and digest in (held, key_hash(held))
         out["hot_state_seq"] = current.get("seq")
     except Exception as exc:  # an explanation must not fail because Redis is away
         out["hot_state_current"] = f"unavailable: {exc}"
     try:
         analytics = Analytics(resources.clickhouse, resources.names.analytics_table)
-        out["analytics_rows"] = await analytics.count_for(message["source_deduplication_key"])
+        out["analytics_rows"] = await analytics.count_for(
+            message["source_deduplication_key"], tenant=message["tenant"],
+            device=message["device"], measured_at=telemetry["measured_at"])
     except Exception as exc:  # a chDB engine held by another process, for instance
         out["analytics_rows"] = f"unavailable: {exc}"
     return out

@@ -301,7 +301,8 @@ class Pipeline:
             return None
         measured = row["measured_at"]
         return hot_item(item.key, item.topic, measured, epoch_us(measured), row["seq"],
-                        row["key"], iso_utc(epoch_us(row["received_at"])), row["values_json"])
+                        row["key"].hex, iso_utc(epoch_us(row["received_at"])),
+                        row["values_json"])
 
     async def _announce(self, recorded: Recorded) -> None:
         """Copy each new dead letter to the DLQ stream, for alerting (best effort)."""

@@ -98,7 +98,8 @@ async def lookup(conn: Conn, evaluations: Sequence[Evaluation]) -> tuple[list[Ex
         raise translate(exc) from exc
     gen = next(r["gen"] for r in rows if r["id"] is None)
     return [
-        Existing(id=r["id"], key=r["key"], stream_seq=r["stream_seq"],
+        Existing(id=r["id"], key=None if r["key"] is None else r["key"].hex,
+                 stream_seq=r["stream_seq"],
                  received_at=r["received_at"], status=r["status"])
         for r in rows if r["id"] is not None
     ], gen

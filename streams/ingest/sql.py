@@ -50,18 +50,19 @@ WHERE v.id = ANY($1::uuid[])
 # the client.) The first row is the dedupe generation current when the statement's snapshot
 # was taken (id NULL): the recording transaction compares it with its own (recorder.py).
 # A key is found through ``ingest_dedupe_keys`` (every generation not yet dropped: the dedupe
-# horizon), and its owner's row by id and partition key.
+# horizon), and its owner's row by id and partition key; ``key`` is the owner's digest of it
+# (migration 0020: the row keeps no text).
 LOOKUP = """
-SELECT NULL::text AS key, NULL::bigint AS id, NULL::bigint AS stream_seq,
+SELECT NULL::uuid AS key, NULL::bigint AS id, NULL::bigint AS stream_seq,
        NULL::timestamptz AS received_at, NULL::text AS status,
        (SELECT max(gen) FROM ingest_dedupe_generations) AS gen
 UNION ALL
-SELECT m.source_deduplication_key, m.id, m.stream_seq, m.received_at, m.status, NULL
+SELECT m.source_deduplication_key, m.id, m.stream_seq, m.received_at, m.status::text, NULL
 FROM ingest_dedupe_keys k
 JOIN ingestion_messages m ON m.id = k.message_id AND m.received_at = k.received_at
 WHERE k.key_hash = ANY(string_to_array($1::text, E'\\n')::uuid[])
 UNION ALL
-SELECT NULL, d.id, d.stream_seq, d.received_at, d.status, NULL
+SELECT NULL, d.id, d.stream_seq, d.received_at, d.status::text, NULL
 FROM (SELECT split_part(r, ':', 1)::bigint AS seq,
              'epoch'::timestamptz + split_part(r, ':', 2)::bigint * interval '1 microsecond' AS rx
       FROM unnest(string_to_array($2::text, E'\\n')) AS r) AS r
@@ -141,24 +142,24 @@ ON CONFLICT DO NOTHING
 # ON CONFLICT: the partial receipt index (it holds the partition key, received_at); a
 # redelivered dedupe hit is recorded once.
 
-_DEAD_LETTER_TYPES = ("bigint", "text", "text", "text", "bytea", "text", "text")
+_DEAD_LETTER_TYPES = ("bigint", "text", "text", "text", "bytea", "text", "text", "text", "uuid")
 assert len(_DEAD_LETTER_TYPES) == len(DEAD_LETTER_COLUMNS)
 
 # headers and failures arrive as JSON text (see plan.Recording.dead_letter_row). The failures
 # of the envelope's earlier deliveries (nak'ed for redelivery, kept by key in
 # ingest_delivery_failures) go in front of this delivery's, so the dead letter holds every
-# failure, oldest first; the message row is this transaction's own insert (its schema
-# version is copied: part of the dead letter's error signature).
+# failure, oldest first. The dead letter keeps the key's text (a redrive republishes under
+# it; the message row holds only its digest since migration 0020) and the schema version
+# (part of its error signature).
 INSERT_DEAD_LETTERS = f"""
-INSERT INTO dead_letters ({", ".join(DEAD_LETTER_COLUMNS)}, schema_version_id)
+INSERT INTO dead_letters ({", ".join(DEAD_LETTER_COLUMNS)})
 SELECT u.m, u.t, u.s, u.h::jsonb, u.p, u.r, coalesce((
            SELECT jsonb_agg(e.failure ORDER BY f.delivered, e.n)
            FROM ingest_delivery_failures f
            CROSS JOIN LATERAL jsonb_array_elements(f.failures) WITH ORDINALITY AS e(failure, n)
-           WHERE f.key = im.source_deduplication_key), '[]'::jsonb) || u.f::jsonb,
-       im.schema_version_id
-FROM unnest({_unnest(_DEAD_LETTER_TYPES)}) AS u(m, t, s, h, p, r, f)
-LEFT JOIN ingestion_messages im ON im.id = u.m
+           WHERE f.key = u.k COLLATE "C"), '[]'::jsonb) || u.f::jsonb,
+       u.k, u.v
+FROM unnest({_unnest(_DEAD_LETTER_TYPES)}) AS u(m, t, s, h, p, r, f, k, v)
 ON CONFLICT (ingestion_message_id) DO NOTHING
 """
 
@@ -237,7 +238,8 @@ LIMIT $4
 """
 
 DEAD_LETTER = """
-SELECT dl.*, m.status, m.attempts, m.stream_seq, m.received_at, m.source_deduplication_key
+SELECT dl.*, m.status, m.attempts, m.stream_seq, m.received_at,
+       coalesce(dl.dedupe_key, m.source_deduplication_key::text) AS source_deduplication_key
 FROM dead_letters dl JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
 WHERE dl.id = $1 AND ($2::text IS NULL OR dl.tenant = $2)
 """
@@ -250,13 +252,15 @@ WHERE dl.id = $1 AND ($2::text IS NULL OR dl.tenant = $2)
 # the locked ones.
 REDRIVE_CANDIDATES = """
 SELECT dl.id AS dead_letter_id, m.id AS message_id, m.attempts, m.status,
-       m.source_deduplication_key AS key, m.received_at, d.tenant_id, t.device_id,
+       dl.dedupe_key AS key, m.received_at, d.tenant_id, t.device_id,
        l.schema_version_id, l.topic, t.measured_at, t.seq,
        telemetry_values(t.values_layout, t.parameter_list) AS parameter_values,
        t.processing_state, d.external_id AS device, tn.name AS tenant
 FROM dead_letters dl
 JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
-LEFT JOIN device_telemetry_logs t ON t.ingestion_message_id = m.id
+LEFT JOIN device_telemetry_logs t
+       ON t.ingestion_message_id = m.id AND t.received_at = m.received_at
+      AND t.processing_state <> 'processed'
 LEFT JOIN telemetry_value_layouts l ON l.id = t.values_layout
 LEFT JOIN devices d ON d.id = t.device_id
 LEFT JOIN tenants tn ON tn.id = d.tenant_id
@@ -274,6 +278,7 @@ REDRIVE_UNREACHABLE = """
 SELECT dl.reason_code, count(*) AS count
 FROM dead_letters dl
 LEFT JOIN device_telemetry_logs t ON t.ingestion_message_id = dl.ingestion_message_id
+      AND t.processing_state <> 'processed'
 WHERE dl.state = 'open' AND t.processing_state IS DISTINCT FROM 'publish_failed'
 GROUP BY dl.reason_code
 ORDER BY dl.reason_code
@@ -328,12 +333,14 @@ RETURNING d.id, (SELECT count(*) FROM m) AS messages
 
 # -- explaining one envelope -----------------------------------------------------------------
 
-# ``full_subject``: the subject, spelled out where the row leaves it out (migration 0018).
+# ``full_subject``: the subject, spelled out where the row leaves it out (migration 0018);
+# the tenant, device, schema version, topic, measurement time and seq of an envelope with a
+# telemetry row are that row's (the ingestion_records view: migration 0020).
 MESSAGE = """
 SELECT m.*, d.external_id AS device, tn.name AS tenant,
        message_subject(m.subject, m.subject_prefix, m.tenant_id, m.device_id,
                        m.schema_topic_id) AS full_subject
-FROM ingestion_messages m
+FROM ingestion_records m
 LEFT JOIN devices d ON d.id = m.device_id
 LEFT JOIN tenants tn ON tn.id = m.tenant_id
 WHERE m.id = $1
@@ -363,8 +370,10 @@ FROM device_telemetry_logs t
 JOIN telemetry_value_layouts l ON l.id = t.values_layout
 LEFT JOIN devices d ON d.id = t.device_id
 LEFT JOIN ingestion_messages m ON m.id = t.ingestion_message_id AND m.received_at = t.received_at
-WHERE t.ingestion_message_id = $1
+WHERE t.ingestion_message_id = $1 AND ($2::timestamptz IS NULL OR t.received_at = $2)
 """
+# $2: the message's received_at when known (it picks the one partition whose BRIN index on
+# the message id is read; migration 0020).
 
 # The newest measurement of a device and topic that Postgres recorded as processed, in hot-state
 # order (ts, then seq with none first; the earliest recorded of equals): what the hot state
@@ -373,7 +382,8 @@ NEWEST_PROCESSED = """
 SELECT t.measured_at, t.seq, t.received_at,
        telemetry_values(t.values_layout, t.parameter_list)::text AS values_json,
        m.source_deduplication_key AS key
-FROM device_telemetry_logs t JOIN ingestion_messages m ON m.id = t.ingestion_message_id
+FROM device_telemetry_logs t
+JOIN ingestion_messages m ON m.id = t.ingestion_message_id AND m.received_at = t.received_at
 WHERE t.device_id = $1 AND t.processing_state = 'processed'
   AND t.values_layout IN (SELECT id FROM telemetry_value_layouts WHERE topic = $2)
 ORDER BY t.measured_at DESC, t.seq DESC NULLS LAST, t.ingestion_message_id

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
@@ -44,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from stages.ingest.ingress import key_hash
 from streams.adapters import postgres
 from streams.objects import ObjectStore
 from streams.retention.archive import MESSAGE_ID_BOUNDS
@@ -151,20 +153,30 @@ def _plain(value: Any, pg_type: str) -> Any:
 
 def _rows(table: pa.Table) -> list[dict[str, Any]]:
     types = {f.name: (f.metadata or {}).get(b"pg_type", b"").decode() for f in table.schema}
-    return [
+    rows = [
         {name: _plain(value, types[name]) for name, value in row.items()}
         for row in table.to_pylist()
     ]
+    if types.get(KEY_COLUMN) == "text":
+        # Archived before migration 0020: the key's text, where the row now holds its digest.
+        for row in rows:
+            if row[KEY_COLUMN] is not None:
+                row[KEY_COLUMN] = key_hash(row[KEY_COLUMN])
+    return rows
 
 
 # -- the connection ---------------------------------------------------------------------------
 
 
 async def _find_by_key(conn: asyncpg.Connection, store: ObjectStore, key: str) -> int | None:
-    """The id of the archived message with dedupe key ``key`` (newest archive first)."""
+    """The id of the archived message with dedupe key ``key`` (newest archive first). The
+    column holds the key's digest (a ``uuid``, archived as its text) since migration 0020,
+    the key's text in older archives."""
+    digest = str(uuid.UUID(key_hash(key)))
     for r in await conn.fetch(ALL_OF, "ingestion_messages"):
         hit = await asyncio.to_thread(
-            _read, store, r["object_key"], [(KEY_COLUMN, KEY_COLUMN, key)]
+            _read, store, r["object_key"],
+            [(KEY_COLUMN, KEY_COLUMN, digest), (KEY_COLUMN, KEY_COLUMN, key)],
         )
         if hit.num_rows and "id" in hit.column_names:
             return int(hit.column("id")[0].as_py())

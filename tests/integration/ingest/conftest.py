@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -126,9 +128,11 @@ class Harness:
         return stats
 
     async def message(self, stream_seq: int) -> asyncpg.Record:
+        """The envelope's row as the ``ingestion_records`` view reads it: the columns its
+        telemetry row carries filled in (migration 0020)."""
         async with self.pool.acquire() as conn:
             row = await conn.fetchrow(
-                "SELECT * FROM ingestion_messages WHERE stream_seq = $1", stream_seq
+                "SELECT * FROM ingestion_records WHERE stream_seq = $1", stream_seq
             )
         assert row is not None, f"no ingestion row for stream seq {stream_seq}"
         return row
@@ -146,14 +150,31 @@ class Harness:
     async def telemetry(self, message_id: int) -> asyncpg.Record | None:
         async with self.pool.acquire() as conn:
             # As ``tideway messages show`` reads it: the values with their keys (0017).
-            return await conn.fetchrow(sql.MESSAGE_TELEMETRY, message_id)
+            return await conn.fetchrow(sql.MESSAGE_TELEMETRY, message_id, None)
+
+    async def stored_key(self, stream_seq: int, tenant: str = TENANT) -> str:
+        """The dedupe key of a receipt without a message id, computed from what JetStream
+        stored (its time in nanoseconds, as the consumer reads it)."""
+        reply = await self.nc.request(
+            f"$JS.API.STREAM.MSG.GET.{self.names.telemetry_stream}",
+            orjson.dumps({"seq": stream_seq}), timeout=5)
+        stamp = orjson.loads(reply.data)["message"]["time"]  # RFC 3339 with nanoseconds
+        whole, _, fraction = stamp.rstrip("Z").partition(".")
+        seconds = int(datetime.fromisoformat(whole).replace(tzinfo=UTC).timestamp())
+        ns = seconds * 1_000_000_000 + int(fraction.ljust(9, "0")[:9] or 0)
+        return f"r:{tenant}:{ns}:{stream_seq}"
 
     async def hot_state(self, device: str, tenant: str = TENANT) -> dict[str, Any]:
         return await HotState(self.redis).read(self.names.hot_state_key(tenant, device))
 
-    async def analytics_rows(self, key: str | None = None) -> int:
+    async def analytics_rows(self, key: str | uuid.UUID | None = None) -> int:
+        """Analytics rows (of the envelope with dedupe key ``key``: its text, or the digest
+        an ``ingestion_messages`` row holds)."""
         table = f"{self.clickhouse.database}.{self.names.analytics_table}"
-        where = " WHERE message_key = {k:String}" if key else ""
+        if isinstance(key, uuid.UUID):
+            where, key = " WHERE lower(hex(substring(SHA256(message_key), 1, 16))) = {k:String}", key.hex
+        else:
+            where = " WHERE message_key = {k:String}" if key else ""
         rows = await self.clickhouse.query_rows(
             f"SELECT count() FROM {table} FINAL{where}", {"k": key} if key else None
         )
