@@ -35,13 +35,15 @@ lives longer keeps them:
   ``processed``) keep a B-tree on it for redrives. Nothing else writes telemetry rows, so
   the one-row-per-message rule is the recording transaction's, as the message id is.
 
-Downgrade: the columns are filled in again from the telemetry rows, the primary key and the
-full indexes rebuilt. A key's text cannot be computed back from its digest: rows whose dead
-letter kept it get it back; the others get ``digest:<hex>``, and their dedupe keys are
-deleted, since the code before this migration matches a found key by its text and would
-otherwise never settle a redelivery of one (it is recorded again instead: the side effects
-are idempotent, the Postgres record is doubled). Downgrading is for going back soon after an
-upgrade, before the stream holds many envelopes recorded under it.
+Downgrade: the columns are filled in again from the telemetry rows, the types, primary key
+and full indexes restored. A key's text cannot be computed back from its digest: rows whose
+dead letter kept it get it back; the others get ``digest:<hex>`` (which this upgrade turns
+back into the same digest, so down and up again loses nothing, and the dedupe keys stay
+valid). The release before this migration matches a found key by its text: under it, an
+envelope recorded since the upgrade and delivered again within the dedupe horizon is found
+by its digest but not matched, and is nak'ed as contended until its key's generation is
+dropped (it is never recorded twice: the dedupe key's primary key refuses that). Downgrade
+soon after an upgrade, before much is redelivered or replayed.
 
 Revision ID: 0020_lean_records
 Revises: 0019_stage_pass_batches
@@ -162,9 +164,23 @@ def upgrade() -> None:
     nulls = ", ".join(f"{column} = NULL" for column in _CARRIED)
     op.execute(f"UPDATE ingestion_messages m SET {nulls} WHERE {_HAS_TELEMETRY}")
     # Rewrites every partition (and so reclaims what the NULLs freed).
+    # A key a downgrade could not spell (``digest:<hex>``) gets its digest back unchanged,
+    # also where an older upgrade (0012) made its dedupe key from that text.
+    op.execute(
+        f"""
+        UPDATE ingest_dedupe_keys k
+        SET key_hash = substring(m.source_deduplication_key FROM 8)::uuid
+        FROM ingestion_messages m
+        WHERE m.id = k.message_id AND m.received_at = k.received_at
+          AND m.source_deduplication_key LIKE 'digest:%'
+          AND k.key_hash = {_DIGEST.format('m.source_deduplication_key')}
+        """
+    )
     op.execute(
         "ALTER TABLE ingestion_messages ALTER COLUMN source_deduplication_key TYPE uuid "
-        f"USING {_DIGEST.format('source_deduplication_key')}"
+        "USING CASE WHEN source_deduplication_key LIKE 'digest:%' "
+        "THEN substring(source_deduplication_key FROM 8)::uuid "
+        f"ELSE {_DIGEST.format('source_deduplication_key')} END"
     )
     _retype(enum=True)
     for column, name in (("tenant_id", "tenant"), ("device_id", "device")):
@@ -212,16 +228,6 @@ def downgrade() -> None:
                ON st.schema_version_id = l.schema_version_id AND st.name = l.topic
         WHERE t.ingestion_message_id = m.id AND t.received_at = m.received_at
           AND m.device_id IS NULL
-        """
-    )
-    # Keys whose text no row kept: forgotten (see the module docstring).
-    op.execute(
-        """
-        DELETE FROM ingest_dedupe_keys k
-        USING ingestion_messages m
-        WHERE m.id = k.message_id AND m.received_at = k.received_at
-          AND NOT EXISTS (SELECT 1 FROM dead_letters dl
-                          WHERE dl.ingestion_message_id = m.id AND dl.dedupe_key IS NOT NULL)
         """
     )
     op.execute(

@@ -5,10 +5,12 @@ recognised after the trip."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import orjson
 
+from stages.ingest.ingress import key_hash
 from streams import migrate
 from streams.ingest.provision import provision
 from tests.integration.ingest.conftest import Harness, good_values
@@ -35,14 +37,38 @@ async def _has_column(h: Harness, table: str, column: str) -> bool:
             " AND attname = $2 AND NOT attisdropped)", table, column))
 
 
+def _key(value: Any) -> str | None:
+    """A message's dedupe key as its digest, whichever way the revision holds it: the digest
+    (0020), ``digest:<hex>`` (0020's downgrade, where the text is unknown) or the text."""
+    if value is None or isinstance(value, uuid.UUID):
+        return None if value is None else value.hex
+    return value[len("digest:"):] if value.startswith("digest:") else key_hash(value)
+
+
+async def _read(h: Harness, queries: dict[str, str], values: str = ""
+                ) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows of ``queries``; a message row as the revision's readers see it (from 0020
+    through the ``ingestion_records`` view, which fills in what its telemetry row holds), its
+    key (column 1) as a digest."""
+    async with h.pool.acquire() as conn:
+        view = await conn.fetchval("SELECT to_regclass('ingestion_records') IS NOT NULL")
+        out = {}
+        for table, query in queries.items():
+            if view and table == "ingestion_messages":
+                query = query.replace("FROM ingestion_messages", "FROM ingestion_records")
+            rows = [tuple(r) for r in await conn.fetch(query.format(values=values))]
+            if table == "ingestion_messages":
+                rows = [(r[0], _key(r[1]), *r[2:]) for r in rows]
+            out[table] = rows
+        return out
+
+
 async def _snapshot(h: Harness) -> dict[str, list[tuple[Any, ...]]]:
     # Before 0018 the values are a JSON object; from 0018 a list its function gives keys to.
     values = ("parameter_values" if await _has_column(h, "device_telemetry_logs",
                                                       "parameter_values")
               else "telemetry_values(values_layout, parameter_list)")
-    async with h.pool.acquire() as conn:
-        return {t: [tuple(r) for r in await conn.fetch(q.format(values=values))]
-                for t, q in _ROWS.items()}
+    return await _read(h, _ROWS, values)
 
 
 async def _relkind(h: Harness, table: str) -> str:
@@ -123,8 +149,7 @@ _FROM_0018 = {
 
 
 async def _rows(h: Harness, queries: dict[str, str]) -> dict[str, list[tuple[Any, ...]]]:
-    async with h.pool.acquire() as conn:
-        return {t: [tuple(r) for r in await conn.fetch(q)] for t, q in queries.items()}
+    return await _read(h, queries)
 
 
 async def test_compact_rows_down_and_up_again_keeps_every_value(fleet: Harness) -> None:
@@ -237,3 +262,79 @@ async def test_stage_pass_batches_down_and_up_again_keep_every_stage_log(
         assert await conn.fetchval(
             "SELECT count(*) FROM pg_inherits"
             " WHERE inhparent = 'ingestion_stage_passes'::regclass") >= 2
+
+
+# Migration 0020 (lean records): the table itself, and what readers see of it.
+_LEAN_TABLE = {
+    "ingestion_messages": "SELECT id, source_deduplication_key, tenant_id, device_id,"
+    " schema_version_id, schema_topic_id, measured_at, seq, status::text, subject,"
+    " subject_prefix FROM ingestion_messages ORDER BY id",
+    "device_telemetry_logs": "SELECT ingestion_message_id, device_id, measured_at, seq,"
+    " received_at, processing_state::text, values_layout, parameter_list::text"
+    " FROM device_telemetry_logs ORDER BY ingestion_message_id",
+    "dead_letters": "SELECT id, ingestion_message_id, reason_code, schema_version_id"
+    " FROM dead_letters ORDER BY id",
+}
+
+
+async def test_lean_records_down_and_up_again_keep_every_row(fleet: Harness) -> None:
+    dsn = fleet.settings.postgres()
+    stream = fleet.settings.stream.model_copy(update={"duplicate_window_s": 0.2})
+    await provision(fleet.settings.model_copy(update={"stream": stream}))
+    for i in range(3):
+        await fleet.publish("d1", {"ts": i, "seq": i, "values": good_values()}, msg_id=f"l-{i}")
+    no_id = await fleet.publish("d2", {"ts": 4, "values": good_values()})
+    await fleet.publish("off", {"ts": 5, "values": good_values()}, msg_id="l-inactive")
+    await fleet.publish("d1", {"ts": 6, "values": {"temp": "hot"}}, msg_id="l-invalid")
+    await fleet.publish("ghost", {"ts": 7, "values": good_values()}, msg_id="l-ghost")
+    bad = await fleet.publish("d1", None, raw=b"not json", msg_id="l-bad")  # dead-lettered
+    await asyncio.sleep(0.3)
+    dup = await fleet.publish("d1", {"ts": 0, "seq": 0, "values": good_values()}, msg_id="l-0")
+    await fleet.consume(9)
+    table = await _rows(fleet, _LEAN_TABLE)
+    readers = await _snapshot(fleet)
+    async with fleet.pool.acquire() as conn:
+        # What the telemetry rows hold is not on their message rows; the view reads it back.
+        assert await conn.fetchval(
+            "SELECT count(*) FROM ingestion_messages m JOIN device_telemetry_logs t"
+            " ON t.ingestion_message_id = m.id AND t.received_at = m.received_at"
+            " WHERE m.device_id IS NULL AND m.tenant_id IS NULL AND m.measured_at IS NULL"
+            " AND m.schema_version_id IS NULL AND m.schema_topic_id IS NULL") == 6
+        assert await conn.fetchval(
+            "SELECT count(*) FROM ingestion_records WHERE device_id IS NOT NULL"
+            " AND tenant_id IS NOT NULL AND measured_at IS NOT NULL") == 7  # not ghost, bad
+        bad_id = await conn.fetchval(
+            "SELECT id FROM ingestion_messages WHERE stream_seq = $1", bad)
+        assert await conn.fetchval(
+            "SELECT dedupe_key FROM dead_letters WHERE ingestion_message_id = $1",
+            bad_id) == "m:acme:l-bad"
+        no_id_key = await fleet.stored_key(no_id)
+        assert (await fleet.message(no_id))["source_deduplication_key"].hex == key_hash(no_id_key)
+    assert (await fleet.message(dup))["status"] == "duplicate"
+
+    await asyncio.to_thread(migrate.downgrade, dsn, "0019_stage_pass_batches")
+    await fleet.pool.expire_connections()
+    assert await _snapshot(fleet) == readers  # the columns are on the message rows again
+    async with fleet.pool.acquire() as conn:
+        assert await conn.fetchval(
+            "SELECT count(*) FROM ingestion_messages WHERE device_id IS NULL") == 2  # ghost, bad
+        # The text a dead letter kept; a digest where none did.
+        assert await conn.fetchval(
+            "SELECT source_deduplication_key FROM ingestion_messages WHERE id = $1",
+            bad_id) == "m:acme:l-bad"
+        assert await conn.fetchval(
+            "SELECT source_deduplication_key FROM ingestion_messages WHERE stream_seq = $1",
+            no_id) == "digest:" + key_hash(no_id_key)
+        assert await conn.fetchval(
+            "SELECT data_type FROM information_schema.columns"
+            " WHERE table_name = 'ingestion_messages' AND column_name = 'status'") == "text"
+
+    await asyncio.to_thread(migrate.upgrade, dsn)
+    await fleet.pool.expire_connections()
+    assert await _rows(fleet, _LEAN_TABLE) == table
+    assert await _snapshot(fleet) == readers
+    # The pipeline goes on: a recorded key is still a duplicate, by text or digest alike.
+    await asyncio.sleep(0.3)
+    again = await fleet.publish("d1", {"ts": 1, "seq": 1, "values": good_values()}, msg_id="l-1")
+    await fleet.consume(10)
+    assert (await fleet.message(again))["status"] == "duplicate"
