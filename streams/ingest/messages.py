@@ -15,6 +15,7 @@ read.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from stages.ingest.ingress import key_hash
@@ -28,14 +29,19 @@ from streams.ingest.resources import Resources
 from streams.objects import ObjectStore
 from streams.retention.restore import any_archive, restored
 
+_DIGEST = re.compile(r"[0-9a-fA-F]{32}")
+
 
 async def find_id(conn: Conn, ident: str) -> int | None:
-    """An ``ingestion_messages`` id from a numeric id or a dedupe key (a key is found while
-    its dedupe generation is kept: docs/storage.md, the dedupe horizon); ``None`` for a key
-    no longer known (the archive may know it)."""
+    """An ``ingestion_messages`` id from a numeric id, a dedupe key or its digest (a key is
+    found while its dedupe generation is kept: docs/storage.md, the dedupe horizon); ``None``
+    for a key no longer known (the archive may know it)."""
     if ident.isdigit():
         return int(ident)
-    found = await conn.fetchval(sql.MESSAGE_BY_KEY, key_hash(ident))
+    # A key's digest as the row shows it (32 hex digits; a key is never one: it starts with
+    # "m:" or "r:"), or the key.
+    digest = ident.lower() if _DIGEST.fullmatch(ident) else key_hash(ident)
+    found = await conn.fetchval(sql.MESSAGE_BY_KEY, digest)
     return None if found is None else int(found)
 
 

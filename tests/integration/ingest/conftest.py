@@ -172,7 +172,8 @@ class Harness:
         an ``ingestion_messages`` row holds)."""
         table = f"{self.clickhouse.database}.{self.names.analytics_table}"
         if isinstance(key, uuid.UUID):
-            where, key = " WHERE lower(hex(substring(SHA256(message_key), 1, 16))) = {k:String}", key.hex
+            where = " WHERE lower(hex(substring(SHA256(message_key), 1, 16))) = {k:String}"
+            key = key.hex
         else:
             where = " WHERE message_key = {k:String}" if key else ""
         rows = await self.clickhouse.query_rows(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+from stages.ingest.ingress import key_hash
 from streams.ingest.messages import explain
 from streams.ingest.replay import replay
 from streams.ingest.simulate import ensure_fleet, simulate
@@ -52,9 +53,13 @@ async def test_messages_show_explains_an_envelope(fleet: Harness) -> None:
     seq = await fleet.publish("d1", {"ts": 5, "seq": 1, "values": good_values()}, msg_id="x-1")
     await fleet.consume(1)
     row = await fleet.message(seq)
-    for ident in (str(row["id"]), "m:acme:x-1"):
+    # By id, by key, and by the key's digest (what the row shows: migration 0020).
+    for ident in (str(row["id"]), "m:acme:x-1", key_hash("m:acme:x-1").upper()):
         info = await explain(fleet.settings, ident)
+        assert info["message"]["id"] == row["id"]
+        assert info["message"]["source_deduplication_key"] == key_hash("m:acme:x-1")
         assert info["message"]["status"] == "completed" and info["message"]["device"] == "d1"
+        assert info["message"]["measured_at"] == row["measured_at"] is not None
         assert [s["stage"] for s in info["stages"]] == [
             "ingress",
             "validate",

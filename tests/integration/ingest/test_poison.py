@@ -92,7 +92,7 @@ async def test_nul_bytes_in_subject_and_headers_are_recorded_not_fatal(fleet: Ha
     assert (row["status"], row["error_code"]) == ("failed_terminal", "SUBJECT_INVALID")
     assert "\\u0000" in row["subject"] and row["traceparent"] is None
     # A message id that is not plain text is keyed by its SHA-256 (the row: the key's digest).
-    msg_id = hashlib.sha256("n\x00".encode()).hexdigest()
+    msg_id = hashlib.sha256(b"n\x00").hexdigest()
     assert row["source_deduplication_key"].hex == key_hash(f"m:?:sha256:{msg_id}")
     assert (await fleet.message(good))["status"] == "completed"
     async with fleet.pool.acquire() as conn:

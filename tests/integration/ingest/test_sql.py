@@ -85,7 +85,8 @@ async def test_the_dedupe_read_stays_fast_when_the_tables_grow_after_a_deploymen
             await conn.execute(
                 "INSERT INTO ingestion_messages (id, source_deduplication_key, stream_seq,"
                 " received_at, subject, payload_bytes, status) SELECT g,"
-                " encode(substring(sha256(convert_to('seen-' || g, 'UTF8')) FOR 16), 'hex')::uuid, g,"
+                " encode(substring(sha256(convert_to('seen-' || g, 'UTF8')) FOR 16),"
+                " 'hex')::uuid, g,"
                 " '2026-01-01'::timestamptz, 's', 10, 'completed'"
                 " FROM generate_series(1, 50000) g")
             await conn.execute(

@@ -10,8 +10,8 @@ import asyncpg
 import pytest
 
 from stages.ingest import processing_state as ps
-from stages.ingest.ingress import key_hash
 from stages.ingest import status as st
+from stages.ingest.ingress import key_hash
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

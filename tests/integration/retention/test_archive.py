@@ -16,6 +16,7 @@ import asyncpg
 import orjson
 import pyarrow.parquet as pq
 
+from stages.ingest.ingress import key_hash
 from streams.config import RetentionSettings, Settings
 from streams.ingest.messages import explain
 from streams.ingest.provision import provision
@@ -327,7 +328,7 @@ async def test_whatever_the_columns_the_archive_holds_them_and_restores_them(
                 " received_at, subject, payload_bytes, status, digest, codes, ratio, peers,"
                 " doc, mood, span, day) VALUES ($1, $2, $3, 's', 1, 'completed', $4, $5,"
                 " $6::numeric, $7, $8, $9, $10, $11) RETURNING id",
-                f"k-{i}",
+                uuid.UUID(key_hash(f"k-{i}")),  # rows keep the key's digest (0020)
                 i,
                 t0 + timedelta(minutes=i),
                 bytes([i, 0, 255]),
@@ -343,9 +344,9 @@ async def test_whatever_the_columns_the_archive_holds_them_and_restores_them(
         ]
         nulls = await conn.fetchval(
             "INSERT INTO ingestion_messages (source_deduplication_key, stream_seq, received_at,"
-            " subject, payload_bytes, status) VALUES ('k-null', 99, $1, 's', 1, 'completed')"
+            " subject, payload_bytes, status) VALUES ($2, 99, $1, 's', 1, 'completed')"
             " RETURNING id",
-            t0,
+            t0, uuid.UUID(key_hash("k-null")),
         )
         name = await _partition_of(conn, "ingestion_messages", "id", ids[0])
         before = {

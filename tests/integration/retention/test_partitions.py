@@ -3,10 +3,12 @@ to them (or to DEFAULT), exactly the expired partitions dropped, open dead lette
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from stages.ingest.ingress import key_hash
 from streams.config import RetentionSettings, Settings
 from streams.retention import maintain
 from streams.retention.plan import DELETE, DROP, KEEP
@@ -36,7 +38,7 @@ async def _message(
         await conn.fetchval(
             "INSERT INTO ingestion_messages (source_deduplication_key, stream_seq, received_at,"
             " subject, payload_bytes, status) VALUES ($1, 1, $2, 's', 1, $3) RETURNING id",
-            f"k-{received_at.isoformat()}-{status}",
+            uuid.UUID(key_hash(f"k-{received_at.isoformat()}-{status}")),  # a key's digest
             received_at,
             status,
         )

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from schemas.device_schema import parse_schema_text
 from stages.ingest.copy_format import copy_text
 from stages.ingest.evaluate import DeviceRecord, Registry, TopicBinding, evaluate
-from stages.ingest.ingress import Receipt
+from stages.ingest.ingress import Receipt, key_hash
 from stages.ingest.plan import (
     MESSAGE_COPY_COLUMNS,
     STAGE_PASS_COLUMNS,
@@ -58,7 +58,9 @@ def _ev(seq: int, *, msg_id: str | None = None, values: dict | None = None, rx: 
 
 def _existing(ev, *, id: int, same_receipt: bool) -> Existing:
     receipt = ev.receipt
-    return Existing(id=id, key=ev.key, stream_seq=receipt.stream_seq if same_receipt else 999,
+    # The row holds the key's digest (migration 0020), which the dedupe read returns.
+    return Existing(id=id, key=ev.key_digest,
+                    stream_seq=receipt.stream_seq if same_receipt else 999,
                     received_at=receipt.received_at, status="completed")
 
 
@@ -107,9 +109,13 @@ def test_recording_lines_have_one_field_per_column_and_escape_text() -> None:
     for line, columns in ((message, MESSAGE_COPY_COLUMNS), (telemetry, TELEMETRY_COLUMNS)):
         assert line.endswith("\n") and line.count("\t") == len(columns) - 1
     fields = dict(zip(MESSAGE_COPY_COLUMNS, message[:-1].split("\t"), strict=True))
-    assert fields["id"] == "42" and fields["source_deduplication_key"] == "m:acme:x\\\\y"
+    # The key's digest (migration 0020), not its text.
+    assert fields["id"] == "42" and fields["source_deduplication_key"] == key_hash("m:acme:x\\y")
     assert fields["status"] == "completed" and fields["error_code"] == "\\N"
-    assert fields["device_id"] == str(DEVICE.id)
+    # What the telemetry row holds is left out of the message row (migration 0020).
+    carried = ("tenant_id", "device_id", "schema_version_id", "schema_topic_id", "measured_at",
+               "seq")
+    assert [fields[c] for c in carried] == ["\\N"] * 6
     values = dict(zip(TELEMETRY_COLUMNS, telemetry[:-1].split("\t"), strict=True))
     # The values without their keys, in the order of the layout's key list (migration 0017).
     # COPY text doubles backslashes; undoing that gives the JSON, which keeps the tab escaped.
@@ -118,6 +124,7 @@ def test_recording_lines_have_one_field_per_column_and_escape_text() -> None:
     assert dict(zip(layout[2], decoded, strict=True)) == ev.values
     assert ev.values["firmware"] == "a\tb\\c" and values["processing_state"] == "processed"
     assert not {"tenant_id", "schema_version_id", "topic"} & values.keys()
+    assert values["device_id"] == str(DEVICE.id) and values["measured_at"] != "\\N"
     (line,) = rec.stage_pass_lines(persist_us=99)
     assert line.endswith("\n") and line.count("\t") == len(STAGE_PASS_COLUMNS) - 1
     passed = dict(zip(STAGE_PASS_COLUMNS, line[:-1].split("\t"), strict=True))
