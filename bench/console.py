@@ -1,9 +1,11 @@
 """The console at scale: every page's API calls and every page's render time, with 10,000
 devices, 1,000 runs and 100,000 dead letters in the database.
 
-The script makes a fresh database, migrates it and fills it with SQL (devices, an hour of
-envelopes for each device - the fleet page's window -, dead letters of twenty signatures, and
-runs enqueued with the real session DAG), serves the API in this process, then:
+The script makes a fresh database, migrates it, creates the partitions the maintenance loop
+would (yesterday's to three days ahead) and fills it with SQL (devices, an hour of envelopes for
+each device - the fleet page's window - recorded as the ingest consumer records them: a message
+and a telemetry row each, migration 0020; dead letters of twenty signatures; and runs enqueued
+with the real session DAG), serves the API in this process, then:
 
 - times each page's API calls (``--repeat`` times each, warm; median and p95);
 - opens each page in headless Chromium (Debian's ``chromium`` + ``chromium-driver``, as the
@@ -27,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import datetime as dt  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
@@ -40,17 +43,21 @@ import aiohttp  # noqa: E402
 import nats  # noqa: E402
 from aiohttp import web  # noqa: E402
 
+from schemas.device_schema import parse_schema_text  # noqa: E402
 from stages.jobs.planner import plan_run  # noqa: E402
-from streams import migrate  # noqa: E402
+from streams import migrate, registry  # noqa: E402
 from streams.adapters import postgres  # noqa: E402
 from streams.api.context import ApiContext  # noqa: E402
 from streams.api.keys import create_api_key  # noqa: E402
 from streams.api.server import build_app  # noqa: E402
 from streams.config import Settings  # noqa: E402
 from streams.embedded import free_port  # noqa: E402
+from streams.ingest import sql as ingest_sql  # noqa: E402
+from streams.ingest.fleet import TOPIC, demo_schema_text  # noqa: E402
 from streams.jobs import queue  # noqa: E402
 from streams.jobs.model import RunVersions  # noqa: E402
 from streams.objects import ObjectStore  # noqa: E402
+from streams.retention import maintain  # noqa: E402
 
 ADMIN_DSN = os.environ.get(
     "TIDEWAY_BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -60,48 +67,88 @@ TENANT = "bench"
 CODES = [f"BENCH_CODE_{i:02d}" for i in range(20)]
 STAGES = ["ingress", "validate", "mutate", "derive", "publish"]
 
-# Devices, and an hour of envelopes for each: every 7th device loses one seq, every 11th
-# gets one invalid envelope, every 13th a duplicate.
+# Devices on the demo schema, and an hour of envelopes for each: every 7th device loses one
+# seq, every 11th gets one invalid envelope, every 13th a duplicate.
 SEED_DEVICES = """
-INSERT INTO devices (tenant_id, external_id, name)
-SELECT $1, 'dev-' || lpad(i::text, 5, '0'), 'device ' || i FROM generate_series(1, $2) i
+INSERT INTO devices (tenant_id, external_id, name, schema_version_id)
+SELECT $1, 'dev-' || lpad(i::text, 5, '0'), 'device ' || i, $3 FROM generate_series(1, $2) i
 """
-SEED_ENVELOPES = """
-INSERT INTO ingestion_messages (source_deduplication_key, stream_seq, received_at, subject,
-    payload_bytes, tenant_id, device_id, measured_at, seq, status)
-SELECT 'k-' || d.n || '-' || s, d.n * 10 + s, now() - make_interval(secs => (7 - s) * 500),
-       'telemetry.bench.' || d.external_id || '.state', 120, $1, d.id,
-       now() - make_interval(secs => (7 - s) * 500 + 0.2), s,
-       CASE WHEN d.n % 11 = 0 AND s = 3 THEN 'failed_validation' ELSE 'completed' END
-FROM (SELECT id, external_id, row_number() OVER (ORDER BY external_id) AS n
-      FROM devices WHERE tenant_id = $1) d,
-     generate_series(1, 6) s
-WHERE NOT (d.n % 7 = 0 AND s = 4)
+# A dedupe key's digest as ingestion_messages.source_deduplication_key holds it
+# (stages.ingest.ingress.key_hash: the first 128 bits of its SHA-256; migration 0020).
+DIGEST = "encode(substring(sha256(convert_to({}, 'UTF8')) FROM 1 FOR 16), 'hex')::uuid"
+# The envelopes as the consumer records them (stages/ingest/plan.py, Recording.add): in arrival
+# order (ids and stream sequence rise with received_at, so the BRIN indexes on the telemetry
+# rows' received_at and message id are as tight as in a deployment), a message row with the
+# key's digest and a telemetry row holding the device, measurement and seq, which the message
+# row leaves NULL (with tenant, schema version and topic); the subject left out too, as the
+# tenant, device and topic spell it under the prefix $2 (migration 0018).
+SEED_ENVELOPES = f"""
+WITH e AS MATERIALIZED (
+  SELECT nextval(pg_get_serial_sequence('ingestion_messages', 'id')) AS id,
+         row_number() OVER (ORDER BY received_at, n) AS stream_seq, a.*
+  FROM (SELECT d.id AS device_id, d.n, s, d.n % 11 = 0 AND s = 3 AS invalid,
+               now() - make_interval(secs => (7 - s) * 500) AS received_at
+        FROM (SELECT id, row_number() OVER (ORDER BY external_id) AS n
+              FROM devices WHERE tenant_id = $1) d,
+             generate_series(1, 6) s
+        WHERE NOT (d.n % 7 = 0 AND s = 4)) a
+), m AS (
+  INSERT INTO ingestion_messages (id, source_deduplication_key, stream_seq, received_at,
+      subject_prefix, payload_bytes, status, error_code, error_message)
+  SELECT id, {DIGEST.format("'k-' || n || '-' || s")}, stream_seq, received_at, $2, 120,
+         (CASE WHEN invalid THEN 'failed_validation' ELSE 'completed' END)::ingestion_status,
+         CASE WHEN invalid THEN 'VALIDATION_FAILED' END,
+         CASE WHEN invalid THEN 'temp_c: below its minimum' END
+  FROM e
+)
+INSERT INTO device_telemetry_logs (ingestion_message_id, device_id, measured_at, seq,
+    received_at, processing_state, values_layout, parameter_list, validation_issues)
+SELECT id, device_id, received_at - interval '0.2 s', s, received_at,
+       (CASE WHEN invalid THEN 'invalid' ELSE 'processed' END)::telemetry_processing_state,
+       $3, $4::json,
+       CASE WHEN invalid THEN jsonb_build_array(jsonb_build_object(
+           'parameter', 'temp_c', 'code', 'VALIDATION_FAILED',
+           'message', 'temp_c: below its minimum', 'critical', true)) END
+FROM e ORDER BY id
 """
+# Duplicates keep their tenant, device, measurement and seq (they have no telemetry row).
 SEED_DUPLICATES = """
 INSERT INTO ingestion_messages (duplicate_of, stream_seq, received_at, subject, payload_bytes,
     tenant_id, device_id, measured_at, seq, status)
-SELECT m.id, m.stream_seq + 1000000000, m.received_at + interval '1 second', m.subject, 120,
-       m.tenant_id, m.device_id, m.measured_at, m.seq, 'duplicate'
-FROM ingestion_messages m JOIN devices d ON d.id = m.device_id
-WHERE m.tenant_id = $1 AND m.seq = 2 AND right(d.external_id, 5)::int % 13 = 0
+SELECT m.id, m.stream_seq + 1000000000, m.received_at + interval '1 second',
+       'telemetry.bench.' || d.external_id || '.state', 120,
+       d.tenant_id, t.device_id, t.measured_at, t.seq, 'duplicate'
+FROM device_telemetry_logs t
+JOIN devices d ON d.id = t.device_id
+JOIN ingestion_messages m ON m.id = t.ingestion_message_id AND m.received_at = t.received_at
+WHERE d.tenant_id = $1 AND t.seq = 2 AND right(d.external_id, 5)::int % 13 = 0
+ORDER BY t.received_at, t.ingestion_message_id
 """
-# Dead letters: malformed envelopes (no tenant row), 20 codes x 5 stages of signatures.
-SEED_DEAD_LETTERS = """
+# The names of a telemetry row's values: the topic's parameters in schema order.
+LAYOUT_NAMES = """
+SELECT array_agg(p.name ORDER BY p.position)
+FROM schema_parameters p JOIN schema_topics t ON t.id = p.topic_id
+WHERE t.schema_version_id = $1 AND t.name = $2
+"""
+# Dead letters: malformed envelopes (no tenant row), 20 codes x 5 stages of signatures; the
+# dead letter keeps the key's text (a redrive republishes under it), the message its digest.
+SEED_DEAD_LETTERS = f"""
 WITH m AS (
   INSERT INTO ingestion_messages (source_deduplication_key, stream_seq, received_at, subject,
       payload_bytes, status, error_code)
-  SELECT 'dl-' || i, 2000000000 + i, now() - make_interval(secs => i % 86400),
+  SELECT {DIGEST.format("'dl-' || i")}, 2000000000 + i, now() - make_interval(secs => i % 86400),
          'telemetry.bench.dev-' || lpad((i % 10000)::text, 5, '0') || '.state', 40,
          'failed_terminal', ($3::text[])[1 + i % 20]
   FROM generate_series(1, $2) i
   RETURNING id, subject, error_code, stream_seq
 )
-INSERT INTO dead_letters (ingestion_message_id, tenant, subject, payload, reason_code, failures)
-SELECT id, $1, subject, convert_to('{"ts": "not a time", "n": ' || stream_seq || '}', 'UTF8'),
+INSERT INTO dead_letters (ingestion_message_id, tenant, subject, payload, reason_code, failures,
+    dedupe_key)
+SELECT id, $1, subject, convert_to('{{"ts": "not a time", "n": ' || stream_seq || '}}', 'UTF8'),
        error_code,
        jsonb_build_array(jsonb_build_object('stage', ($4::text[])[1 + (stream_seq % 5)::int],
-                                            'code', error_code))
+                                            'code', error_code)),
+       'dl-' || (stream_seq - 2000000000)
 FROM m
 """
 
@@ -109,9 +156,23 @@ FROM m
 async def seed(dsn: str, *, devices: int, runs: int, dead_letters: int) -> dict[str, Any]:
     conn = await postgres.connect(dsn)
     try:
-        tenant = await conn.fetchval("INSERT INTO tenants (name) VALUES ($1) RETURNING id", TENANT)
-        await conn.execute(SEED_DEVICES, tenant, devices)
-        await conn.execute(SEED_ENVELOPES, tenant)
+        # The partitions the maintenance loop keeps: today's and the coming days', and
+        # yesterday's (the dead letters go back a day), so the console's statements prune
+        # partitions as in a deployment.
+        settings = Settings(postgres_dsn=dsn)
+        now = dt.datetime.now(dt.UTC)
+        for at in (now - dt.timedelta(seconds=settings.retention.partition_grain_s), now):
+            await maintain.ensure_ahead(conn, settings, at)
+        text = demo_schema_text(TENANT)
+        schema = await registry.apply_schema(conn, parse_schema_text(text), source_text=text)
+        tenant = await conn.fetchval("SELECT id FROM tenants WHERE name = $1", TENANT)
+        await conn.execute(SEED_DEVICES, tenant, devices, schema.version_id)
+        names = await conn.fetchval(LAYOUT_NAMES, schema.version_id, TOPIC)
+        layout = await conn.fetchval(ingest_sql.REGISTER_LAYOUT, str(schema.version_id), TOPIC,
+                                     names)  # fmt: skip
+        prefix = await conn.fetchval(ingest_sql.REGISTER_SUBJECT_PREFIX, "")
+        values = json.dumps([20.0 + i for i in range(len(names))])
+        await conn.execute(SEED_ENVELOPES, tenant, prefix, layout, values)
         await conn.execute(SEED_DUPLICATES, tenant)
         await conn.execute(SEED_DEAD_LETTERS, TENANT, dead_letters, CODES, STAGES)
         device = await conn.fetchval("SELECT id FROM devices ORDER BY external_id LIMIT 1")
@@ -138,6 +199,7 @@ async def seed(dsn: str, *, devices: int, runs: int, dead_letters: int) -> dict[
                 "jobs",
                 "dead_letters",
                 "ingestion_messages",
+                "device_telemetry_logs",
             )
         }
         return {"key": key.secret, "counts": counts}

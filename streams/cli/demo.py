@@ -37,12 +37,24 @@ DEMO_TENANT = "demo"
 DEMO_CAR = "demo-car"
 DRAIN_TIMEOUT_S = 120.0
 
-# The demo tenant's envelopes: by tenant id, and by subject those of unknown devices (no
-# tenant id resolved). A row leaves its subject out only when its tenant, device and topic
-# spell it (migration 0018), so every envelope is counted once either way.
+# The demo tenant's envelopes, each counted once. A message row holds the tenant id only when
+# the envelope has no telemetry row (migration 0020: a duplicate, one refused before persist);
+# those of unknown devices (no tenant resolved) and any row that keeps its subject are found by
+# subject. A row leaves its subject out only when its tenant, device and topic spell it
+# (migration 0018): one with no tenant id either is found through its telemetry row, whose
+# device names the tenant.
 STATUS_COUNTS = """
-SELECT status, count(*) AS n FROM ingestion_messages
-WHERE tenant_id = (SELECT id FROM tenants WHERE name = $2) OR subject LIKE $1
+WITH tenant AS (SELECT id FROM tenants WHERE name = $2)
+SELECT status, count(*) AS n FROM (
+  SELECT m.status FROM ingestion_messages m
+  WHERE m.tenant_id = (SELECT id FROM tenant) OR m.subject LIKE $1
+  UNION ALL
+  SELECT m.status
+  FROM device_telemetry_logs t
+  JOIN devices d ON d.id = t.device_id
+  JOIN ingestion_messages m ON m.id = t.ingestion_message_id AND m.received_at = t.received_at
+  WHERE d.tenant_id = (SELECT id FROM tenant) AND m.subject IS NULL AND m.tenant_id IS NULL
+) s
 GROUP BY status ORDER BY status
 """
 TELEMETRY_ROWS = "SELECT count(*) FROM device_telemetry_logs"
