@@ -31,7 +31,9 @@ lives longer keeps them:
 * ``device_telemetry_logs`` loses its primary key ``(ingestion_message_id, received_at)``:
   telemetry rows are written in id order by the transaction that creates their message's id,
   so a BRIN index on ``ingestion_message_id`` finds one (a lookup names ``received_at`` too,
-  which picks the partition); the rows a dead letter can name (every state but
+  which picks the partition; ``autosummarize`` has autovacuum summarize each range once it
+  is full, and the maintenance round summarizes the recent partitions' new ranges, so no
+  reader scans an unsummarized tail); the rows a dead letter can name (every state but
   ``processed``) keep a B-tree on it for redrives. Nothing else writes telemetry rows, so
   the one-row-per-message rule is the recording transaction's, as the message id is.
 
@@ -192,11 +194,11 @@ def upgrade() -> None:
     op.execute("ALTER TABLE device_telemetry_logs DROP CONSTRAINT pk_device_telemetry_logs")
     op.execute(
         "CREATE INDEX ix_device_telemetry_logs_message_id ON device_telemetry_logs "
-        "USING brin (ingestion_message_id) WITH (pages_per_range = 16)"
+        "USING brin (ingestion_message_id) WITH (pages_per_range = 16, autosummarize = on)"
     )
     op.execute(
         "CREATE INDEX ix_device_telemetry_logs_received ON device_telemetry_logs "
-        "USING brin (received_at) WITH (pages_per_range = 16)"
+        "USING brin (received_at) WITH (pages_per_range = 16, autosummarize = on)"
     )
     op.execute(
         "CREATE INDEX ix_device_telemetry_logs_unprocessed ON device_telemetry_logs "

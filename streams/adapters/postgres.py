@@ -99,8 +99,10 @@ class PoolShape:
     server_settings: Mapping[str, str] = field(default_factory=dict)
 
 
-API_POOL: Final = PoolShape(max_size=8)
-"""The HTTP API (``tideway api``): handlers hold a connection for one short query each."""
+API_POOL: Final = PoolShape(max_size=8, server_settings={"jit": "off"})
+"""The HTTP API (``tideway api``): handlers hold a connection for one short query each. No
+JIT: the console's window statements over a large fleet cost enough to be compiled, which
+took over a second for a statement that runs in tens of milliseconds."""
 INTAKE_POOL: Final = PoolShape(max_size=4)
 """Session intake: one notice at a time, plus uploads' reference checks."""
 WORKER_POOL: Final = PoolShape(max_size=4)

@@ -29,7 +29,8 @@ from streams.ingest.resources import Resources
 from streams.objects import ObjectStore
 from streams.retention.restore import any_archive, restored
 
-_DIGEST = re.compile(r"[0-9a-fA-F]{32}")
+# A key's digest: 32 hex digits, or a uuid's 36 characters (as the API shows it).
+_DIGEST = re.compile(r"[0-9a-fA-F]{32}|[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 
 
 async def find_id(conn: Conn, ident: str) -> int | None:
@@ -40,7 +41,7 @@ async def find_id(conn: Conn, ident: str) -> int | None:
         return int(ident)
     # A key's digest as the row shows it (32 hex digits; a key is never one: it starts with
     # "m:" or "r:"), or the key.
-    digest = ident.lower() if _DIGEST.fullmatch(ident) else key_hash(ident)
+    digest = ident.replace("-", "").lower() if _DIGEST.fullmatch(ident) else key_hash(ident)
     found = await conn.fetchval(sql.MESSAGE_BY_KEY, digest)
     return None if found is None else int(found)
 

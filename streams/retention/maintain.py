@@ -36,7 +36,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -83,6 +83,8 @@ class Round:
     """(target, why) of what could not be done now (a lock not granted in time)."""
     archives: list[tuple[str, str, int]] = field(default_factory=list)
     """(tier, outcome, rows) of each archive tried: ``archived`` or ``failed``."""
+    summarized: int = 0
+    """BRIN page ranges summarized (:func:`summarize_recent`)."""
 
 
 async def inventory(
@@ -377,6 +379,26 @@ async def _delete_expired_default(
     return await _archived(f"{item.target}'s expired rows", "rows", run())
 
 
+async def summarize_recent(conn: Conn, settings: Settings, now: datetime) -> int:
+    """Summarize the new page ranges of the BRIN indexes of the partitions still written to
+    (this bucket's and the one before, and DEFAULT); returns how many ranges.
+
+    A BRIN index knows nothing of the pages added since its last summary, so every scan
+    through it reads them all: telemetry found by message id and a window of arrivals
+    (migration 0020), stage logs by message id (0019). ``autosummarize`` has autovacuum do
+    this once a range fills, where autovacuum runs; the round does it whatever the server's
+    settings, every ``maintenance_interval_s``, reading only the ranges it summarizes and the
+    index's range map. Older partitions were summarized when they were recent."""
+    recent = now - timedelta(seconds=settings.retention.partition_grain_s)
+    partitions, _, _ = await inventory(conn, settings, now)
+    names = [p.name for p in partitions
+             if p.hi is None or (isinstance(p.hi, datetime) and p.hi > recent)]
+    ranges = 0
+    for row in await conn.fetch(sql.BRIN_INDEXES, names):
+        ranges += int(await conn.fetchval(sql.SUMMARIZE_BRIN, row["index"]))
+    return ranges
+
+
 async def finish_detached(conn: Conn) -> list[str]:
     """Drop tables a stopped run left detached (keeping their open dead letters' rows)."""
     names = [r["name"] for r in await conn.fetch(sql.DETACHED, [t.table for t in TIERS])]
@@ -429,6 +451,7 @@ async def _round(conn: Conn, settings: Settings, now: datetime, dry_run: bool) -
         conn, settings, await current_plan(conn, settings, now), now, archives=out.archives
     )
     out.skipped += skipped
+    out.summarized = await summarize_recent(conn, settings, now)
     return out
 
 

@@ -76,3 +76,15 @@ FORGET_GENERATION = "DELETE FROM ingest_dedupe_generations WHERE gen = $1"
 def ident(name: str) -> str:
     """``name`` as a quoted SQL identifier."""
     return '"' + name.replace('"', '""') + '"'
+
+# The BRIN indexes of the partitions named ($1), and one's summary of its new page ranges
+# (maintain.summarize_recent).
+BRIN_INDEXES = """
+SELECT i.indexrelid::regclass::text AS index
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_am am ON am.oid = c.relam AND am.amname = 'brin'
+WHERE i.indrelid IN (SELECT to_regclass(n) FROM unnest($1::text[]) AS n)
+ORDER BY 1
+"""
+SUMMARIZE_BRIN = "SELECT brin_summarize_new_values($1::regclass)"

@@ -232,3 +232,50 @@ async def test_a_dedupe_generation_is_forgotten_only_after_the_horizon(
             r["gen"]
             for r in await conn.fetch("SELECT gen FROM ingest_dedupe_generations ORDER BY gen")
         ] == [2, 3]
+
+
+async def test_a_round_summarizes_the_brin_indexes_of_the_partitions_still_written(
+    settings: Settings, pg_pool: asyncpg.Pool
+) -> None:
+    """Telemetry is found by message id and by arrival through BRIN indexes (migration 0020),
+    which read every page added since their last summary: the round summarizes today's (and
+    yesterday's) partitions, not the older ones."""
+    s = _settings(settings, partitions_ahead=1, telemetry_logs_s=30 * 86400)
+    assert await maintain.maintain_once(pg_pool, s, now=T0 - DAY) is not None
+    assert await maintain.maintain_once(pg_pool, s, now=T0) is not None
+    rows = """
+        INSERT INTO device_telemetry_logs (ingestion_message_id, device_id, measured_at,
+            received_at, processing_state, values_layout, parameter_list)
+        SELECT g, gen_random_uuid(), $1::timestamptz, $1::timestamptz + (g - $2) * interval '1 ms',
+               'processed', 1,
+               '[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]'
+        FROM generate_series($2::bigint, $2 + 19999) g
+    """
+    async with pg_pool.acquire() as conn:
+        await conn.execute(rows, T0 - 5 * DAY, 1)  # an old day (DEFAULT: no partition)
+        await conn.execute(rows, T0, 100_000)  # today's partition
+        old_default = "device_telemetry_logs_default"
+        today = "device_telemetry_logs_p20300310"
+        assert await _where(conn, "device_telemetry_logs", "ingestion_message_id", 1) == old_default
+    done = await maintain.maintain_once(pg_pool, s, now=T0 + timedelta(hours=1))
+    assert done is not None and done.summarized > 0
+    async with pg_pool.acquire() as conn:
+        for partition in (today, old_default):
+            indexes = [r["index"] for r in await conn.fetch(
+                "SELECT i.indexrelid::regclass::text AS index FROM pg_index i"
+                " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam"
+                " WHERE am.amname = 'brin' AND i.indrelid = $1::regclass", partition)]
+            assert len(indexes) == 2  # message id, received_at
+            for index in indexes:  # nothing left to summarize
+                assert await conn.fetchval("SELECT brin_summarize_new_values($1::regclass)",
+                                           index) == 0
+        # A message id is found by reading its range's pages, not the whole partition.
+        await conn.execute(f"ANALYZE {today}")
+        plan = "\n".join(r[0] for r in await conn.fetch(
+            "EXPLAIN (ANALYZE, COSTS OFF) SELECT * FROM device_telemetry_logs"
+            " WHERE ingestion_message_id = 110000 AND received_at = $1",
+            T0 + timedelta(milliseconds=10_000)))
+    assert "ix_device_telemetry_logs_message_id" in plan or "message_id_idx" in plan, plan
+    heap_blocks = [int(x.split("=")[1]) for line in plan.splitlines() if "Heap Blocks" in line
+                   for x in line.split() if x.startswith("lossy=") or x.startswith("exact=")]
+    assert heap_blocks and sum(heap_blocks) <= 32, plan
