@@ -66,7 +66,7 @@ async def seeded(fleet: Harness) -> AsyncIterator[Seeded]:
     """acme: the ingest fleet (schema, devices d1 d2 off bare), one good envelope and two
     malformed ones (dead letters), and an uploaded session whose run intake has made (no
     worker runs, so it stays pending). globex: a key and nothing else."""
-    await fleet.publish("d1", {"ts": 1_000, "seq": 1, "values": good_values()})
+    good_seq = await fleet.publish("d1", {"ts": 1_000, "seq": 1, "values": good_values()})
     await fleet.publish("d1", None, raw=b"not json 1")
     await fleet.publish("d2", None, raw=b"not json 2")
     await fleet.consume(3)
@@ -92,7 +92,8 @@ async def seeded(fleet: Harness) -> AsyncIterator[Seeded]:
             device="d1",
             schema=SCHEMA_NAME,
             message_id=good["id"],
-            message_key=good["source_deduplication_key"],
+            # The key's text (the row keeps its digest since migration 0020).
+            message_key=await fleet.stored_key(good_seq),
             dead_letter_id=dead_letter_id,
             group_id=groups["items"][0]["id"],
         )
