@@ -51,23 +51,34 @@ WHERE v.id = ANY($1::uuid[])
 # was taken (id NULL): the recording transaction compares it with its own (recorder.py).
 # A key is found through ``ingest_dedupe_keys`` (every generation not yet dropped: the dedupe
 # horizon), and its owner's row by id and partition key; ``key`` is the owner's digest of it
-# (migration 0020: the row keeps no text).
+# (migration 0020: the row keeps no text). Each key and receipt is a lookup of its own, an
+# index probe (``LATERAL … LIMIT 1``: at most one row each, and a subquery with a LIMIT is
+# not flattened into a join). Written as joins, the plan depended on statistics: a partition
+# not yet analyzed (a new day's, or any where autovacuum does not run) made the planner
+# expect every row to match the batch's keys and hash-join whole partitions, so the read grew
+# with the tables (2.5 s for 500 keys at 2 million envelopes; bench/soak.py).
 LOOKUP = """
 SELECT NULL::uuid AS key, NULL::bigint AS id, NULL::bigint AS stream_seq,
        NULL::timestamptz AS received_at, NULL::text AS status,
        (SELECT max(gen) FROM ingest_dedupe_generations) AS gen
 UNION ALL
 SELECT m.source_deduplication_key, m.id, m.stream_seq, m.received_at, m.status::text, NULL
-FROM ingest_dedupe_keys k
-JOIN ingestion_messages m ON m.id = k.message_id AND m.received_at = k.received_at
-WHERE k.key_hash = ANY(string_to_array($1::text, E'\\n')::uuid[])
+FROM unnest(string_to_array($1::text, E'\\n')::uuid[]) AS u(h)
+CROSS JOIN LATERAL (SELECT k.message_id, k.received_at FROM ingest_dedupe_keys k
+                    WHERE k.key_hash = u.h LIMIT 1) AS k
+CROSS JOIN LATERAL (SELECT m.source_deduplication_key, m.id, m.stream_seq, m.received_at,
+                           m.status
+                    FROM ingestion_messages m
+                    WHERE m.id = k.message_id AND m.received_at = k.received_at LIMIT 1) AS m
 UNION ALL
 SELECT NULL, d.id, d.stream_seq, d.received_at, d.status::text, NULL
 FROM (SELECT split_part(r, ':', 1)::bigint AS seq,
              'epoch'::timestamptz + split_part(r, ':', 2)::bigint * interval '1 microsecond' AS rx
       FROM unnest(string_to_array($2::text, E'\\n')) AS r) AS r
-JOIN ingestion_messages d
-  ON d.stream_seq = r.seq AND d.received_at = r.rx AND d.duplicate_of IS NOT NULL
+CROSS JOIN LATERAL (SELECT d.id, d.stream_seq, d.received_at, d.status
+                    FROM ingestion_messages d
+                    WHERE d.stream_seq = r.seq AND d.received_at = r.rx
+                      AND d.duplicate_of IS NOT NULL LIMIT 1) AS d
 """
 
 # The id column's sequence, named as a constant: resolving it with
@@ -96,11 +107,14 @@ KEY_COPY = ("key_hash", "gen", "message_id", "received_at")
 # The careful path: claim each key in generation $2 unless another generation already holds
 # it (those writers have all committed: the barrier) or a concurrent writer of this generation
 # does (ON CONFLICT waits for it, then skips). Returns the message ids whose keys were claimed.
+# The other generations are probed per key (a subquery with a LIMIT, not NOT EXISTS: that
+# became an anti-join hashing every kept generation's keys, 0.85 s at 2 million; LOOKUP).
 CLAIM_KEYS = """
 INSERT INTO ingest_dedupe_keys (key_hash, gen, message_id, received_at)
 SELECT u.h, $2, u.id, u.rx
 FROM unnest($1::uuid[], $3::bigint[], $4::timestamptz[]) AS u(h, id, rx)
-WHERE NOT EXISTS (SELECT 1 FROM ingest_dedupe_keys k WHERE k.key_hash = u.h AND k.gen <> $2)
+WHERE (SELECT 1 FROM ingest_dedupe_keys k WHERE k.key_hash = u.h AND k.gen <> $2 LIMIT 1)
+      IS NULL
 ON CONFLICT DO NOTHING
 RETURNING message_id
 """

@@ -297,11 +297,16 @@ async def _drop(conn: Conn, tier: Tier, name: str, *, detach: bool) -> None:
     if detach:
         statements.append((f"ALTER TABLE {ident(tier.table)} DETACH PARTITION {ident(name)}", ()))
     if tier.keep_open_dead_letters:
-        # Back into the table: the range is no longer covered, so they land in DEFAULT.
+        # Back into the table: the range is no longer covered, so they land in DEFAULT. One
+        # index probe per open dead letter (a subquery with a LIMIT is not made a join): an
+        # IN (…) semi-join may scan the whole partition instead, and the detach holds the
+        # parent's lock until the commit.
         statements.append(
             (
-                f"INSERT INTO {ident(tier.table)} SELECT * FROM {ident(name)} "
-                f"WHERE {tier.keep_open_dead_letters} IN ({sql.OPEN_DEAD_LETTER_IDS})",
+                f"INSERT INTO {ident(tier.table)} SELECT p.* FROM ({sql.OPEN_DEAD_LETTER_IDS})"
+                f" AS d(id) CROSS JOIN LATERAL (SELECT * FROM {ident(name)} AS p"
+                f" WHERE p.{ident(tier.keep_open_dead_letters)} = d.id AND {tier.kept_rows}"
+                f" LIMIT 1) AS p",
                 (),
             )
         )

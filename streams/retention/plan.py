@@ -37,6 +37,9 @@ class Tier:
     """The field of :class:`RetentionSettings` holding its retention (seconds)."""
     keep_open_dead_letters: str | None = None
     """The column naming a message id, when the rows of open dead letters must survive."""
+    kept_rows: str = "true"
+    """What every row an open dead letter needs satisfies (a partial index's predicate): the
+    put-back before a drop finds them through that index."""
 
 
 TIERS = (
@@ -59,6 +62,9 @@ TIERS = (
         column="received_at",
         setting="telemetry_logs_s",
         keep_open_dead_letters="ingestion_message_id",
+        # A dead letter's telemetry is never processed (a redrive that publishes it resolves
+        # the dead letter); ix_device_telemetry_logs_unprocessed holds those rows (0020).
+        kept_rows="processing_state <> 'processed'",
     ),
 )
 DEDUPE = Tier(name="dedupe_keys", table="ingest_dedupe_keys", column="gen", setting="dedupe_keys_s")

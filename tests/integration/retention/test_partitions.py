@@ -153,7 +153,12 @@ async def test_retention_drops_exactly_the_expired_partitions_and_keeps_open_dea
         await conn.execute(
             "INSERT INTO device_telemetry_logs (ingestion_message_id, device_id, measured_at,"
             " received_at, processing_state, values_layout, parameter_list)"
-            " SELECT id, gen_random_uuid(), received_at, received_at, 'processed', 1, '[]'"
+            " SELECT id, gen_random_uuid(), received_at, received_at,"
+            # As the pipeline writes them: a failed_terminal envelope with telemetry is a
+            # publish that failed, and its dead letter stays open until a redrive publishes it.
+            " CASE status WHEN 'failed_terminal' THEN 'publish_failed'"
+            " WHEN 'failed_validation' THEN 'invalid' ELSE 'processed' END"
+            "::telemetry_processing_state, 1, '[]'"
             " FROM ingestion_messages"
         )
         before = {
