@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import time
+import uuid
+from datetime import UTC, datetime
 
 import asyncpg
 
@@ -104,6 +106,46 @@ async def test_the_dedupe_read_stays_fast_when_the_tables_grow_after_a_deploymen
     assert sorted(r["key"].hex for r in rows if r["id"] is not None) == sorted(
         key_hash(k) for k in keys[:4000])
     assert elapsed < 2.0, f"the dedupe read of 8,000 keys took {elapsed:.1f} s"
+
+
+async def test_the_dedupe_read_and_claim_probe_per_key_without_statistics(pg_dsn: str) -> None:
+    """A partition nobody has analyzed (a new day's; a server without autovacuum) has no
+    statistics, and the planner then expects a batch's keys to match every row: written as
+    joins, the dedupe read hash-joined whole partitions of ``ingestion_messages`` and
+    ``ingest_dedupe_keys`` and the careful claim hashed every kept generation, so both grew
+    with the tables (bench/soak.py: 2.5 s a read at 2 million envelopes). Each key is an index
+    probe of its own, whatever the statistics."""
+    pool = await postgres.create_pool(pg_dsn, postgres.streaming_pool(1))
+    try:
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "INSERT INTO ingestion_messages (id, source_deduplication_key, stream_seq,"
+                " received_at, subject, payload_bytes, status) SELECT g,"
+                " encode(substring(sha256(convert_to('seen-' || g, 'UTF8')) FOR 16),"
+                " 'hex')::uuid, g, '2026-01-01'::timestamptz, 's', 10, 'completed'"
+                " FROM generate_series(1, 30000) g")
+            await conn.execute(
+                "INSERT INTO ingest_dedupe_keys (key_hash, gen, message_id, received_at)"
+                " SELECT encode(substring(sha256(convert_to('seen-' || g, 'UTF8')) FOR 16),"
+                " 'hex')::uuid, 1, g, '2026-01-01'::timestamptz"
+                " FROM generate_series(1, 30000) g")
+            assert await conn.fetchval(
+                "SELECT count(*) FROM pg_stats WHERE tablename LIKE 'ingest_dedupe_keys%'"
+                " OR tablename LIKE 'ingestion_messages%'") == 0  # never analyzed
+            keys = [f"seen-{i}" for i in range(1, 500)] + [f"new-{i}" for i in range(500)]
+            read = "\n".join(r[0] for r in await conn.fetch(
+                "EXPLAIN " + sql.LOOKUP, *_lookup_args(keys)))
+            async with conn.transaction():
+                claim = "\n".join(r[0] for r in await conn.fetch(
+                    "EXPLAIN " + sql.CLAIM_KEYS, [uuid.UUID(key_hash(k)) for k in keys], 2,
+                    list(range(10**9, 10**9 + len(keys))),
+                    [datetime(2026, 1, 2, tzinfo=UTC)] * len(keys)))
+    finally:
+        await pool.close()
+    for plan in (read, claim):
+        assert "Seq Scan" not in plan and "Hash" not in plan, plan
+    assert "ingest_dedupe_keys_g1_pkey" in read and "ingestion_messages_" in read
+    assert "ingest_dedupe_keys_g1_pkey" in claim
 
 
 async def test_the_duplicates_of_a_message_are_read_through_their_own_index(
