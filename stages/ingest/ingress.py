@@ -189,6 +189,18 @@ def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+_DIGEST = re.compile(r"[0-9a-fA-F]{32}|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+
+
+def digest_of(ident: str) -> str:
+    """The digest (as :func:`key_hash` spells it) of a dedupe key, or of a digest given as
+    itself: 32 hex digits, or a ``uuid``'s 36 characters as Postgres and the API print it. A
+    key is never one (it starts with ``m:`` or ``r:``)."""
+    if _DIGEST.fullmatch(ident):
+        return ident.replace("-", "").lower()
+    return key_hash(ident)
+
+
 def check_size(receipt: Receipt, max_bytes: int) -> None:
     """Refuse payloads larger than ``max_bytes`` before anything parses them."""
     if len(receipt.data) > max_bytes:

@@ -15,10 +15,9 @@ read.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from stages.ingest.ingress import key_hash
+from stages.ingest.ingress import digest_of
 from streams.adapters.postgres import Conn
 from streams.config import Settings
 from streams.errors import NotFoundError
@@ -29,9 +28,6 @@ from streams.ingest.resources import Resources
 from streams.objects import ObjectStore
 from streams.retention.restore import any_archive, restored
 
-# A key's digest: 32 hex digits, or a uuid's 36 characters (as the API shows it).
-_DIGEST = re.compile(r"[0-9a-fA-F]{32}|[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
-
 
 async def find_id(conn: Conn, ident: str) -> int | None:
     """An ``ingestion_messages`` id from a numeric id, a dedupe key or its digest (a key is
@@ -39,10 +35,7 @@ async def find_id(conn: Conn, ident: str) -> int | None:
     for a key no longer known (the archive may know it)."""
     if ident.isdigit():
         return int(ident)
-    # A key's digest as the row shows it (32 hex digits; a key is never one: it starts with
-    # "m:" or "r:"), or the key.
-    digest = ident.replace("-", "").lower() if _DIGEST.fullmatch(ident) else key_hash(ident)
-    found = await conn.fetchval(sql.MESSAGE_BY_KEY, digest)
+    found = await conn.fetchval(sql.MESSAGE_BY_KEY, digest_of(ident))
     return None if found is None else int(found)
 
 
@@ -134,7 +127,7 @@ async def _published(resources: Resources, message: dict[str, Any],
         # key's digest: pipeline._newest_kept); the row holds the digest.
         held = current.get("message_key")
         digest = message["source_deduplication_key"]
-        out["hot_state_current"] = held is not None and digest in (held, key_hash(held))
+        out["hot_state_current"] = held is not None and digest == digest_of(held)
         out["hot_state_seq"] = current.get("seq")
     except Exception as exc:  # an explanation must not fail because Redis is away
         out["hot_state_current"] = f"unavailable: {exc}"

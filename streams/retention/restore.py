@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from stages.ingest.ingress import key_hash
+from stages.ingest.ingress import digest_of, key_hash
 from streams.adapters import postgres
 from streams.objects import ObjectStore
 from streams.retention.archive import MESSAGE_ID_BOUNDS
@@ -172,9 +172,7 @@ async def _find_by_key(conn: asyncpg.Connection, store: ObjectStore, key: str) -
     """The id of the archived message with dedupe key ``key`` (newest archive first). The
     column holds the key's digest (a ``uuid``, archived as its text) since migration 0020,
     the key's text in older archives."""
-    plain = key.replace("-", "")
-    is_digest = len(plain) == 32 and all(c in "0123456789abcdefABCDEF" for c in plain)
-    digest = str(uuid.UUID(plain if is_digest else key_hash(key)))  # or the digest itself
+    digest = str(uuid.UUID(digest_of(key)))  # the key's, or the digest itself
     for r in await conn.fetch(ALL_OF, "ingestion_messages"):
         hit = await asyncio.to_thread(
             _read, store, r["object_key"],
