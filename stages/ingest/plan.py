@@ -403,21 +403,17 @@ class Recording:
                 f"{message_id}\t{device.id_text}\t{measured}\t{seq}\t{received}\t"
                 f"{state.value}\t{layout}\t{listed}\t{issues}\n"
             )
-            self.messages.append(
-                f"{message_id}\t{ev.key_digest}\t{receipt.stream_seq}\t{received}\t{subject}\t"
-                f"{trace}\t{len(receipt.data)}\t{_NO_CARRIED}\t{status.value}\t{error}\t"
-                f"{prefix_id}\n"
-            )
+            carried = _NO_CARRIED
         else:
             ids = (f"{device.tenant_id_text}\t{device.id_text}" if device is not None
                    else f"{NULL}\t{NULL}")
             schema = (f"{binding.version_text}\t{binding.topic_id_text}" if binding is not None
                       else f"{NULL}\t{NULL}")
-            self.messages.append(
-                f"{message_id}\t{ev.key_digest}\t{receipt.stream_seq}\t{received}\t{subject}\t"
-                f"{trace}\t{len(receipt.data)}\t{ids}\t{schema}\t{measured}\t{seq}\t"
-                f"{status.value}\t{error}\t{prefix_id}\n"
-            )
+            carried = f"{ids}\t{schema}\t{measured}\t{seq}"
+        self.messages.append(
+            f"{message_id}\t{ev.key_digest}\t{receipt.stream_seq}\t{received}\t{subject}\t"
+            f"{trace}\t{len(receipt.data)}\t{carried}\t{status.value}\t{error}\t{prefix_id}\n"
+        )
         self.keys.append(f"{ev.key_digest}\t{self.gen}\t{message_id}\t{received}\n")
         self.recorded.append((final, message_id))
         if final.dead_letter:
