@@ -78,8 +78,9 @@ class RetentionSettings(_Group):
 
     Whole time partitions are dropped once everything in them is older than their table's
     retention; nothing is deleted row by row. ``dedupe_keys_s`` is the dedupe horizon: never
-    shorter than the TELEMETRY stream's ``max_age_s`` (a replay must find its keys), never
-    longer than ``ingestion_records_s`` (a key names its owner's row).
+    shorter than the TELEMETRY stream's ``max_age_s`` (a replay must find its keys); with one
+    generation (``dedupe_generation_s``), never longer than ``ingestion_records_s`` (a key
+    names its owner's row).
     """
 
     stage_logs_s: float = Field(7 * _DAY, gt=0, description="Stage logs (stage passes).")
@@ -96,10 +97,16 @@ class RetentionSettings(_Group):
         description="The dedupe horizon: how long a key is remembered after its generation "
         "ends (>= stream.max_age_s, <= ingestion_records_s).",
     )
+    dedupe_generation_s: float = Field(
+        4 * _DAY, ge=1,
+        description="Time span of one dedupe generation. A dedupe read probes every kept "
+        "generation (about dedupe_keys_s / dedupe_generation_s + 2); a key is kept up to "
+        "dedupe_keys_s + dedupe_generation_s (<= ingestion_records_s).",
+    )
     partition_grain_s: float = Field(
         _DAY, ge=1,
-        description="Time span of one partition and one dedupe generation (a day; shorter "
-        "only for tests and benchmarks).",
+        description="Time span of one partition (a day; shorter only for tests and "
+        "benchmarks).",
     )
     partitions_ahead: int = Field(
         3, ge=1, le=60, description="Partitions the maintenance loop keeps created ahead of now."
@@ -415,13 +422,18 @@ class Settings(BaseSettings):
                 f"({max_age:g}): a replay of an envelope older than the dedupe horizon would be "
                 "recorded and published twice; raise retention.dedupe_keys_s"
             )
-        if horizon > self.retention.ingestion_records_s:
+        generation, records = self.retention.dedupe_generation_s, self.retention.ingestion_records_s
+        if horizon + generation > records:
             from streams.errors import ConfigError
 
+            # A key is dropped with its generation: up to dedupe_keys_s after the generation
+            # ends, so up to horizon + generation after it was written; its owner's row lives
+            # at least ingestion_records_s. A key found without its row reads as new.
             raise ConfigError(
-                f"retention.dedupe_keys_s ({horizon:g}) is longer than "
-                f"retention.ingestion_records_s ({self.retention.ingestion_records_s:g}): a "
-                "key would outlive the row it names"
+                f"retention.dedupe_keys_s + retention.dedupe_generation_s ({horizon:g} + "
+                f"{generation:g}) is longer than retention.ingestion_records_s ({records:g}): "
+                "a key would outlive the row it names; lower one of the first two or raise "
+                "the third"
             )
         return self
 

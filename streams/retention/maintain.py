@@ -9,8 +9,10 @@ leader that dies releases it with its connection). A round:
    streaming table that do not exist yet (rows already in the DEFAULT partition for such a
    bucket are moved into it first), and the dedupe generation partition after the current
    one — so the hot path never creates anything;
-2. starts a new dedupe generation when the current one belongs to an earlier bucket, holding
-   the writers' barrier exclusively (``streams.ingest.sql.WRITE_BARRIER``);
+2. starts a new dedupe generation when the current one belongs to an earlier bucket of
+   ``retention.dedupe_generation_s`` (4 days by default, longer than a partition: a dedupe
+   read probes every kept generation), holding the writers' barrier exclusively
+   (``streams.ingest.sql.WRITE_BARRIER``);
 3. carries out the retention plan (:mod:`streams.retention.plan`): an expired partition is
    detached, the rows of open dead letters in it are put back (they land in DEFAULT, whose
    range now covers them), and it is dropped — all in one short transaction. ``DETACH ...
@@ -226,7 +228,7 @@ async def start_generation_if_due(conn: Conn, settings: Settings, now: datetime)
     """:func:`start_generation` when the current one belongs to an earlier bucket than
     ``now``. Returns the generation started, if one was."""
     last = (await conn.fetch(sql.GENERATIONS))[-1]
-    if not generation_due(last["started_at"], now, settings.retention.partition_grain_s):
+    if not generation_due(last["started_at"], now, settings.retention.dedupe_generation_s):
         return None
     return await start_generation(conn, now)
 

@@ -34,12 +34,14 @@ ALL_TIERS = ("stage_logs", "ingestion_records", "telemetry_logs")
 
 
 def _archiving(settings: Settings, **changes: Any) -> Settings:
-    """Every tier archived, every retention a day (so a round three days on drops today)."""
+    """Every tier archived, every retention a day or two (so a round three days on drops
+    today), and a dedupe generation a day (so a round two days later forgets today's keys)."""
     retention = RetentionSettings(
         stage_logs_s=86400,
-        ingestion_records_s=86400,
+        ingestion_records_s=2 * 86400,  # >= dedupe horizon + generation (a key names its row)
         telemetry_logs_s=86400,
         dedupe_keys_s=86400,
+        dedupe_generation_s=86400,
         archive=ALL_TIERS,
         archive_batch_rows=100,  # several row groups from a few hundred rows
     )
@@ -391,7 +393,7 @@ async def test_whatever_the_columns_the_archive_holds_them_and_restores_them(
 
 
 async def test_an_archive_is_removed_once_its_own_retention_has_passed(fleet: Harness) -> None:
-    """``retention.archives_s`` (5 days here, the tiers 1): a round three days on archives
+    """``retention.archives_s`` (5 days here, the tiers 1 or 2): a round three days on archives
     and drops the partitions that expired (today's and the empty ones made ahead); a later
     round removes exactly the archives whose partition ended 5 days before it, object and
     row, and keeps the others; a dry run removes nothing."""

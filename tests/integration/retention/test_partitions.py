@@ -217,8 +217,11 @@ async def test_a_dedupe_generation_is_forgotten_only_after_the_horizon(
     s = _settings(settings, partitions_ahead=1, dedupe_keys_s=horizon)
     real_now = datetime.now(UTC)
     first = await maintain.maintain_once(pg_pool, s, now=real_now)
-    assert first is not None and first.generation is None  # generation 1 is today's
-    nxt = await maintain.maintain_once(pg_pool, s, now=real_now + DAY)
+    assert first is not None and first.generation is None  # generation 1 is the current one
+    # The default generation (4 days) later, the next one begins.
+    nxt = await maintain.maintain_once(
+        pg_pool, s, now=real_now + timedelta(seconds=s.retention.dedupe_generation_s)
+    )
     assert nxt is not None and nxt.generation == 2
     async with pg_pool.acquire() as conn:
         started = await conn.fetchval(

@@ -91,3 +91,41 @@ def test_a_dedupe_generation_expires_after_the_next_one_started_plus_the_horizon
 def test_a_generation_is_due_when_the_bucket_changed() -> None:
     assert not generation_due(MIDNIGHT + timedelta(minutes=1), NOW, 86400)
     assert generation_due(MIDNIGHT - timedelta(minutes=1), NOW, 86400)
+
+
+def test_with_the_defaults_a_dedupe_read_probes_three_kept_generations() -> None:
+    """Every maintenance round (every 5 minutes) over 30 days of the defaults: a generation
+    starts when its 4-day bucket begins, and those past the plan's ``drop`` are gone. The
+    generations kept (what a dedupe read probes, besides the next one's empty partition) are
+    the current one and the 8 / 4 = 2 before it, and no key is dropped before the horizon.
+    With a generation a day (before ``dedupe_generation_s``) it was 9."""
+    settings = RetentionSettings()
+    assert (settings.dedupe_keys_s, settings.dedupe_generation_s) == (8 * 86400, 4 * 86400)
+    now = MIDNIGHT
+    started = [(1, now)]
+    written_at: dict[int, datetime] = {}  # the last moment each generation took a key
+    most = 0
+    for _ in range(30 * 24 * 12):
+        now += timedelta(minutes=5)
+        if generation_due(started[-1][1], now, settings.dedupe_generation_s):
+            written_at[started[-1][0]] = now
+            started.append((started[-1][0] + 1, now))
+        parts = [
+            Partition(parent="ingest_dedupe_keys", name=f"g{g}", lo=g, hi=g + 1, bytes=0)
+            for g, _ in started
+        ]
+        for item in plan(parts, started, settings, now):
+            if item.action == DROP:
+                gen = int(item.target[1:])
+                assert now - written_at[gen] >= timedelta(seconds=settings.dedupe_keys_s)
+                started = [s for s in started if s[0] != gen]
+        most = max(most, len(started))
+    assert started[0][0] > 1  # generations were dropped
+    assert most == 8 // 4 + 1
+
+
+def test_a_four_day_generation_is_due_when_its_four_day_bucket_changed() -> None:
+    four = 4 * 86400
+    begun = bucket_start(NOW, four)
+    assert not generation_due(begun + timedelta(minutes=1), begun + 4 * DAY - timedelta(1), four)
+    assert generation_due(begun + timedelta(minutes=1), begun + 4 * DAY, four)
