@@ -4,18 +4,21 @@ partitions, to show throughput, bytes per envelope and total bytes flat over tim
 Run:  .venv/bin/python bench/soak.py                                  # 10 million envelopes
       .venv/bin/python bench/soak.py --envelopes 600000 --rounds 6 --grain-s 20
 
-A "day" is ``--grain-s`` seconds here (``retention.partition_grain_s``, which also sets the
-dedupe generation length), and every retention is a few grains, so partitions are created and
-dropped during the run. Each round preloads its share of envelopes (the demo fleet's
-10-parameter envelope, as ``bench/ingest.py``) into the TELEMETRY stream and runs
-``run_consumer`` (metrics off) until they are processed. Maintenance is run by this script
+A "day" is ``--grain-s`` seconds here (``retention.partition_grain_s``), and every retention
+is a few grains, so partitions are created and dropped during the run. The proportions are the
+defaults': a dedupe generation is half the dedupe horizon (4 of 8 days), and the ingestion
+records outlive a key by at least a generation. Each round preloads its share of envelopes
+(the demo fleet's 10-parameter envelope, as ``bench/ingest.py``) into the TELEMETRY stream and
+runs ``run_consumer`` (metrics off) until they are processed. Maintenance is run by this script
 (the same :func:`streams.retention.maintain.maintain_once` the consumer's leader runs, on the
 same interval; the consumer's own loop is set to an interval longer than the run), so that it
 knows when a round dropped something.
 
 Per round it prints: envelopes/s, Postgres bytes per retained envelope (every partition of the
 streaming tables, indexes included, over the ``ingestion_messages`` rows retained), total
-bytes, partitions, batch p99, and batch p99 of the batches that overlapped a drop. It writes
+bytes, partitions, batch p99, the batch p99 of the batches that overlapped a drop, and the CPU
+per 1,000 envelopes of this process's Python threads (the consumer) and chDB threads,
+Postgres and nats-server (where a change of throughput went). It writes
 ``bench/results/soak.json``. Everything lives in a private namespace and Postgres database,
 removed at the end.
 """
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil
 from ingest import (  # bench/ is on sys.path when this runs as a script
     DEVICES,
     PG_ADMIN,
@@ -45,6 +49,7 @@ from ingest import (  # bench/ is on sys.path when this runs as a script
     _p99,
     _payloads,
     _preload,
+    refuse_unsupported_nats,
 )
 from ingest import NATS_URL as BENCH_NATS
 
@@ -96,6 +101,7 @@ def _settings(args: argparse.Namespace, dsn: str, names: Names, workdir: Path) -
             ingestion_records_s=args.records_grains * grain,
             telemetry_logs_s=args.telemetry_grains * grain,
             dedupe_keys_s=args.max_age_grains * grain,
+            dedupe_generation_s=args.generation_grains * grain,
             resolved_dead_letters_s=args.records_grains * grain,
             maintenance_interval_s=10 * 24 * 3600.0,  # this script runs the rounds
         ),
@@ -125,6 +131,49 @@ async def _maintainer(
         await pool.close()
 
 
+# CPU per round of each part sharing the machine (where a falling throughput went).
+COMPONENTS = {"nats-server": "nats", "postgres": "postgres"}
+
+
+def _own_threads() -> dict[tuple[str, int], float]:
+    """This process's CPU seconds by thread: chDB's own threads are named by chDB
+    (``MergeMutate``, ...), the Python threads (the consumer, its maintenance, the worker
+    threads running chDB inserts) keep the process's name."""
+    me = psutil.Process()
+    out: dict[tuple[str, int], float] = {}
+    for thread in me.threads():
+        try:
+            name = Path(f"/proc/self/task/{thread.id}/comm").read_text().strip()
+        except OSError:  # ended, or no /proc: count it as the consumer's
+            name = me.name()
+        component = "consumer" if name == me.name() else "chdb"
+        out[(component, thread.id)] = thread.user_time + thread.system_time
+    return out
+
+
+def _cpu_seconds() -> dict[tuple[str, int], float]:
+    """(component, pid or thread id) -> user + system CPU seconds so far: this process's
+    Python threads ("consumer") and chDB threads ("chdb"), every Postgres process and
+    nats-server."""
+    out = _own_threads()
+    for proc in psutil.process_iter(["name", "cpu_times"]):
+        component = COMPONENTS.get(proc.info["name"] or "")
+        if component and proc.info["cpu_times"] is not None:
+            out[(component, proc.pid)] = sum(proc.info["cpu_times"][:2])
+    return out
+
+
+def _cpu_per_1000(
+    before: dict[tuple[str, int], float], after: dict[tuple[str, int], float], envelopes: int
+) -> dict[str, float]:
+    """CPU ms per 1,000 envelopes of each component between two readings (a process started
+    in between counts from zero; one that ended in between is missed)."""
+    spent: dict[str, float] = {}
+    for (component, pid), seconds in after.items():
+        spent[component] = spent.get(component, 0.0) + seconds - before.get((component, pid), 0.0)
+    return {c: 1000 * s / envelopes * 1000 for c, s in sorted(spent.items())}
+
+
 async def _size(conn: Any) -> tuple[int, int, int]:
     total = 0
     for table in TABLES:
@@ -146,7 +195,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         dsn = await postgres.create_database(PG_ADMIN, database)
         await asyncio.to_thread(migrate.upgrade, dsn)
         settings = _settings(args, dsn, names, workdir)
-        await provision(settings)
+        refuse_unsupported_nats(await provision(settings))
         await ensure_fleet(settings, tenant=TENANT, devices=DEVICES)
         stop_maint = asyncio.Event()
         maintainer = asyncio.create_task(_maintainer(settings, stop_maint, drops))
@@ -170,10 +219,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     if done[0] >= per_round:
                         stop.set()
 
+                cpu_before = _cpu_seconds()
                 started = time.perf_counter()
                 task = asyncio.create_task(run_consumer(settings, stop=stop, on_batch=on_batch))
                 await asyncio.wait_for(stop.wait(), 3600)
                 elapsed = time.perf_counter() - started
+                cpu = _cpu_per_1000(cpu_before, _cpu_seconds(), done[0])  # backends still up
                 await task
                 total, retained, partitions = await _size(conn)
                 durations = sorted(d for _, d in batches)
@@ -193,6 +244,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     "batches_during_drop": len(during),
                     "batch_p99_during_drop_ms": 1000 * _p99(during) if during else None,
                     "dropped_so_far": sum(len(t) for _, _, t in drops),
+                    "cpu_ms_per_1000": cpu,
                 }
                 rounds.append(row)
                 _print_row(row)
@@ -216,6 +268,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "records_grains": args.records_grains,
             "telemetry_grains": args.telemetry_grains,
             "dedupe_and_max_age_grains": args.max_age_grains,
+            "dedupe_generation_grains": args.generation_grains,
         },
         "machine": {
             "cpus": os.cpu_count(),
@@ -232,7 +285,8 @@ def _print_row(row: dict[str, Any]) -> None:
         f"{row['bytes_per_envelope'] or 0:>6,.0f} B/env  {row['total_bytes']:>14,} B  "
         f"{row['partitions']:>4} partitions  batch p99 {row['batch_p99_ms']:>7.1f} ms  "
         f"during drop {'-' if during is None else f'{during:.1f} ms'} "
-        f"({row['batches_during_drop']} batches)",
+        f"({row['batches_during_drop']} batches)  CPU ms/1000 "
+        + " ".join(f"{c} {ms:.0f}" for c, ms in row["cpu_ms_per_1000"].items()),
         flush=True,
     )
 
@@ -245,13 +299,19 @@ if __name__ == "__main__":
         "--grain-s", type=float, default=60.0, help="seconds of one partition (a 'day' of this run)"
     )
     parser.add_argument("--stage-logs-grains", type=float, default=2)
-    parser.add_argument("--records-grains", type=float, default=6)
+    parser.add_argument("--records-grains", type=float, default=9)
     parser.add_argument("--telemetry-grains", type=float, default=8)
     parser.add_argument(
         "--max-age-grains",
         type=float,
         default=6,
         help="TELEMETRY max_age, and the dedupe horizon (its minimum)",
+    )
+    parser.add_argument(
+        "--generation-grains",
+        type=float,
+        default=3,
+        help="one dedupe generation (max-age + generation <= records)",
     )
     results = asyncio.run(main(parser.parse_args()))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
