@@ -36,6 +36,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import io
+import threading
 import warnings
 from collections.abc import Mapping
 from typing import Any, Final
@@ -100,10 +101,18 @@ def _values(msg: fitdecode.FitDataMessage) -> dict[str, Any]:
     }
 
 
+# ``warnings.catch_warnings`` swaps the process-wide filter list (Python 3.11 has no
+# per-thread warning context), and the worker runs stages in threads: two reads at once
+# restored each other's filters mid-read, so a warning escaped one read's count, or was
+# raised inside it where warnings are errors (tests/unit/stages/batch/formats/test_fit.py).
+# One read at a time costs no parallelism: fitdecode is pure Python and holds the GIL.
+_COUNTING_WARNINGS = threading.Lock()
+
+
 def _messages(data: bytes) -> tuple[list[fitdecode.FitDataMessage], int]:
     """Every data message, and how many decoder warnings (tolerated oddities) were seen."""
     out: list[fitdecode.FitDataMessage] = []
-    with warnings.catch_warnings(record=True) as seen:
+    with _COUNTING_WARNINGS, warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         try:
             with fitdecode.FitReader(

@@ -7,6 +7,9 @@ must do with each file).
 from __future__ import annotations
 
 import math
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -189,3 +192,25 @@ def test_writing_fit_without_the_optional_encoder_names_the_extra(
         fit.write({})
     assert raised.value.code == "CONFIG_ERROR"
     assert "tideway[fit-writer]" in raised.value.message
+
+
+def test_files_read_at_once_in_threads_count_their_own_warnings() -> None:
+    """The worker runs stages in threads. Counting the decoder's warnings swaps the
+    process-wide warning filters; two reads at once used to restore each other's filters
+    mid-read, so a warning escaped one read's count (and, under this suite's
+    ``filterwarnings = error``, raised inside the other read: STAGE_CRASHED once in a full
+    run)."""
+    data = COROS.read_bytes()
+    alone = fit.read(data).stats["decoder_warnings"]
+    assert alone > 0  # the file this is about warns
+    barrier = threading.Barrier(4)
+
+    def read_after_the_others_start() -> int:
+        barrier.wait()
+        return int(fit.read(data).stats["decoder_warnings"])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning that escapes a read fails it
+        with ThreadPoolExecutor(4) as pool:
+            counts = list(pool.map(lambda _: read_after_the_others_start(), range(4)))
+    assert counts == [alone] * 4
