@@ -18,7 +18,8 @@ Per round it prints: envelopes/s, Postgres bytes per retained envelope (every pa
 streaming tables, indexes included, over the ``ingestion_messages`` rows retained), total
 bytes, partitions, batch p99, the batch p99 of the batches that overlapped a drop, and the CPU
 per 1,000 envelopes of this process's Python threads (the consumer) and chDB threads,
-Postgres and nats-server (where a change of throughput went). It writes
+Postgres and nats-server, with the pages Postgres read from outside ``shared_buffers`` and
+the buffers its backends wrote out themselves (where a change of throughput went). It writes
 ``bench/results/soak.json``. Everything lives in a private namespace and Postgres database,
 removed at the end.
 """
@@ -31,6 +32,7 @@ import contextlib
 import os
 import platform
 import shutil
+import statistics
 import tempfile
 import time
 import uuid
@@ -174,6 +176,19 @@ def _cpu_per_1000(
     return {c: 1000 * s / envelopes * 1000 for c, s in sorted(spent.items())}
 
 
+# Postgres pages this database read from outside shared_buffers, and buffers every backend
+# had to write out itself to make room: both grow once the working set outgrows the cache.
+PAGES = """
+SELECT (SELECT blks_read FROM pg_stat_database WHERE datname = current_database()) AS reads,
+       (SELECT buffers_backend FROM pg_stat_bgwriter) AS backend_writes
+"""
+
+
+async def _pages(conn: Any) -> tuple[int, int]:
+    row = await conn.fetchrow(PAGES)
+    return int(row["reads"]), int(row["backend_writes"])
+
+
 async def _size(conn: Any) -> tuple[int, int, int]:
     total = 0
     for table in TABLES:
@@ -219,12 +234,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     if done[0] >= per_round:
                         stop.set()
 
+                pages_before = await _pages(conn)
                 cpu_before = _cpu_seconds()
                 started = time.perf_counter()
                 task = asyncio.create_task(run_consumer(settings, stop=stop, on_batch=on_batch))
                 await asyncio.wait_for(stop.wait(), 3600)
                 elapsed = time.perf_counter() - started
                 cpu = _cpu_per_1000(cpu_before, _cpu_seconds(), done[0])  # backends still up
+                pages_after = await _pages(conn)
                 await task
                 total, retained, partitions = await _size(conn)
                 durations = sorted(d for _, d in batches)
@@ -245,6 +262,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     "batch_p99_during_drop_ms": 1000 * _p99(during) if during else None,
                     "dropped_so_far": sum(len(t) for _, _, t in drops),
                     "cpu_ms_per_1000": cpu,
+                    "pg_pages_read_per_1000": 1000 * (pages_after[0] - pages_before[0]) / done[0],
+                    "pg_backend_writes_per_1000": (
+                        1000 * (pages_after[1] - pages_before[1]) / done[0]
+                    ),
                 }
                 rounds.append(row)
                 _print_row(row)
@@ -259,6 +280,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "rounds": rounds,
         "throughput_last_to_first": last["envelopes_per_s"] / first["envelopes_per_s"],
+        # The same with each end the median of three rounds: one round's rate swings by
+        # 10-15 % on a shared machine.
+        "throughput_last3_to_first3": (
+            statistics.median(r["envelopes_per_s"] for r in rounds[-3:])
+            / statistics.median(r["envelopes_per_s"] for r in rounds[:3])
+        ),
         "drops": [{"targets": t, "seconds": b - a} for a, b, t in drops],
         "settings": {
             "envelopes": args.envelopes,
@@ -286,7 +313,9 @@ def _print_row(row: dict[str, Any]) -> None:
         f"{row['partitions']:>4} partitions  batch p99 {row['batch_p99_ms']:>7.1f} ms  "
         f"during drop {'-' if during is None else f'{during:.1f} ms'} "
         f"({row['batches_during_drop']} batches)  CPU ms/1000 "
-        + " ".join(f"{c} {ms:.0f}" for c, ms in row["cpu_ms_per_1000"].items()),
+        + " ".join(f"{c} {ms:.0f}" for c, ms in row["cpu_ms_per_1000"].items())
+        + f"  pages read/1000 {row['pg_pages_read_per_1000']:.0f}"
+        + f" backend writes/1000 {row['pg_backend_writes_per_1000']:.0f}",
         flush=True,
     )
 
@@ -317,4 +346,8 @@ if __name__ == "__main__":
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     print(f"last round / first round throughput: {results['throughput_last_to_first']:.2f}")
+    print(
+        "median of the last three / of the first three rounds: "
+        f"{results['throughput_last3_to_first3']:.2f}"
+    )
     print(f"wrote {RESULTS.relative_to(ROOT)}")
