@@ -78,9 +78,9 @@ class RetentionSettings(_Group):
 
     Whole time partitions are dropped once everything in them is older than their table's
     retention; nothing is deleted row by row. ``dedupe_keys_s`` is the dedupe horizon: never
-    shorter than the TELEMETRY stream's ``max_age_s`` (a replay must find its keys); with one
-    generation (``dedupe_generation_s``), never longer than ``ingestion_records_s`` (a key
-    names its owner's row).
+    shorter than the TELEMETRY stream's ``max_age_s`` (a replay must find its keys). A key is
+    kept up to ``dedupe_keys_s + dedupe_generation_s``, which must not be longer than
+    ``ingestion_records_s`` (a key names its owner's row).
     """
 
     stage_logs_s: float = Field(7 * _DAY, gt=0, description="Stage logs (stage passes).")
@@ -95,13 +95,13 @@ class RetentionSettings(_Group):
     dedupe_keys_s: float = Field(
         8 * _DAY, gt=0,
         description="The dedupe horizon: how long a key is remembered after its generation "
-        "ends (>= stream.max_age_s, <= ingestion_records_s).",
+        "ends (>= stream.max_age_s; + dedupe_generation_s <= ingestion_records_s).",
     )
     dedupe_generation_s: float = Field(
         4 * _DAY, ge=1,
         description="Time span of one dedupe generation. A dedupe read probes every kept "
-        "generation (about dedupe_keys_s / dedupe_generation_s + 2); a key is kept up to "
-        "dedupe_keys_s + dedupe_generation_s (<= ingestion_records_s).",
+        "generation (dedupe_keys_s / dedupe_generation_s + 1: 3 with the defaults); a key is "
+        "kept up to dedupe_keys_s + dedupe_generation_s (<= ingestion_records_s).",
     )
     partition_grain_s: float = Field(
         _DAY, ge=1,
