@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -89,40 +89,37 @@ class Round:
     """BRIN page ranges summarized (:func:`summarize_recent`)."""
 
 
+def _partition(row: Any) -> Partition:
+    """A row of ``sql.PARTITIONS`` as a :class:`Partition`: bounds parsed (generation numbers
+    for the dedupe keys, times for the rest), none for DEFAULT."""
+    parent, name = row["parent"], row["name"]
+    if row["bound"] == "DEFAULT":
+        return Partition(parent=parent, name=name, lo=None, hi=None, bytes=row["bytes"])
+    lo_text, hi_text = row["bounds"]
+    lo: datetime | int
+    hi: datetime | int
+    if parent == DEDUPE.table:
+        lo, hi = int(lo_text), int(hi_text)
+    else:
+        lo, hi = datetime.fromisoformat(lo_text), datetime.fromisoformat(hi_text)
+    return Partition(parent=parent, name=name, lo=lo, hi=hi, bytes=row["bytes"])
+
+
 async def inventory(
     conn: Conn, settings: Settings, now: datetime
 ) -> tuple[list[Partition], list[tuple[int, datetime]], tuple[int, int]]:
     """The partitions, dedupe generations and expired resolved dead letters."""
     partitions: list[Partition] = []
     for row in await conn.fetch(sql.PARTITIONS, _TABLES):
-        parent = row["parent"]
-        if row["bound"] == "DEFAULT":
-            tier = TIER_OF[parent]
+        part = _partition(row)
+        if part.is_default:
+            tier = TIER_OF[part.parent]
             cutoff = now - retention_of(settings.retention, tier)
             expired = await conn.fetchval(
-                f"SELECT count(*) FROM {ident(row['name'])} WHERE {tier.column} < $1", cutoff
+                f"SELECT count(*) FROM {ident(part.name)} WHERE {tier.column} < $1", cutoff
             )
-            partitions.append(
-                Partition(
-                    parent=parent,
-                    name=row["name"],
-                    lo=None,
-                    hi=None,
-                    bytes=row["bytes"],
-                    expired_rows=expired,
-                )
-            )
-            continue
-        lo_text, hi_text = row["bounds"]
-        lo: datetime | int
-        hi: datetime | int
-        if parent == DEDUPE.table:
-            lo, hi = int(lo_text), int(hi_text)
-        else:
-            lo, hi = datetime.fromisoformat(lo_text), datetime.fromisoformat(hi_text)
-        partitions.append(
-            Partition(parent=parent, name=row["name"], lo=lo, hi=hi, bytes=row["bytes"])
-        )
+            part = replace(part, expired_rows=expired)
+        partitions.append(part)
     generations = [(r["gen"], r["started_at"]) for r in await conn.fetch(sql.GENERATIONS)]
     dead = await conn.fetchrow(
         sql.RESOLVED_DEAD_LETTERS, settings.retention.resolved_dead_letters_s, now
@@ -399,11 +396,9 @@ async def summarize_recent(conn: Conn, settings: Settings, now: datetime) -> int
     recent = now - timedelta(seconds=settings.retention.partition_grain_s)
     # The catalogue's partitions alone: :func:`inventory` would also count DEFAULT's expired
     # rows, which this does not need.
-    names = [
-        row["name"] for row in await conn.fetch(sql.PARTITIONS, _TABLES)
-        if row["bound"] == "DEFAULT" or (
-            row["parent"] != DEDUPE.table and datetime.fromisoformat(row["bounds"][1]) > recent)
-    ]
+    partitions = [_partition(row) for row in await conn.fetch(sql.PARTITIONS, _TABLES)]
+    names = [p.name for p in partitions
+             if p.hi is None or (isinstance(p.hi, datetime) and p.hi > recent)]
     ranges = 0
     for row in await conn.fetch(sql.BRIN_INDEXES, names):
         ranges += int(await conn.fetchval(sql.SUMMARIZE_BRIN, row["index"]))
