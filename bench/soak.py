@@ -39,8 +39,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import cpu
 import orjson
-import psutil
 from ingest import (  # bench/ is on sys.path when this runs as a script
     DEVICES,
     PG_ADMIN,
@@ -133,49 +133,6 @@ async def _maintainer(
         await pool.close()
 
 
-# CPU per round of each part sharing the machine (where a falling throughput went).
-COMPONENTS = {"nats-server": "nats", "postgres": "postgres"}
-
-
-def _own_threads() -> dict[tuple[str, int], float]:
-    """This process's CPU seconds by thread: chDB's own threads are named by chDB
-    (``MergeMutate``, ...), the Python threads (the consumer, its maintenance, the worker
-    threads running chDB inserts) keep the process's name."""
-    me = psutil.Process()
-    out: dict[tuple[str, int], float] = {}
-    for thread in me.threads():
-        try:
-            name = Path(f"/proc/self/task/{thread.id}/comm").read_text().strip()
-        except OSError:  # ended, or no /proc: count it as the consumer's
-            name = me.name()
-        component = "consumer" if name == me.name() else "chdb"
-        out[(component, thread.id)] = thread.user_time + thread.system_time
-    return out
-
-
-def _cpu_seconds() -> dict[tuple[str, int], float]:
-    """(component, pid or thread id) -> user + system CPU seconds so far: this process's
-    Python threads ("consumer") and chDB threads ("chdb"), every Postgres process and
-    nats-server."""
-    out = _own_threads()
-    for proc in psutil.process_iter(["name", "cpu_times"]):
-        component = COMPONENTS.get(proc.info["name"] or "")
-        if component and proc.info["cpu_times"] is not None:
-            out[(component, proc.pid)] = sum(proc.info["cpu_times"][:2])
-    return out
-
-
-def _cpu_per_1000(
-    before: dict[tuple[str, int], float], after: dict[tuple[str, int], float], envelopes: int
-) -> dict[str, float]:
-    """CPU ms per 1,000 envelopes of each component between two readings (a process started
-    in between counts from zero; one that ended in between is missed)."""
-    spent: dict[str, float] = {}
-    for (component, pid), seconds in after.items():
-        spent[component] = spent.get(component, 0.0) + seconds - before.get((component, pid), 0.0)
-    return {c: 1000 * s / envelopes * 1000 for c, s in sorted(spent.items())}
-
-
 # Postgres pages this database read from outside shared_buffers, and buffers every backend
 # had to write out itself to make room: both grow once the working set outgrows the cache.
 PAGES = """
@@ -235,12 +192,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                         stop.set()
 
                 pages_before = await _pages(conn)
-                cpu_before = _cpu_seconds()
+                cpu_before = cpu.by_component()
                 started = time.perf_counter()
                 task = asyncio.create_task(run_consumer(settings, stop=stop, on_batch=on_batch))
                 await asyncio.wait_for(stop.wait(), 3600)
                 elapsed = time.perf_counter() - started
-                cpu = _cpu_per_1000(cpu_before, _cpu_seconds(), done[0])  # backends still up
+                spent = cpu.ms_per_1000(cpu_before, cpu.by_component(), done[0])  # backends up
                 pages_after = await _pages(conn)
                 await task
                 total, retained, partitions = await _size(conn)
@@ -261,7 +218,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     "batches_during_drop": len(during),
                     "batch_p99_during_drop_ms": 1000 * _p99(during) if during else None,
                     "dropped_so_far": sum(len(t) for _, _, t in drops),
-                    "cpu_ms_per_1000": cpu,
+                    "cpu_ms_per_1000": spent,
                     "pg_pages_read_per_1000": 1000 * (pages_after[0] - pages_before[0]) / done[0],
                     "pg_backend_writes_per_1000": (
                         1000 * (pages_after[1] - pages_before[1]) / done[0]
