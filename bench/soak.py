@@ -299,7 +299,16 @@ if __name__ == "__main__":
         default=3,
         help="one dedupe generation (max-age + generation <= records)",
     )
-    results = asyncio.run(main(parser.parse_args()))
+    arguments = parser.parse_args()
+    if arguments.max_age_grains + arguments.generation_grains > arguments.records_grains:
+        # The settings would refuse it (a key must not outlive its row): say so in flags,
+        # before anything is created.
+        parser.error(
+            "--max-age-grains + --generation-grains must not exceed --records-grains "
+            f"({arguments.max_age_grains:g} + {arguments.generation_grains:g} > "
+            f"{arguments.records_grains:g})"
+        )
+    results = asyncio.run(main(arguments))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     print(f"last round / first round throughput: {results['throughput_last_to_first']:.2f}")
