@@ -8,8 +8,10 @@ A dedupe read (``streams.ingest.sql.LOOKUP``) probes every kept generation of
 random digests in a private database (migrated to head; nothing else in it), then times the
 read of a batch of keys that are new (the common case: every generation is probed) and of
 keys held by the oldest generation, with 9 generations kept, then 3 (the default: 8-day
-horizon, 4-day generations), then 1 (the older ones dropped, as retention does). Prints a
-table and writes ``bench/results/dedupe_read.json``. The database is dropped at the end.
+horizon, 4-day generations), then 1 (the older ones dropped, as retention does), each time
+with the next generation's empty partition beside them, as the maintenance round keeps it.
+Prints a table and writes ``bench/results/dedupe_read.json``. The database is dropped at the
+end.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import platform
 import statistics
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,10 @@ from ingest import PG_ADMIN  # bench/ is on sys.path when this runs as a script
 
 from streams import migrate
 from streams.adapters import postgres
+from streams.config import Settings
 from streams.ingest import sql
+from streams.retention import maintain
+from streams.retention.plan import DEDUPE, DROP, PlanItem
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "dedupe_read.json"
@@ -44,22 +50,28 @@ SELECT gen_random_uuid(), $1, g, now() FROM generate_series($2::bigint, $3::bigi
 
 
 async def _generations(conn: Any, count: int, per_generation: int) -> None:
-    first = int(await conn.fetchval(sql.CURRENT_GENERATION))
-    for gen in range(first, first + count):
-        if gen > first:
-            await conn.execute(
-                "INSERT INTO ingest_dedupe_generations (gen, started_at) VALUES ($1, now())", gen
-            )
-        await conn.execute(
-            f"CREATE TABLE IF NOT EXISTS ingest_dedupe_keys_g{gen} PARTITION OF "
-            f"ingest_dedupe_keys FOR VALUES FROM ({gen}) TO ({gen + 1})"
-        )
-        base = (gen - first) * per_generation
-        for lo in range(base, base + per_generation, 200_000):
-            hi = min(lo + 200_000, base + per_generation) - 1
+    """``count`` generations of ``per_generation`` keys each, begun and partitioned by the
+    maintenance round's own steps (so the next generation's empty partition exists too, as
+    in a deployment)."""
+    for n in range(count):
+        if n:
+            await maintain.start_generation(conn, datetime.now(UTC))
+        await maintain.ensure_generations(conn)
+        gen = int(await conn.fetchval(sql.CURRENT_GENERATION))
+        for lo in range(n * per_generation, (n + 1) * per_generation, 200_000):
+            hi = min(lo + 200_000, (n + 1) * per_generation) - 1
             await conn.execute(FILL, gen, lo, hi)
         print(f"generation {gen}: {per_generation:,} keys", flush=True)
     await conn.execute("CHECKPOINT")
+
+
+async def _drop_generation(conn: Any, gen: int) -> None:
+    """Forget generation ``gen`` as a retention run does (a ``drop`` item of its plan)."""
+    now = datetime.now(UTC)
+    item = PlanItem(tier=DEDUPE.name, target=f"{DEDUPE.table}_g{gen}", expires_at=now,
+                    action=DROP, bytes=0)
+    done, skipped = await maintain.execute(conn, Settings(), [item], now)
+    assert done == [item] and not skipped, skipped
 
 
 async def _time_reads(conn: Any, digests: list[list[str]]) -> list[float]:
@@ -85,8 +97,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 gens = [r["gen"] for r in await conn.fetch(
                     "SELECT gen FROM ingest_dedupe_generations ORDER BY gen")]
                 for gen in gens[: len(gens) - kept]:  # retention drops the oldest
-                    await conn.execute(f"DROP TABLE ingest_dedupe_keys_g{gen}")
-                    await conn.execute("DELETE FROM ingest_dedupe_generations WHERE gen = $1", gen)
+                    await _drop_generation(conn, gen)
                 oldest = gens[len(gens) - kept]
                 held = [
                     [str(r["key_hash"]) for r in await conn.fetch(
