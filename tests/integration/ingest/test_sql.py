@@ -67,6 +67,22 @@ def _lookup_args(keys: list[str]) -> tuple[str, str]:
     return "\n".join(key_hash(k) for k in keys), "\n".join(receipts)
 
 
+# The digest of key "seen-<g>" in SQL, as stages.ingest.ingress.key_hash computes it.
+_SEEN_DIGEST = "encode(substring(sha256(convert_to('seen-' || g, 'UTF8')) FOR 16), 'hex')::uuid"
+
+
+async def _record_seen(conn: asyncpg.Connection, n: int) -> None:
+    """Messages 1..n, owners of keys "seen-1".."seen-n" in dedupe generation 1."""
+    await conn.execute(
+        "INSERT INTO ingestion_messages (id, source_deduplication_key, stream_seq, received_at,"
+        f" subject, payload_bytes, status) SELECT g, {_SEEN_DIGEST}, g,"
+        " '2026-01-01'::timestamptz, 's', 10, 'completed' FROM generate_series(1, $1) g", n)
+    await conn.execute(
+        "INSERT INTO ingest_dedupe_keys (key_hash, gen, message_id, received_at)"
+        f" SELECT {_SEEN_DIGEST}, 1, g, '2026-01-01'::timestamptz"
+        " FROM generate_series(1, $1) g", n)
+
+
 def _execute(command: str, args: tuple[str, str]) -> str:
     """``EXECUTE lookup(...)`` with literal arguments (EXECUTE takes no bind parameters); the
     arguments are hex digests and numbers."""
@@ -93,18 +109,7 @@ async def test_the_dedupe_read_stays_fast_when_the_tables_grow_after_a_deploymen
                 found = await conn.fetch(sql.LOOKUP, *args)
                 assert [r["id"] for r in found] == [None]  # only the generation row
                 assert len(await conn.fetch(_execute("EXECUTE", args))) == 1
-            await conn.execute(
-                "INSERT INTO ingestion_messages (id, source_deduplication_key, stream_seq,"
-                " received_at, subject, payload_bytes, status) SELECT g,"
-                " encode(substring(sha256(convert_to('seen-' || g, 'UTF8')) FOR 16),"
-                " 'hex')::uuid, g,"
-                " '2026-01-01'::timestamptz, 's', 10, 'completed'"
-                " FROM generate_series(1, 50000) g")
-            await conn.execute(
-                "INSERT INTO ingest_dedupe_keys (key_hash, gen, message_id, received_at)"
-                " SELECT encode(substring(sha256(convert_to('seen-' || g, 'UTF8')) FOR 16),"
-                " 'hex')::uuid, 1, g, '2026-01-01'::timestamptz"
-                " FROM generate_series(1, 50000) g")
+            await _record_seen(conn, 50_000)
             keys = [f"seen-{i}" for i in range(1, 8000, 2)] + [f"new-{i}" for i in range(4000)]
             rows = await conn.fetch(sql.LOOKUP, *_lookup_args(keys))
             plan = "\n".join(
@@ -128,17 +133,7 @@ async def test_the_dedupe_read_and_claim_probe_per_key_without_statistics(pg_dsn
     pool = await postgres.create_pool(pg_dsn, postgres.streaming_pool(1))
     try:
         async with pool.acquire() as conn:
-            await conn.execute(
-                "INSERT INTO ingestion_messages (id, source_deduplication_key, stream_seq,"
-                " received_at, subject, payload_bytes, status) SELECT g,"
-                " encode(substring(sha256(convert_to('seen-' || g, 'UTF8')) FOR 16),"
-                " 'hex')::uuid, g, '2026-01-01'::timestamptz, 's', 10, 'completed'"
-                " FROM generate_series(1, 30000) g")
-            await conn.execute(
-                "INSERT INTO ingest_dedupe_keys (key_hash, gen, message_id, received_at)"
-                " SELECT encode(substring(sha256(convert_to('seen-' || g, 'UTF8')) FOR 16),"
-                " 'hex')::uuid, 1, g, '2026-01-01'::timestamptz"
-                " FROM generate_series(1, 30000) g")
+            await _record_seen(conn, 30_000)
             assert await conn.fetchval(
                 "SELECT count(*) FROM pg_stats WHERE tablename LIKE 'ingest_dedupe_keys%'"
                 " OR tablename LIKE 'ingestion_messages%'") == 0  # never analyzed
