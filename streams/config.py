@@ -309,6 +309,11 @@ class NatsSettings(_Group):
         None, description="Client certificate for servers that verify clients (with tls_key)."
     )
     tls_key: Path | None = Field(None, description="Private key of tls_cert.")
+    open_broker: bool = Field(
+        False,
+        description="Let devices connect without credentials (a migration window onto device "
+        "credentials: docs/security.md). Every process warns at start while it is set.",
+    )
 
     # Not a setting: nats_url, bound by Settings (a field named ``nats`` takes the place of
     # the ``Settings.nats()`` accessor every caller already uses, so the group answers it).
@@ -333,6 +338,27 @@ class NatsSettings(_Group):
         bound = self.model_copy()
         bound._url = url
         return bound
+
+
+class AuthSettings(_Group):
+    """The auth-callout service (``tideway auth``) that checks device credentials for
+    nats-server (docs/security.md). Its own NATS user is ``nats.nkey_seed_file``."""
+
+    issuer_seed_file: Path | None = Field(
+        None, description="Account nkey seed (`SA...`) that signs the answers nats-server "
+        "trusts (its public key is auth_callout.issuer in the server configuration).",
+    )
+    control_seed_file: Path | None = Field(
+        None, description="Seed of the system-account user that may list and disconnect "
+        "connections (cuts off a device whose credential was revoked).",
+    )
+    sweep_interval_s: float = Field(
+        30.0, gt=0, description="How often every device connection is checked against the "
+        "registry (behind the immediate disconnect a revocation triggers).",
+    )
+    concurrency: int = Field(
+        64, ge=1, le=1024, description="Authorization requests answered at once per process."
+    )
 
 
 class ApiSettings(_Group):
@@ -410,6 +436,7 @@ class Settings(BaseSettings):
     api: ApiSettings = ApiSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     nats: NatsSettings = NatsSettings()
+    auth: AuthSettings = AuthSettings()
 
     @model_validator(mode="after")
     def _check_dedupe_horizon(self) -> Settings:
@@ -556,4 +583,14 @@ def load_settings() -> Settings:
         if key in {"nats_url", "postgres_dsn", "redis_url", "clickhouse_dsn"}
         and getattr(settings, key) is None
     }
-    return settings.with_services(**unset) if unset else settings
+    resolved = settings.with_services(**unset) if unset else settings
+    seed = found.get("nats_seed_file")
+    if "nats_url" in unset and seed and not _nats_login(settings.nats):
+        # The embedded broker authenticates every process: join it as its operator.
+        resolved = resolved.model_copy(
+            update={"nats": resolved.nats.model_copy(update={"nkey_seed_file": Path(seed)})})
+    return resolved
+
+
+def _nats_login(nats: NatsSettings) -> bool:
+    return any(v is not None for v in (nats.creds_file, nats.nkey_seed_file, nats.user))

@@ -37,6 +37,8 @@ from types import ModuleType
 
 from streams.config import Settings
 from streams.errors import ConfigError
+from streams.identity.broker import ADMIN, BrokerKeys, as_user, ensure_keys, server_config
+from streams.names import Names
 
 
 @dataclass(kw_only=True)
@@ -45,6 +47,8 @@ class Started:
 
     services: dict[str, str] = field(default_factory=dict)  # name -> URL
     urls: dict[str, str] = field(default_factory=dict)  # settings key -> URL, embedded ones only
+    nats_keys: BrokerKeys | None = None
+    """The embedded nats-server's keys (each process's user, the auth service's)."""
     _stops: list[Callable[[], None]] = field(default_factory=list)
 
     def stop_all(self) -> None:
@@ -146,9 +150,13 @@ def check_wheels(settings: Settings) -> None:
             require_wheel(wheel, wheel=wheel, service=service, setting=setting)
 
 
-def start_nats(data: Path, started: Started) -> str:
+def start_nats(data: Path, started: Started, names: Names) -> str:
+    """nats-server with JetStream, MQTT and authentication on: every Tideway process is a
+    user of its own and devices are let in by the auth service (``streams.identity``)."""
     data.mkdir(parents=True, exist_ok=True)
     port, mqtt_port = free_port(4222), free_port(1883)
+    keys = ensure_keys(data / "keys")
+    (data / "auth.conf").write_text(server_config(keys, names))
     conf = data / "nats.conf"
     conf.write_text(
         "\n".join(
@@ -157,6 +165,7 @@ def start_nats(data: Path, started: Started) -> str:
                 f"listen: 127.0.0.1:{port}",
                 f'jetstream {{ store_dir: "{data / "jetstream"}" }}',
                 f"mqtt {{ listen: 127.0.0.1:{mqtt_port} }}",
+                "include auth.conf",
             ]
         )
         + "\n"
@@ -170,6 +179,7 @@ def start_nats(data: Path, started: Started) -> str:
     url = f"nats://127.0.0.1:{port}"
     started.services["nats"] = url
     started.services["mqtt"] = f"mqtt://127.0.0.1:{mqtt_port}"
+    started.nats_keys = keys
     return url
 
 
@@ -218,7 +228,8 @@ async def embedded_services(settings: Settings) -> AsyncIterator[tuple[Settings,
     urls: dict[str, str] = {}
     try:
         if settings.nats_url is None:
-            urls["nats_url"] = await asyncio.to_thread(start_nats, data / "nats", started)
+            urls["nats_url"] = await asyncio.to_thread(
+                start_nats, data / "nats", started, Names(namespace=settings.namespace))
         if settings.postgres_dsn is None:
             urls["postgres_dsn"] = await asyncio.to_thread(
                 start_postgres, data / "postgres", started
@@ -233,7 +244,10 @@ async def embedded_services(settings: Settings) -> AsyncIterator[tuple[Settings,
         if settings.object_store is None:
             (data / "objects").mkdir(parents=True, exist_ok=True)
         started.urls.update(urls)
-        yield settings.with_services(**urls), started
+        resolved = settings.with_services(**urls)
+        if started.nats_keys is not None:  # the commands of `up` itself act as the operator
+            resolved = as_user(resolved, started.nats_keys, ADMIN)
+        yield resolved, started
     finally:
         await asyncio.to_thread(started.stop_all)
 

@@ -22,6 +22,10 @@ class Names:
     def _s(self, subject: str) -> str:
         return f"{self.namespace}.{subject}" if self.namespace else subject
 
+    def subject(self, subject: str) -> str:
+        """``subject`` in this namespace (for permission lists: ``telemetry.>``, ``events.>``)."""
+        return self._s(subject)
+
     # -- streaming half -------------------------------------------------------------------
     @property
     def telemetry_stream(self) -> str:

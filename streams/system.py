@@ -18,7 +18,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import orjson
 from streams import migrate
 from streams.config import RUNTIME_FILE, Settings
 from streams.embedded import Started, embedded_services, quiet_platformdirs
+from streams.identity.broker import ADMIN, AUTH_USER, BrokerKeys, as_user
 from streams.observability.events import ProcessHooks
 
 log = logging.getLogger(__name__)
@@ -45,12 +46,15 @@ def stop_on_signals() -> asyncio.Event:
     return stop
 
 
+Run = Callable[[Settings, asyncio.Event, ProcessHooks | None], Coroutine[Any, Any, None]]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Component:
     """One long-running part of the system."""
 
     name: str
-    run: Callable[[Settings, asyncio.Event, ProcessHooks | None], Coroutine[Any, Any, None]]
+    run: Run
 
 
 async def prepare(settings: Settings) -> None:
@@ -64,9 +68,15 @@ async def prepare(settings: Settings) -> None:
     await provision_sessions(settings)
 
 
-def components(settings: Settings) -> list[Component]:
-    """Every process that exists, wired to ``settings``."""
+def components(settings: Settings, keys: BrokerKeys | None = None) -> list[Component]:
+    """Every process that exists, wired to ``settings``.
+
+    ``keys``: the embedded broker's; each component then connects as its own NATS user (the
+    permissions of its role, ``streams.identity.permissions``) and the auth service runs
+    beside them. Without them the auth service runs only if ``auth.issuer_seed_file`` says
+    this process is to answer for a broker configured elsewhere."""
     from streams.api.server import run_api
+    from streams.identity.callout import run_auth
     from streams.ingest.consumer import run_consumer
     from streams.jobs.worker import run_worker
     from streams.sessions.intake import run_intake
@@ -83,16 +93,39 @@ def components(settings: Settings) -> list[Component]:
         finally:
             await executors.aclose()
 
-    return [
+    found = [
         Component(name="ingest", run=lambda s, stop, h: run_consumer(s, stop=stop, hooks=h)),
         Component(name="intake", run=lambda s, stop, h: run_intake(s, stop=stop, hooks=h)),
         Component(name="worker", run=worker),
         Component(name="api", run=lambda s, stop, h: run_api(s, stop=stop, hooks=h)),
     ]
+    if keys is not None or settings.auth.issuer_seed_file is not None:
+        found.insert(0, Component(name="auth",
+                                  run=lambda s, stop, h: run_auth(s, stop=stop, hooks=h)))
+    if keys is None:
+        return found
+    return [replace(c, run=_as_user(c.run, keys, AUTH_USER if c.name == "auth" else c.name))
+            for c in found]
 
 
-COMPONENTS = ("ingest", "intake", "worker", "api")
-"""The names of :func:`components`, in order (what ``up``'s probes listener waits for)."""
+def _as_user(run: Run, keys: BrokerKeys, user: str) -> Run:
+    def run_as(s: Settings, stop: asyncio.Event, hooks: ProcessHooks | None
+               ) -> Coroutine[Any, Any, None]:
+        return run(as_user(s, keys, user), stop, hooks)
+
+    return run_as
+
+
+COMPONENTS = ("auth", "ingest", "intake", "worker", "api")
+"""The names of :func:`components` with an embedded broker, in order."""
+
+
+def component_names(settings: Settings) -> tuple[str, ...]:
+    """The components ``up`` runs for ``settings`` (what its probes listener waits for):
+    the auth service only beside a broker it starts or one it is configured to answer for."""
+    if settings.nats_url is None or settings.auth.issuer_seed_file is not None:
+        return COMPONENTS
+    return COMPONENTS[1:]
 
 
 def addresses(
@@ -110,8 +143,12 @@ def addresses(
     if "mqtt" in started.services:
         found["mqtt_url"] = started.services["mqtt"]
     found["api_url"] = f"http://{settings.api.host}:{settings.api.port}"
+    if started.nats_keys is not None:
+        # The operator's key, for the commands of another terminal (streams.config); the
+        # processes' own keys stay beside it under the data directory, mode 0600.
+        found["nats_seed_file"] = str(started.nats_keys.seed_file(ADMIN).resolve())
     if metrics is not None:
-        found["metrics"] = dict.fromkeys(COMPONENTS, metrics)
+        found["metrics"] = dict.fromkeys(component_names(settings), metrics)
     return found
 
 
@@ -157,7 +194,7 @@ async def system(
         loop = asyncio.get_running_loop()
         tasks: dict[asyncio.Task[None], str] = {
             asyncio.create_task(c.run(resolved, stop, hooks), name=c.name): c.name
-            for c in components(resolved)
+            for c in components(resolved, started.nats_keys)
         }
         watcher = asyncio.create_task(_stop_on_crash(tasks, stop))
         try:

@@ -122,7 +122,8 @@ def _readable(path: Path, setting: str) -> Path:
 
 
 async def connect_nats(nats: NatsSettings, *, name: str, trusted_subjects: bool = False,
-                       outage: Outage | None = None, attempts: int = -1) -> Nats:
+                       outage: Outage | None = None, attempts: int = -1,
+                       inbox_prefix: str | None = None) -> Nats:
     """A NATS connection that keeps reconnecting (a restarted server is not fatal).
 
     ``nats`` is the settings group: the server URL(s) (``settings.nats()``, comma-separated
@@ -137,12 +138,16 @@ async def connect_nats(nats: NatsSettings, *, name: str, trusted_subjects: bool 
     WARNING when the connection is lost, one INFO when it is back); any other error nats-py
     reports is logged as a WARNING, and only one it has no class for gets a traceback.
     ``attempts`` bounds the (re)connect attempts (-1: for ever, for long-running processes;
-    :data:`ONE_SHOT_ATTEMPTS` for one-shot commands). A server that refuses the credentials
+    :data:`ONE_SHOT_ATTEMPTS` for one-shot commands). ``inbox_prefix`` replaces ``_INBOX``
+    for the replies this connection asks for (a device may read only its own inbox). A server
+    that refuses the credentials
     or the TLS setup while the connection is first made is a ``ConfigError``
     (``NATS_AUTH_REFUSED``, ``NATS_TLS_REFUSED``) at once, not an endless retry.
     """
     servers = nats.servers()
     options = security_options(nats)
+    if inbox_prefix:
+        options["inbox_prefix"] = inbox_prefix
     tracker = outage or Outage("nats")
     nc = Nats()
     connecting = True

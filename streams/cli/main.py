@@ -27,6 +27,7 @@ _AREAS = (
     "streams.cli.config_cmd",
     "streams.cli.schema",
     "streams.cli.devices",
+    "streams.cli.broker",
     "streams.cli.telemetry",
     "streams.cli.sessions",
     "streams.cli.runs",

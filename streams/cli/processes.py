@@ -1,4 +1,4 @@
-"""The process commands: ``up``, ``demo``, ``ingest``, ``intake``, ``worker`` and ``api``.
+"""The process commands: ``up``, ``demo``, ``ingest``, ``intake``, ``worker``, ``api``, ``auth``.
 
 Each of them runs one long-lived part of the system (``up`` and ``demo`` run all of them in one
 loop, :func:`streams.system.system`). They start and stop the same way, through
@@ -83,6 +83,10 @@ def run_process(
     # Traces only when the OTEL_* environment asks (docs/operating.md#traces).
     configure_tracing(f"tideway-{components[0]}" if len(components) == 1 else "tideway")
     with _logging(resolved, log):
+        if resolved.nats.open_broker and components:
+            logging.getLogger("streams").warning(
+                "nats.open_broker is set: devices may connect to NATS without credentials and "
+                "publish as any device (a migration window only: docs/security.md)")
         return asyncio.run(run())
 
 
@@ -110,12 +114,13 @@ def register(app: typer.Typer) -> None:
     app.command("intake")(intake)
     app.command("worker")(worker)
     app.command("api")(api)
+    app.command("auth")(auth)
 
 
 def up(metrics_port: int | None = metrics_port_option()) -> None:
     """Run the whole system (starting any unconfigured service) until Ctrl-C."""
     from streams.cli.services import services_table
-    from streams.system import COMPONENTS, system
+    from streams.system import component_names, system
 
     async def main(
         settings: Settings, _: asyncio.Event, observability: ProcessObservability | None
@@ -129,7 +134,8 @@ def up(metrics_port: int | None = metrics_port_option()) -> None:
             await stop.wait()
         console.print("stopped")
 
-    run_process(main, settings=Settings(), signals=False, components=COMPONENTS,
+    settings = Settings()
+    run_process(main, settings=settings, signals=False, components=component_names(settings),
                 metrics_port=metrics_port)
 
 
@@ -142,7 +148,7 @@ def demo(
 ) -> None:
     """Run the system for a while, feed it a fleet and a session file, print a summary."""
     from streams.cli.demo import run_demo
-    from streams.system import COMPONENTS
+    from streams.system import component_names
 
     async def main(
         settings: Settings, _: asyncio.Event, observability: ProcessObservability | None
@@ -153,8 +159,19 @@ def demo(
             metrics=observability.address if observability is not None else None,
         )
 
-    raise typer.Exit(run_process(main, settings=Settings(), log="file", signals=False,
-                                 components=COMPONENTS, metrics_port=metrics_port))
+    settings = Settings()
+    raise typer.Exit(run_process(main, settings=settings, log="file", signals=False,
+                                 components=component_names(settings),
+                                 metrics_port=metrics_port))
+
+
+def auth(metrics_port: int | None = metrics_port_option()) -> None:
+    """Answer nats-server's authorization requests: check device credentials against the
+    registry, disconnect devices whose credential is revoked (docs/security.md)."""
+    from streams.identity.callout import run_auth
+
+    run_process(lambda settings, stop, obs: run_auth(settings, stop=stop, hooks=obs),
+                components=("auth",), metrics_port=metrics_port)
 
 
 def ingest(

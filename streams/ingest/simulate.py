@@ -18,26 +18,32 @@ Everything random comes from ``random.Random(seed)``, so a run can be repeated.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from nats.js.client import JetStreamContext
 
 from schemas.device_schema import parse_schema_text
 from streams import registry
 from streams.adapters import postgres
-from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
+from streams.adapters.nats import ONE_SHOT_ATTEMPTS, Nats
 from streams.config import Settings
 from streams.errors import UsageError
+from streams.identity import credentials
+from streams.identity.devices import connect_device
 from streams.ingest.fleet import SCHEMA_NAME, SimEnvelope, Station, choose_kind, demo_schema_text
 from streams.ingest.fleet import device_id as sim_device_id
 from streams.names import Names
 
 TICK_S = 0.02
+CONNECTS_AT_ONCE = 100
+"""Device connections opened at a time (a large fleet does not storm the auth service)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,15 +128,63 @@ async def simulate(
     names = Names(namespace=settings.namespace)
     stations = [Station(i, rng) for i in range(devices)]
     report = SimReport(tenant=tenant, devices=devices)
-    nc = await connect_nats(settings.nats, name="tideway-simulate", attempts=ONE_SHOT_ATTEMPTS)
-    js = nc.jetstream()
+    async with _fleet_connections(settings, tenant, devices) as fleet:
+        return await _publish(fleet, names, tenant, stations, report, rng, rate=rate,
+                              duration=duration, duplicates=duplicates, late=late,
+                              invalid=invalid, unknown_topic=unknown_topic,
+                              on_progress=on_progress)
+
+
+@contextlib.asynccontextmanager
+async def _fleet_connections(settings: Settings, tenant: str, devices: int
+                             ) -> AsyncIterator[dict[str, JetStreamContext]]:
+    """One connection per simulated device, each logged in with a credential issued for this
+    run (the broker lets a device publish only as itself) and revoked when the run ends."""
+    ids = [sim_device_id(i) for i in range(devices)]
+    pool = await postgres.create_pool(settings.postgres(), postgres.streaming_pool(1))
+    issued: list[credentials.IssuedCredential] = []
+    clients: list[Nats] = []
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            for device in ids:
+                issued.append(await credentials.issue(conn, tenant, device))
+        slots = asyncio.Semaphore(CONNECTS_AT_ONCE)
+
+        async def connect(cred: credentials.IssuedCredential) -> Nats:
+            async with slots:
+                return await connect_device(settings.nats, tenant=tenant, device=cred.device,
+                                            secret=cred.secret, name="tideway-simulate",
+                                            attempts=ONE_SHOT_ATTEMPTS)
+
+        results = await asyncio.gather(*(connect(c) for c in issued), return_exceptions=True)
+        clients = [r for r in results if isinstance(r, Nats)]
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            raise failed[0]
+        yield {cred.device: nc.jetstream() for cred, nc in zip(issued, clients, strict=True)}
+    finally:
+        await asyncio.gather(*(nc.close() for nc in clients), return_exceptions=True)
+        if issued:
+            async with pool.acquire() as conn:
+                for cred in issued:
+                    await credentials.revoke(conn, tenant, cred.device, cred.key_id)
+        await pool.close()
+
+
+async def _publish(
+    fleet: dict[str, JetStreamContext], names: Names, tenant: str, stations: list[Station],
+    report: SimReport, rng: random.Random, *, rate: float, duration: float,
+    duplicates: float, late: float, invalid: float, unknown_topic: float,
+    on_progress: Callable[[SimProgress], None] | None,
+) -> SimReport:
+    devices = len(stations)
     held: deque[tuple[float, SimEnvelope]] = deque()
     recent: deque[SimEnvelope] = deque(maxlen=1000)
     pending: list[asyncio.Future[Any]] = []
 
     async def send(env: SimEnvelope, *, duplicate: bool = False) -> None:
         subject = names.telemetry_subject(tenant, env.device, env.topic)
-        future = await js.publish_async(subject, orjson.dumps(env.payload),
+        future = await fleet[env.device].publish_async(subject, orjson.dumps(env.payload),
                                         headers={"Nats-Msg-Id": env.msg_id})
         pending.append(future)
         report.published += 1
@@ -170,7 +224,6 @@ async def simulate(
         await _settle(pending, report, wait=True)
     finally:
         report.duration_s = time.monotonic() - started
-        await nc.close()
     report.finish()
     return report
 

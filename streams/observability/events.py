@@ -118,6 +118,21 @@ class IntakeObserver(Protocol):
         ``rejected`` (dead-lettered) or ``deferred`` (nak'ed for a later redelivery)."""
 
 
+class AuthObserver(Protocol):
+    """Told about each connection the auth-callout service answers for nats-server and each
+    device connection it closes (``streams.identity.callout``)."""
+
+    def on_request(self, *, result: str, reason: str, seconds: float) -> None:
+        """One authorization request answered: ``granted`` or ``refused``, and why."""
+
+    def on_disconnect(self, *, why: str, connections: int) -> None:
+        """Device connections closed: ``notified`` (a revocation was announced) or
+        ``sweep`` (the periodic check found them)."""
+
+    def on_unauthenticated(self, *, messages: int) -> None:
+        """Messages published by connections the open broker let in without credentials."""
+
+
 class RetentionObserver(Protocol):
     """Told about each partition the maintenance leader archives before dropping it
     (``streams.retention.archive``)."""
@@ -152,6 +167,10 @@ class ProcessHooks(Protocol):
     @property
     def retention(self) -> RetentionObserver:
         """Told about each partition archived before its drop."""
+
+    @property
+    def auth(self) -> AuthObserver:
+        """Told about each authorization request and forced disconnect."""
 
     def ready(self, component: str, *checks: Check) -> None:
         """``component`` is connected: from now on ``/readyz`` runs ``checks`` for it."""

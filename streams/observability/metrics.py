@@ -162,6 +162,23 @@ class Metrics:
         self.api_duration = self._histogram(
             "api_request_duration_seconds", "HTTP API request duration, by route template "
             "and method.", ("route", "method"), buckets=API_BUCKETS)
+        # -- device identity (the auth-callout service, docs/security.md) ---------------------
+        self.auth_requests = self._counter(
+            "auth_requests_total", "Connections nats-server asked the auth service about, by "
+            "result (granted, refused) and reason (device, anonymous, no_credentials, "
+            "malformed, unknown, wrong_secret, wrong_user, revoked, inactive, bad_request, "
+            "unavailable).", ("result", "reason"))
+        self.auth_duration = self._histogram(
+            "auth_request_duration_seconds", "Time from an authorization request's arrival to "
+            "its answer.", buckets=API_BUCKETS)
+        self.auth_disconnects = self._counter(
+            "auth_disconnects_total", "Device connections the auth service closed, by why "
+            "(notified: a revocation, deactivation or deletion was announced; sweep: found "
+            "by the periodic check).", ("why",))
+        self.unauthenticated_messages = self._counter(
+            "nats_unauthenticated_messages_total", "Messages (envelopes, session notices) "
+            "published by connections the open broker let in without credentials "
+            "(nats.open_broker; read from nats-server's connection counts).")
         self.loop_lag = self._gauge(
             "event_loop_lag_seconds", "How late the event loop runs a timer right now "
             "(the current blocking time when it is blocked).")

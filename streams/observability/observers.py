@@ -117,3 +117,20 @@ class IntakeMetrics:
 
     def on_notice(self, *, outcome: str) -> None:
         self.metrics.intake_notices.labels(outcome).inc()
+
+
+class AuthMetrics:
+    """An :class:`~streams.observability.events.AuthObserver`."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def on_request(self, *, result: str, reason: str, seconds: float) -> None:
+        self.metrics.auth_requests.labels(result, reason).inc()
+        self.metrics.auth_duration.observe(seconds)
+
+    def on_disconnect(self, *, why: str, connections: int) -> None:
+        self.metrics.auth_disconnects.labels(why).inc(connections)
+
+    def on_unauthenticated(self, *, messages: int) -> None:
+        self.metrics.unauthenticated_messages.inc(messages)

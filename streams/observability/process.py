@@ -28,6 +28,7 @@ from streams.observability.http_metrics import Middleware, metrics_middleware
 from streams.observability.liveness import Heartbeat
 from streams.observability.metrics import Metrics
 from streams.observability.observers import (
+    AuthMetrics,
     IngestMetrics,
     IntakeMetrics,
     JobMetrics,
@@ -64,6 +65,7 @@ class ProcessObservability:
         self.jobs = JobMetrics(self.metrics)
         self.intake = IntakeMetrics(self.metrics)
         self.retention = RetentionMetrics(self.metrics)
+        self.auth = AuthMetrics(self.metrics)
         self.components = tuple(components)
         self._waiting = set(components)
         self.probes = ProbeServer(

@@ -9,14 +9,12 @@ after a read finds nothing, and concurrent intakes agree on one row.
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Any
 
-from streams.errors import UsageError
+from streams.identity.ids import check_device, check_tenant
 
-TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-DEVICE_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+__all__ = ["check_device", "check_tenant", "ensure_device", "ensure_tenant", "tenant_id"]
 
 # ``DO UPDATE`` (a no-op write) rather than ``DO NOTHING`` so RETURNING always yields the id,
 # even when a concurrent transaction inserted the row after this statement's snapshot.
@@ -30,20 +28,6 @@ INSERT INTO devices (tenant_id, external_id) VALUES ($1, $2)
 ON CONFLICT (tenant_id, external_id) DO UPDATE SET external_id = EXCLUDED.external_id
 RETURNING id
 """
-
-
-def check_tenant(name: str) -> str:
-    """``name`` if it is a valid tenant name, else :class:`UsageError`."""
-    if not TENANT_RE.match(name):
-        raise UsageError(f"invalid tenant name {name!r} (lower case letters, digits, - and _)")
-    return name
-
-
-def check_device(name: str) -> str:
-    """``name`` if it is a valid device id, else :class:`UsageError`."""
-    if not DEVICE_RE.match(name):
-        raise UsageError(f"invalid device id {name!r} (letters, digits, - and _)")
-    return name
 
 
 async def ensure_tenant(conn: Any, name: str) -> uuid.UUID:

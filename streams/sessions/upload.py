@@ -49,6 +49,7 @@ from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
 from streams.adapters.outage import describe
 from streams.config import QuotaSettings, Settings
 from streams.errors import TransientError, UsageError
+from streams.identity.devices import connect_device
 from streams.names import Names
 from streams.objects import ObjectStore, ObjectWriter, StoredObject, artifact_key
 from streams.observability import tracing
@@ -408,10 +409,19 @@ async def device_upload(
     data: bytes,
     priority: int = priorities.DEVICE,
     config: Mapping[str, Any] | None = None,
+    secret: str | None = None,
 ) -> None:
-    """What a device does: put ``data`` into the session bucket as ``name``, publish a notice."""
+    """What a device does: put ``data`` into the session bucket as ``name``, publish a notice.
+
+    ``secret``: the device's credential (``tideway devices credentials issue``), which a
+    broker that authenticates devices requires; without it the connection is the process's
+    own (a broker without device credentials, or ``nats.open_broker``)."""
     names = Names(namespace=settings.namespace)
-    nc = await connect_nats(settings.nats, name="tideway-device-upload")
+    if secret is None:
+        nc = await connect_nats(settings.nats, name="tideway-device-upload")
+    else:
+        nc = await connect_device(settings.nats, tenant=tenant, device=device, secret=secret,
+                                  name="tideway-device-upload")
     try:
         js = nc.jetstream()
         bucket = await js.object_store(names.session_bucket)

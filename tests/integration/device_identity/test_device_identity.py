@@ -1,0 +1,411 @@
+"""Only a device can speak for itself: a real nats-server configured as docs/security.md says
+refuses every publish a device makes on anything but its own subjects, every connection
+without a valid credential, and cuts off a device whose credential is revoked — over NATS and
+over its MQTT listener. The ingest consumer runs as its own (``ingest``) user throughout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import asyncpg
+import nats
+import orjson
+import pytest
+from nats import errors as nats_errors
+
+from streams.config import Settings
+from streams.identity import credentials
+from streams.identity.permissions import device_inbox_prefix
+from streams.ingest.consumer import run_consumer
+from streams.names import Names
+from tests.integration.device_identity.conftest import Broker, issue
+from tests.integration.ingest.conftest import TENANT, good_values
+
+mqtt = pytest.importorskip("paho.mqtt.client")
+
+REVOCATION_BOUND_S = 5.0
+"""The issue's bound: revoked, rotated or deactivated, the old connection is closed and the
+old secret refused within this."""
+
+
+def _envelope(seq: int) -> bytes:
+    return orjson.dumps({"ts": int(time.time() * 1000), "seq": seq, "values": good_values()})
+
+
+async def _device(broker: Broker, device: str, secret: str, *, tenant: str = TENANT,
+                  errors: list[Exception] | None = None, reconnect: bool = False,
+                  **options: Any) -> nats.NATS:
+    """A device's own nats-py connection (what its firmware would do)."""
+    sink = errors if errors is not None else []
+
+    async def on_error(exc: Exception) -> None:
+        sink.append(exc)
+
+    return await nats.connect(
+        broker.url, user=credentials.username(tenant, device), password=secret,
+        inbox_prefix=device_inbox_prefix(tenant, device), error_cb=on_error,
+        allow_reconnect=reconnect, max_reconnect_attempts=-1 if reconnect else 0,
+        connect_timeout=3, **options)
+
+
+async def _refused(broker: Broker, *, user: str | None, password: str | None) -> str:
+    """Connect with these credentials; the server's refusal, as nats-py reports it."""
+    login = {k: v for k, v in (("user", user), ("password", password)) if v is not None}
+    nc = nats.NATS()
+    try:
+        with pytest.raises(nats_errors.Error) as raised:
+            await nc.connect(broker.url, allow_reconnect=False, max_reconnect_attempts=0,
+                             connect_timeout=3, **login)
+    finally:
+        await nc.close()  # nats-py leaves a refused connection's socket open otherwise
+    return str(raised.value)
+
+
+async def _stored(broker: Broker) -> int:
+    nc = await nats.connect(broker.url, nkeys_seed=str(broker.keys.seed_file("admin")))
+    try:
+        info = await nc.jetstream().stream_info(Names(
+            namespace=broker.settings.namespace).telemetry_stream)
+        return int(info.state.messages)
+    finally:
+        await nc.close()
+
+
+async def _recorded(pool: asyncpg.Pool, device: str | None = None) -> dict[str, int]:
+    """Statuses of the envelopes Tideway recorded (of one device, through the records view)."""
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT r.status::text AS status, count(*) AS n FROM ingestion_records r"
+            " LEFT JOIN devices d ON d.id = r.device_id"
+            " WHERE $1::text IS NULL OR d.external_id = $1 GROUP BY 1", device)
+    return {r["status"]: int(r["n"]) for r in rows}
+
+
+async def _until(check: Callable[[], Any], within: float = 30.0) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        found = await check()
+        if found or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def _ingest(broker: Broker) -> AsyncIterator[None]:
+    """The ingest consumer, connected as the ``ingest`` user."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_consumer(broker.as_role("ingest"), stop=stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+def _subject(settings: Settings, tenant: str, device: str, topic: str = "state") -> str:
+    return Names(namespace=settings.namespace).telemetry_subject(tenant, device, topic)
+
+
+async def test_a_device_publishes_as_itself_and_nothing_else(
+    broker: Broker, pg_pool: asyncpg.Pool
+) -> None:
+    cred = await issue(pg_pool, "d1")
+    errors: list[Exception] = []
+    nc = await _device(broker, "d1", cred.secret, errors=errors)
+    s = broker.settings
+    ns = Names(namespace=s.namespace)
+    async with _ingest(broker):
+        try:
+            js = nc.jetstream()
+            ack = await js.publish(_subject(s, TENANT, "d1"), _envelope(1),
+                                   headers={"Nats-Msg-Id": "d1-1"})
+            assert ack.seq == 1
+            assert await _until(lambda: _recorded(pg_pool, "d1")) == {"completed": 1}
+
+            # Everything else it tries is refused by nats-server itself.
+            refused_publishes = [
+                _subject(s, TENANT, "d2"),  # another device of its tenant
+                _subject(s, "other", "o1"),  # another tenant's device
+                ns.sessions_subject(TENANT, "d2"),  # another device's session notice
+                f"$JS.API.STREAM.DELETE.{ns.telemetry_stream}",  # the JetStream API
+                f"$JS.API.STREAM.PURGE.{ns.telemetry_stream}",
+                "$JS.API.STREAM.LIST",
+                "$SYS.REQ.SERVER.PING",  # the system account
+            ]
+            for subject in refused_publishes:
+                await nc.publish(subject, _envelope(2))
+            # Subscribing to every device's envelopes, another device's inbox, the inboxes
+            # of Tideway's own processes (where JetStream delivers what ingest fetches).
+            for subject in (ns.telemetry_subjects, "telemetry.>", ">",
+                            f"{device_inbox_prefix(TENANT, 'd2')}.>", "_INBOX.>"):
+                await nc.subscribe(subject)
+            await nc.flush()
+            deadline = time.monotonic() + 10
+            while len(errors) < len(refused_publishes) + 5 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        finally:
+            await nc.close()
+        await asyncio.sleep(0.5)  # anything that got through would be recorded by now
+        assert await _stored(broker) == 1
+        assert await _recorded(pg_pool) == {"completed": 1}
+    said = [str(e).lower() for e in errors]
+    for subject in refused_publishes:
+        assert any(f'publish to "{subject.lower()}"' in e for e in said), (subject, said)
+    assert sum("permissions violation for subscription" in e for e in said) == 5, said
+
+
+async def test_connections_without_a_valid_credential_are_refused(
+    broker: Broker, pg_pool: asyncpg.Pool
+) -> None:
+    d1 = await issue(pg_pool, "d1")
+    revoked = await issue(pg_pool, "d2")
+    async with pg_pool.acquire() as conn:
+        assert await credentials.revoke(conn, TENANT, "d2", revoked.key_id) == [revoked.key_id]
+        rotated_out = await credentials.issue(conn, TENANT, "d2")
+        await credentials.rotate(conn, TENANT, "d2")
+        inactive = await credentials.issue(conn, TENANT, "off")
+        # A device that is deleted from the registry takes its credentials with it.
+        await conn.execute("INSERT INTO devices (tenant_id, external_id)"
+                           " SELECT tenant_id, 'gone' FROM devices WHERE external_id = 'd1'")
+        deleted = await credentials.issue(conn, TENANT, "gone")
+        await conn.execute("DELETE FROM devices WHERE external_id = 'gone'")
+    wrong = d1.secret[:-4] + ("AAAA" if not d1.secret.endswith("AAAA") else "BBBB")
+    cases = {
+        "no credentials": (None, None),
+        "a user name without a secret": (d1.username, None),
+        "a wrong secret": (d1.username, wrong),
+        "a malformed secret": (d1.username, "hunter2"),
+        "a valid secret under another device's name": (credentials.username(TENANT, "d2"),
+                                                       d1.secret),
+        "a revoked secret": (revoked.username, revoked.secret),
+        "a rotated-out secret": (rotated_out.username, rotated_out.secret),
+        "an inactive device's secret": (inactive.username, inactive.secret),
+        "a deleted device's secret": (deleted.username, deleted.secret),
+    }
+    for case, (user, password) in cases.items():
+        said = await _refused(broker, user=user, password=password)
+        assert "authorization violation" in said.lower(), (case, said)
+    # The one valid credential still works: the refusals were about the credentials.
+    nc = await _device(broker, "d1", d1.secret)
+    assert nc.is_connected
+    await nc.close()
+    assert d1.secret not in broker.log_text()
+
+
+async def test_revoking_cuts_off_a_connected_device_within_seconds(
+    broker: Broker, pg_pool: asyncpg.Pool
+) -> None:
+    cred = await issue(pg_pool, "d1")
+    lost = asyncio.Event()
+
+    async def on_disconnect() -> None:
+        lost.set()
+
+    nc = await _device(broker, "d1", cred.secret, disconnected_cb=on_disconnect)
+    try:
+        await nc.publish(_subject(broker.settings, TENANT, "d1"), _envelope(1))
+        await nc.flush()
+        started = time.monotonic()
+        async with pg_pool.acquire() as conn:
+            await credentials.revoke(conn, TENANT, "d1")
+        await asyncio.wait_for(lost.wait(), REVOCATION_BOUND_S)
+        cut_off = time.monotonic() - started
+        said = await _refused(broker, user=cred.username, password=cred.secret)
+        refused = time.monotonic() - started
+    finally:
+        await nc.close()
+    assert "authorization violation" in said.lower()
+    assert refused < REVOCATION_BOUND_S, refused
+    print(f"revoke → disconnected in {cut_off:.2f} s, old secret refused by {refused:.2f} s")
+
+
+async def test_deactivating_a_device_cuts_it_off(broker: Broker, pg_pool: asyncpg.Pool
+                                                 ) -> None:
+    from streams import registry
+
+    cred = await issue(pg_pool, "d2")
+    lost = asyncio.Event()
+
+    async def on_disconnect() -> None:
+        lost.set()
+
+    nc = await _device(broker, "d2", cred.secret, disconnected_cb=on_disconnect)
+    try:
+        async with pg_pool.acquire() as conn:
+            await registry.set_active(conn, TENANT, "d2", False)
+        await asyncio.wait_for(lost.wait(), REVOCATION_BOUND_S)
+    finally:
+        await nc.close()
+    said = await _refused(broker, user=cred.username, password=cred.secret)
+    assert "authorization violation" in said.lower()
+
+
+async def test_the_sweep_cuts_off_what_no_announcement_reached(
+    broker: Broker, pg_pool: asyncpg.Pool
+) -> None:
+    """A revocation committed with its trigger disabled (as if the auth service had missed
+    the announcement) is still enforced by the periodic sweep (every second here)."""
+    cred = await issue(pg_pool, "d1")
+    lost = asyncio.Event()
+
+    async def on_disconnect() -> None:
+        lost.set()
+
+    nc = await _device(broker, "d1", cred.secret, disconnected_cb=on_disconnect)
+    try:
+        async with pg_pool.acquire() as conn, conn.transaction():
+            await conn.execute("ALTER TABLE device_credentials"
+                               " DISABLE TRIGGER device_credential_revoked")
+            await conn.execute("UPDATE device_credentials SET revoked_at = now(),"
+                               " revoked_reason = 'revoked' WHERE key_id = $1", cred.key_id)
+            await conn.execute("ALTER TABLE device_credentials"
+                               " ENABLE TRIGGER device_credential_revoked")
+        await asyncio.wait_for(lost.wait(), REVOCATION_BOUND_S)
+    finally:
+        await nc.close()
+
+
+async def test_rotating_while_a_device_publishes_loses_nothing(
+    broker: Broker, pg_pool: asyncpg.Pool
+) -> None:
+    """The device publishes with JetStream acks and message ids; when its connection is cut
+    by the rotation it reconnects with the new secret (as its firmware would once handed
+    it) and sends again whatever was not acknowledged. Every envelope is recorded once."""
+    first = await issue(pg_pool, "d1")
+    current = {"secret": first.secret}
+    total = 300
+    s = broker.settings
+    subject = _subject(s, TENANT, "d1")
+    reconnects = 0
+
+    async def publisher() -> None:
+        nonlocal reconnects
+        nc = await _device(broker, "d1", current["secret"])
+        try:
+            for seq in range(1, total + 1):
+                while True:
+                    try:
+                        await nc.jetstream().publish(subject, _envelope(seq), timeout=2,
+                                                     headers={"Nats-Msg-Id": f"d1-{seq}"})
+                        break
+                    except (nats_errors.Error, TimeoutError, OSError):
+                        await nc.close()
+                        while True:  # the new secret may not be handed over yet
+                            try:
+                                nc = await _device(broker, "d1", current["secret"])
+                                reconnects += 1
+                                break
+                            except (nats_errors.Error, OSError, TimeoutError):
+                                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.005)
+        finally:
+            await nc.close()
+
+    async with _ingest(broker):
+        task = asyncio.create_task(publisher())
+        await asyncio.sleep(0.5)
+        async with pg_pool.acquire() as conn:
+            rotated = await credentials.rotate(conn, TENANT, "d1")
+        assert rotated.retired == (first.key_id,)
+        await asyncio.sleep(0.3)  # the device learns its new secret a moment later
+        current["secret"] = rotated.secret
+        await asyncio.wait_for(task, 60)
+        found = await _until(lambda: _done(pg_pool, total), 30)
+    assert found == {"completed": total}
+    assert reconnects >= 1  # the rotation did cut the old connection
+    said = await _refused(broker, user=first.username, password=first.secret)
+    assert "authorization violation" in said.lower()
+
+
+async def _done(pool: asyncpg.Pool, total: int) -> dict[str, int] | None:
+    found = await _recorded(pool, "d1")
+    return found if sum(found.values()) >= total else None
+
+
+def _mqtt_client(port: int, *, user: str | None, password: str | None,
+                 client_id: str) -> tuple[Any, int]:
+    """Connect over MQTT; the client (connected or not) and the CONNACK reason code."""
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id)
+    if user is not None:
+        client.username_pw_set(user, password)
+    codes: list[int] = []
+
+    def on_connect(_c: Any, _u: Any, _f: Any, reason: Any, _p: Any = None) -> None:
+        codes.append(int(reason.value if hasattr(reason, "value") else reason))
+
+    client.on_connect = on_connect
+    client.connect("127.0.0.1", port, keepalive=10)
+    client.loop_start()
+    deadline = time.monotonic() + 10
+    while not codes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return client, codes[0] if codes else -1
+
+
+def _mqtt_topic(settings: Settings, tenant: str, device: str) -> str:
+    return _subject(settings, tenant, device).replace(".", "/")
+
+
+async def test_the_same_over_mqtt(broker: Broker, pg_pool: asyncpg.Pool) -> None:
+    cred = await issue(pg_pool, "d1")
+    s = broker.settings
+    # No credentials, a wrong secret: CONNACK "not authorized" (MQTT 3.1.1's 5, which paho 2
+    # reports with MQTT 5's number, 135).
+    for user, password in ((None, None), (cred.username, cred.secret[:-1] + "x")):
+        client, code = await asyncio.to_thread(
+            _mqtt_client, broker.mqtt_port, user=user, password=password, client_id="anon")
+        client.loop_stop()
+        assert code == 135, code
+    async with _ingest(broker):
+        client, code = await asyncio.to_thread(
+            _mqtt_client, broker.mqtt_port, user=cred.username, password=cred.secret,
+            client_id="d1-mqtt")
+        assert code == 0
+        try:
+            info = client.publish(_mqtt_topic(s, TENANT, "d1"), _envelope(1), qos=1)
+            await asyncio.to_thread(info.wait_for_publish, 10)
+            assert await _until(lambda: _recorded(pg_pool, "d1")) == {"completed": 1}
+            for topic in (_mqtt_topic(s, TENANT, "d2"), _mqtt_topic(s, "other", "o1")):
+                client.publish(topic, _envelope(2), qos=0)
+            await asyncio.sleep(1.0)
+        finally:
+            client.loop_stop()
+            client.disconnect()
+        assert await _stored(broker) == 1
+        assert await _recorded(pg_pool) == {"completed": 1}
+
+
+async def test_a_thousand_devices_connect_at_once(broker: Broker, pg_pool: asyncpg.Pool,
+                                                  settings: Settings) -> None:
+    from streams import registry
+    from streams.ingest.fleet import SCHEMA_NAME
+
+    count = 1000
+    issued: list[credentials.IssuedCredential] = []
+    async with pg_pool.acquire() as conn, conn.transaction():
+        for i in range(count):
+            name = f"fleet-{i:04d}"
+            await registry.add_device(conn, TENANT, name, schema=SCHEMA_NAME)
+            issued.append(await credentials.issue(conn, TENANT, name))
+    started = time.monotonic()
+    results = await asyncio.gather(
+        *(_device(broker, c.device, c.secret) for c in issued), return_exceptions=True)
+    elapsed = time.monotonic() - started
+    clients = [r for r in results if isinstance(r, nats.NATS)]
+    try:
+        failures = [r for r in results if not isinstance(r, nats.NATS)]
+        assert not failures, failures[:3]
+        assert all(c.is_connected for c in clients)
+        # Each is itself: a publish on its own subject is stored.
+        sample = clients[::100]
+        for client, cred in zip(sample, issued[::100], strict=True):
+            await client.jetstream().publish(_subject(broker.settings, TENANT, cred.device),
+                                             _envelope(1))
+        assert await _stored(broker) == len(sample)
+    finally:
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+    print(f"{count} devices connected in {elapsed:.2f} s: {count / elapsed:.0f} connections/s")
