@@ -63,6 +63,12 @@ GATHER_S: Final = 0.3
 RECHECK_S: Final = 1.0
 """When an announced device's connections are looked for a second time."""
 PAGE: Final = 1024
+FEW_USERS: Final = 8
+"""Up to this many announced devices are looked up one by one, more with one listing."""
+KICKS_AT_ONCE: Final = 32
+CONN_ALL: Final = 2
+"""``CONNZ``'s state filter for open and recently closed connections (nats-server's
+``ConnState``, a number on the wire)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,10 +203,13 @@ class AuthService:
             if user is not None:
                 options["user"] = user
             if closed:
-                options["state"] = "all"
+                options["state"] = CONN_ALL
             replies = await self._gather("$SYS.REQ.SERVER.PING.CONNZ", options)
             more = False
             for reply in replies:
+                if reply.get("error"):
+                    raise TransientError(f"CONNZ refused: {reply['error']}",
+                                         code="NATS_CONNZ")
                 server = reply.get("server", {}).get("id", "")
                 data = reply.get("data") or {}
                 conns = data.get("connections") or []
@@ -233,31 +242,39 @@ class AuthService:
         return replies
 
     async def kick(self, connections: Iterable[Connection]) -> int:
-        """Close ``connections``; how many the servers closed."""
-        closed = 0
-        for c in connections:
-            try:
-                reply = await self.control.request(f"$SYS.REQ.SERVER.{c.server_id}.KICK",
-                                                   orjson.dumps({"cid": c.cid}), timeout=2)
-            except (*CONNECTION_ERRORS, TimeoutError):
-                continue
-            if b'"error"' not in reply.data:
-                closed += 1
-        return closed
+        """Close ``connections`` (a few at a time); how many the servers closed."""
+        slots = asyncio.Semaphore(KICKS_AT_ONCE)
+
+        async def one(c: Connection) -> bool:
+            async with slots:
+                try:
+                    reply = await self.control.request(
+                        f"$SYS.REQ.SERVER.{c.server_id}.KICK", orjson.dumps({"cid": c.cid}),
+                        timeout=2)
+                except (*CONNECTION_ERRORS, TimeoutError):
+                    return False
+                return b'"error"' not in reply.data
+
+        return sum(await asyncio.gather(*(one(c) for c in connections)))
 
     async def disconnect(self, users: Iterable[str], *, why: str) -> int:
-        """Close every open connection of the device users ``users`` whose device no longer
-        has a valid credential... or all of them, for ``notified`` (the announcement names
-        the device, not which of its credentials ended: a connection with a credential that
-        is still valid reconnects at once)."""
-        closed = 0
-        for user in set(users):
-            found = [c for c in await self.connections(user=user) if c.open and c.user == user]
-            closed += await self.kick(found)
+        """Close every open connection of the device users ``users``.
+
+        All of them: an announcement names the device, not which of its credentials ended, so
+        a connection made with a credential that is still valid is closed too and reconnects
+        at once. A few users are looked up one by one (``CONNZ`` filtered by user, on every
+        server at once); many, with one listing of the account."""
+        wanted = set(users)
+        if len(wanted) <= FEW_USERS:
+            found = [c for listing in await asyncio.gather(
+                *(self.connections(user=u) for u in wanted)) for c in listing]
+        else:
+            found = await self.connections()
+        closed = await self.kick(c for c in found if c.open and c.user in wanted)
         if closed:
             self.observer.on_disconnect(why=why, connections=closed)
-            log.info("auth: disconnected %d connection(s) of %s (%s)", closed,
-                     ", ".join(sorted(set(users))), why)
+            log.info("auth: disconnected %d connection(s) of %d device(s) (%s)", closed,
+                     len(wanted), why)
         return closed
 
     async def sweep(self) -> int:

@@ -69,7 +69,8 @@ def role_permissions(role: Role, names: Names) -> dict[str, Any]:
     if role == "admin":
         # The operator's tools (streams init, replay, redrive, uploads, messages show): every
         # Tideway subject of the account, still never another account's or $SYS.
-        return {"publish": {"allow": [">"], "deny": ["$SYS.>"]},
+        # Nothing Tideway does deletes a stream, so not even the operator's tools may.
+        return {"publish": {"allow": [">"], "deny": _DENY_ALWAYS},
                 "subscribe": {"allow": [">"], "deny": ["$SYS.>"]}}
     if role == "ingest":
         streams = telemetry

@@ -1,5 +1,8 @@
 """``tideway up`` in an empty directory: every address it starts or serves is in services.json.
 
+The broker it starts is secured: an MQTT client without credentials is refused, a device
+registered and given a credential from a second terminal is let in.
+
 The README says a second terminal finds the running system through ``.tideway/services.json``;
 that includes the embedded nats-server's MQTT listener (on a port chosen at random) and the
 HTTP API and the probes listener (``metrics``), not only the four service URLs. The file goes
@@ -70,19 +73,33 @@ def _ready(address: str, within: float = 60) -> int:
     return status
 
 
-def _mqtt_connack(url: str) -> bool:
+def _mqtt_connack(url: str, *, user: str | None = None, password: str | None = None) -> int:
+    """The CONNACK reason code the MQTT listener answers (0: accepted; 135: not authorized,
+    MQTT 3.1.1's 5 as paho 2 reports it; -1: no answer)."""
     parts = urlsplit(url)
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="tideway-up-test")
+    if user is not None:
+        client.username_pw_set(user, password)
+    codes: list[int] = []
+    client.on_connect = lambda _c, _u, _f, reason, _p=None: codes.append(int(reason.value))
     client.connect(parts.hostname or "127.0.0.1", parts.port or 1883, keepalive=10)
     client.loop_start()
     try:
         deadline = time.monotonic() + 10
-        while not client.is_connected() and time.monotonic() < deadline:
+        while not codes and time.monotonic() < deadline:
             time.sleep(0.05)
-        return bool(client.is_connected())
+        return codes[0] if codes else -1
     finally:
         client.loop_stop()
         client.disconnect()
+
+
+def _cli(tmp_path: Path, env: dict[str, str], *args: str) -> str:
+    """A command in a second terminal (it finds the running system through services.json)."""
+    done = subprocess.run([*TIDEWAY, *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def test_up_lists_every_address_it_starts_or_serves(tmp_path: Path) -> None:
@@ -97,12 +114,22 @@ def test_up_lists_every_address_it_starts_or_serves(tmp_path: Path) -> None:
         assert {"nats_url", "postgres_dsn", "redis_url", "clickhouse_dsn"} <= set(found)
         assert found["mqtt_url"].startswith("mqtt://127.0.0.1:")
         assert found["api_url"] == f"http://127.0.0.1:{env['TIDEWAY_API__PORT']}"
-        # The addresses are real: the MQTT listener accepts a device, the API answers.
-        assert _mqtt_connack(found["mqtt_url"])
+        # The addresses are real: the MQTT listener refuses a client without credentials
+        # (the broker is secured by default) and accepts a registered device with the
+        # credential a second terminal issued for it; the API answers.
+        assert _mqtt_connack(found["mqtt_url"]) == 135
+        _cli(tmp_path, env, "devices", "add", "ws-001", "--tenant", "acme")
+        issued = json.loads(_cli(tmp_path, env, "devices", "credentials", "issue", "ws-001",
+                                 "--tenant", "acme", "--json"))
+        assert issued["username"] == "acme.ws-001"
+        assert _mqtt_connack(found["mqtt_url"], user=issued["username"],
+                             password=issued["secret"]) == 0
+        assert _mqtt_connack(found["mqtt_url"], user=issued["username"],
+                             password=issued["secret"][:-1] + "x") == 135
         assert _healthz(found["api_url"]) == 200
         # One probes listener serves every component of the one process.
         metrics: dict[str, str] = found["metrics"]
-        assert set(metrics) == {"ingest", "intake", "worker", "api"}
+        assert set(metrics) == {"auth", "ingest", "intake", "worker", "api"}
         assert len(set(metrics.values())) == 1
         with urllib.request.urlopen(f"{metrics['ingest']}/metrics", timeout=10) as answer:
             assert answer.status == 200

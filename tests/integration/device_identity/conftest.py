@@ -30,6 +30,8 @@ from streams.identity.broker import (
 from streams.identity.callout import run_auth
 from streams.ingest.provision import provision
 from streams.names import Names
+from streams.observability.metrics import Metrics
+from streams.observability.observers import AuthMetrics
 from streams.sessions.intake import provision_sessions
 from tests.integration.ingest.conftest import TENANT, seed_fleet
 
@@ -53,6 +55,8 @@ class Broker:
     """The test's settings on this broker, as the operator (``admin``)."""
     proc: subprocess.Popen[bytes]
     log: Path
+    metrics: Metrics
+    """The auth service's metrics."""
 
     def as_role(self, role: str) -> Settings:
         return as_user(self.settings, self.keys, role)
@@ -93,7 +97,13 @@ def start_secured(root: Path, names: Names) -> tuple[subprocess.Popen[bytes], st
 
 
 @pytest.fixture
-async def broker(settings: Settings, pg_pool: asyncpg.Pool, tmp_path: Path
+def open_broker() -> bool:
+    """``nats.open_broker`` for the auth service (a test overrides it by parametrizing)."""
+    return False
+
+
+@pytest.fixture
+async def broker(settings: Settings, pg_pool: asyncpg.Pool, tmp_path: Path, open_broker: bool
                  ) -> AsyncIterator[Broker]:
     """A secured broker with the test's streams provisioned, the demo fleet of tenant
     ``acme`` (d1, d2 active; off inactive) and tenant ``other`` (o1) registered, and the auth
@@ -101,11 +111,15 @@ async def broker(settings: Settings, pg_pool: asyncpg.Pool, tmp_path: Path
     names = Names(namespace=settings.namespace)
     proc, url, mqtt_port, keys, log = start_secured(tmp_path / "nats", names)
     base = settings.with_services(nats_url=url)
-    base = base.model_copy(update={"auth": base.auth.model_copy(
-        update={"sweep_interval_s": 1.0})})
+    base = base.model_copy(update={
+        "auth": base.auth.model_copy(update={"sweep_interval_s": 1.0}),
+        "nats": base.nats.model_copy(update={"open_broker": open_broker}),
+    })
     admin = as_user(base, keys, ADMIN)
     stop = asyncio.Event()
-    auth = asyncio.create_task(run_auth(as_user(base, keys, AUTH_USER), stop=stop))
+    metrics = Metrics()
+    auth = asyncio.create_task(run_auth(as_user(base, keys, AUTH_USER), stop=stop,
+                                        hooks=_AuthHooks(metrics)))
     try:
         await provision(admin)
         await provision_sessions(admin)
@@ -113,13 +127,23 @@ async def broker(settings: Settings, pg_pool: asyncpg.Pool, tmp_path: Path
             await seed_fleet(conn, TENANT, active=["d1", "d2"], inactive=["off"])
             await seed_fleet(conn, "other", active=["o1"])
         yield Broker(url=url, mqtt_port=mqtt_port, keys=keys, settings=admin, proc=proc,
-                     log=log)
+                     log=log, metrics=metrics)
     finally:
         stop.set()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(auth, 10)
         proc.terminate()
         proc.wait(10)
+
+
+class _AuthHooks:
+    """The part of a process's hooks the auth service uses: its observer and readiness."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.auth = AuthMetrics(metrics)
+
+    def ready(self, component: str, *checks: object) -> None:
+        pass
 
 
 async def issue(pool: asyncpg.Pool, device: str, tenant: str = TENANT

@@ -17,13 +17,17 @@ import orjson
 import pytest
 from nats import errors as nats_errors
 
+from stages.batch import formats
+from stages.batch.synth import synthesize
 from streams.config import Settings
 from streams.identity import credentials
 from streams.identity.permissions import device_inbox_prefix
 from streams.ingest.consumer import run_consumer
 from streams.names import Names
+from streams.sessions.upload import device_upload
 from tests.integration.device_identity.conftest import Broker, issue
 from tests.integration.ingest.conftest import TENANT, good_values
+from tests.integration.sessions.conftest import running_intake
 
 mqtt = pytest.importorskip("paho.mqtt.client")
 
@@ -144,9 +148,10 @@ async def test_a_device_publishes_as_itself_and_nothing_else(
                             f"{device_inbox_prefix(TENANT, 'd2')}.>", "_INBOX.>"):
                 await nc.subscribe(subject)
             await nc.flush()
-            deadline = time.monotonic() + 10
-            while len(errors) < len(refused_publishes) + 5 and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            async def all_refused() -> bool:
+                return len(errors) >= len(refused_publishes) + 5
+
+            await _until(all_refused, 10)
         finally:
             await nc.close()
         await asyncio.sleep(0.5)  # anything that got through would be recorded by now
@@ -409,3 +414,155 @@ async def test_a_thousand_devices_connect_at_once(broker: Broker, pg_pool: async
     finally:
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
     print(f"{count} devices connected in {elapsed:.2f} s: {count / elapsed:.0f} connections/s")
+
+
+@pytest.mark.parametrize("open_broker", [True])
+async def test_the_open_broker_lets_devices_in_without_credentials_and_counts_them(
+    broker: Broker, pg_pool: asyncpg.Pool
+) -> None:
+    """``nats.open_broker`` (a migration window): a device with no credentials connects and
+    publishes as before; its messages are counted; a wrong secret is still refused."""
+    nc = await nats.connect(broker.url, allow_reconnect=False, max_reconnect_attempts=0)
+    try:
+        for seq in range(1, 4):
+            await nc.jetstream().publish(_subject(broker.settings, TENANT, "d2"),
+                                         _envelope(seq))
+    finally:
+        await nc.close()
+    cred = await issue(pg_pool, "d1")
+    said = await _refused(broker, user=cred.username, password=cred.secret[:-1] + "x")
+    assert "authorization violation" in said.lower()
+    assert await _stored(broker) == 3
+
+    def counted() -> float:
+        value = broker.metrics.registry.get_sample_value(
+            "tideway_nats_unauthenticated_messages_total")
+        return value or 0.0
+
+    async def all_counted() -> bool:
+        return counted() >= 3
+
+    assert await _until(all_counted, 10), counted()
+    assert counted() == 3
+    granted = broker.metrics.registry.get_sample_value(
+        "tideway_auth_requests_total", {"result": "granted", "reason": "anonymous"})
+    assert granted == 1
+
+
+async def test_each_process_user_reaches_only_what_its_role_uses(broker: Broker) -> None:
+    """Least privilege behind the device door: a bug in one process cannot delete a stream,
+    impersonate a device or read the system account."""
+    ns = Names(namespace=broker.settings.namespace)
+    attempts = {
+        # role: subjects its user must not publish on
+        "ingest": [ns.telemetry_subject(TENANT, "d1", "state"), ns.sessions_subject(TENANT, "d1"),
+                   f"$JS.API.STREAM.DELETE.{ns.telemetry_stream}",
+                   f"$JS.API.STREAM.INFO.{ns.sessions_stream}", "$SYS.REQ.SERVER.PING"],
+        "worker": [ns.telemetry_subject(TENANT, "d1", "state"),
+                   f"$JS.API.STREAM.INFO.{ns.telemetry_stream}",
+                   f"$JS.API.CONSUMER.MSG.NEXT.{ns.telemetry_stream}.{ns.ingest_durable}"],
+        "intake": [ns.telemetry_subject(TENANT, "d1", "state"),
+                   f"$JS.API.CONSUMER.MSG.NEXT.{ns.telemetry_stream}.{ns.ingest_durable}"],
+        "api": [f"$JS.API.STREAM.DELETE.{ns.telemetry_stream}", "$SYS.REQ.SERVER.PING"],
+        "admin": ["$SYS.REQ.SERVER.PING"],
+    }
+    for role, subjects in attempts.items():
+        errors: list[Exception] = []
+
+        async def on_error(exc: Exception, sink: list[Exception] = errors) -> None:
+            sink.append(exc)
+
+        nc = await nats.connect(broker.url, nkeys_seed=str(broker.keys.seed_file(role)),
+                                error_cb=on_error, allow_reconnect=False)
+        try:
+            for subject in subjects:
+                await nc.publish(subject, b"{}")
+            await nc.flush()
+
+            async def all_refused(sink: list[Exception] = errors, n: int = len(subjects)
+                                  ) -> bool:
+                return len(sink) >= n
+
+            await _until(all_refused, 10)
+            # ...while what the role is for works.
+            if role in ("ingest", "api", "admin"):
+                info = await nc.jetstream().stream_info(ns.telemetry_stream)
+                assert info.config.name == ns.telemetry_stream
+        finally:
+            await nc.close()
+        said = [str(e).lower() for e in errors]
+        for subject in subjects:
+            assert any(f'publish to "{subject.lower()}"' in e for e in said), (role, subject)
+    assert await _stored(broker) == 0
+
+
+async def test_a_device_uploads_a_session_file_as_itself(broker: Broker, pg_pool: asyncpg.Pool
+                                                         ) -> None:
+    """The device path of the session handoff works with the device's own credential (the
+    bucket put and its notice), intake running as its own user; a notice for another device
+    is refused by the broker."""
+    cred = await issue(pg_pool, "d1")
+    session = synthesize(laps=1, imu_hz=10, gnss_hz=5)
+    data = formats.write("csv", {"gnss": session.gnss, "imu": session.imu})
+    async with running_intake(broker.as_role("intake")):
+        await device_upload(broker.settings, tenant=TENANT, device="d1", name="d1-lap.csv",
+                            data=data, secret=cred.secret)
+
+        async def one_run() -> list[Any]:
+            async with pg_pool.acquire() as conn:
+                return list(await conn.fetch(
+                    "SELECT d.external_id FROM processing_runs r"
+                    " JOIN sessions s ON s.id = r.session_id"
+                    " JOIN devices d ON d.id = s.device_id"))
+
+        runs = await _until(one_run, 30)
+    assert [r["external_id"] for r in runs] == ["d1"]
+    errors: list[Exception] = []
+    nc = await _device(broker, "d1", cred.secret, errors=errors)
+    try:
+        await nc.publish(Names(namespace=broker.settings.namespace).sessions_subject(TENANT, "d2"),
+                         b'{"version": 1, "objects": ["d1-lap.csv"]}')
+        await nc.flush()
+
+        async def refused() -> bool:
+            return bool(errors)
+
+        assert await _until(refused, 10)
+    finally:
+        await nc.close()
+    assert "permissions violation" in str(errors[0]).lower()
+
+
+async def test_revoking_many_devices_at_once_cuts_off_every_one(
+    broker: Broker, pg_pool: asyncpg.Pool
+) -> None:
+    """Revocations announced together (more than the service looks up one by one) are all
+    enforced, within the same bound."""
+    from streams import registry
+    from streams.ingest.fleet import SCHEMA_NAME
+
+    names = [f"bulk-{i:02d}" for i in range(12)]
+    async with pg_pool.acquire() as conn:
+        issued = []
+        for name in names:
+            await registry.add_device(conn, TENANT, name, schema=SCHEMA_NAME)
+            issued.append(await credentials.issue(conn, TENANT, name))
+    lost = {name: asyncio.Event() for name in names}
+    clients = []
+    for cred in issued:
+        async def on_disconnect(event: asyncio.Event = lost[cred.device]) -> None:
+            event.set()
+
+        clients.append(await _device(broker, cred.device, cred.secret,
+                                     disconnected_cb=on_disconnect))
+    try:
+        started = time.monotonic()
+        async with pg_pool.acquire() as conn, conn.transaction():
+            for name in names:
+                await credentials.revoke(conn, TENANT, name)
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in lost.values())),
+                               REVOCATION_BOUND_S)
+        elapsed = time.monotonic() - started
+    finally:
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+    print(f"{len(names)} devices revoked together: all disconnected in {elapsed:.2f} s")
