@@ -45,9 +45,12 @@ __all__ = [
     "DeadLetterSummary",
     "Device",
     "DeviceChange",
+    "DeviceCredential",
+    "DeviceCredentialPage",
     "DevicePage",
     "DeviceQuery",
     "Health",
+    "IssuedDeviceCredential",
     "MessageExplanation",
     "Page",
     "Problem",
@@ -55,6 +58,7 @@ __all__ = [
     "ReprocessRequest",
     "ResolveReport",
     "ResolveRequest",
+    "RevokedDeviceCredentials",
     "RollbackRequest",
     "RollbackResult",
     "Run",
@@ -532,6 +536,44 @@ class DevicePage(Page[Device]):
 class DeviceChange(_Body):
     device: Device
     changed: bool = Field(description="False: the device already was in that state.")
+
+
+# -- device credentials ---------------------------------------------------------------------
+
+
+class DeviceCredential(_Body):
+    """One credential of a device as the registry keeps it: never its secret."""
+
+    key_id: str = Field(description="The secret's public part (`twd_<key_id>_…`).")
+    device: str
+    created_at: datetime
+    revoked_at: datetime | None
+    state: Literal["active", "revoked", "rotated"] = Field(
+        description="`rotated`: retired by a rotation; `revoked`: retired by a revoke."
+    )
+
+
+class DeviceCredentialPage(Page[DeviceCredential]):
+    """Every credential ever issued to the device, oldest first, in one page (`next` is null)."""
+
+
+class IssuedDeviceCredential(_Body):
+    """A credential just issued: the only answer that ever holds its secret."""
+
+    tenant: str
+    device: str
+    key_id: str
+    username: str = Field(description="The NATS and MQTT user name: `<tenant>.<device>`.")
+    secret: str = Field(
+        description="The NATS and MQTT password. Shown once: Tideway keeps only its SHA-256."
+    )
+    created_at: datetime
+    retired: list[str] = Field(description="Key ids the rotation retired (empty on issue).")
+
+
+class RevokedDeviceCredentials(_Body):
+    device: str
+    revoked: list[str] = Field(description="Key ids retired (empty: none was valid).")
 
 
 # -- schemas --------------------------------------------------------------------------------

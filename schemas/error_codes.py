@@ -562,6 +562,12 @@ NATS_AUTH_CONFIG: Final = _code(
 NATS_TLS_CONFIG: Final = _code(
     "NATS_TLS_CONFIG", _A.RUNTIME, "the NATS TLS files cannot be loaded or are incomplete"
 )
+NATS_CONNZ: Final = _code(
+    "NATS_CONNZ",
+    _A.RUNTIME,
+    "nats-server refused the auth service's connection listing (its control user)",
+    retriable=True,
+)
 STORAGE_UNAVAILABLE: Final = _code(
     "STORAGE_UNAVAILABLE",
     _A.RUNTIME,

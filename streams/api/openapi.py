@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Final, Literal
 
 import orjson
@@ -54,7 +55,7 @@ _ERRORS: Final = {
 class Route:
     """One API route: how it is served and how it is described."""
 
-    method: Literal["GET", "POST"]
+    method: Literal["GET", "POST", "DELETE"]
     path: str
     handler: Handler
     summary: str
@@ -72,6 +73,8 @@ class Route:
     """The answer's ``content`` when it is not a JSON model (an event stream, a document)."""
     request_content: Mapping[str, Any] | None = None
     """The request body's ``content`` when it is not a JSON model (an upload)."""
+    headers: Mapping[str, Any] = field(default_factory=dict)
+    """Headers of the answer beyond ``X-Request-Id``, as OpenAPI header objects."""
     description: str | None = None
 
     @property
@@ -121,8 +124,8 @@ def _operation(route: Route, names: Mapping[Any, Any]) -> dict[str, Any]:
         op["requestBody"] = {"required": True, "content": dict(route.request_content)}
     if route.public:
         op["security"] = []
-    ok: dict[str, Any] = {"description": "OK" if route.status == 200 else "Accepted"}
-    ok["headers"] = {"X-Request-Id": {"$ref": "#/components/headers/RequestId"}}
+    ok: dict[str, Any] = {"description": HTTPStatus(route.status).phrase}
+    ok["headers"] = {"X-Request-Id": {"$ref": "#/components/headers/RequestId"}, **route.headers}
     if route.response is not None:
         schema = _ref(route.response, "serialization", names)
         ok["content"] = {"application/json": {"schema": schema}}

@@ -30,6 +30,7 @@ from schemas.api import (
     Device,
     DeviceActivity,
     DeviceChange,
+    DeviceCredentialPage,
     DevicePage,
     DeviceQuery,
     DeviceSeries,
@@ -38,12 +39,14 @@ from schemas.api import (
     FleetQuery,
     FleetReport,
     Health,
+    IssuedDeviceCredential,
     LapTrace,
     MessageExplanation,
     RedriveReport,
     ReprocessRequest,
     ResolveReport,
     ResolveRequest,
+    RevokedDeviceCredentials,
     RollbackRequest,
     RollbackResult,
     Run,
@@ -66,6 +69,7 @@ from schemas.api import (
     UploadForm,
     UploadReceipt,
 )
+from streams.api import credential_routes as cred
 from streams.api import event_stream
 from streams.api import fleet_routes as fleet
 from streams.api import registry_routes as reg
@@ -344,6 +348,12 @@ _UPLOAD_HELP = (
     "the run, or after 5 s without it (`run_id` null)."
 )
 _SESSIONS, _RUNS, _DEVICES, _SCHEMAS = "sessions", "runs", "devices", "schemas"
+_KEY_ID = {"type": "string", "pattern": "^[a-z2-7]{16}$"}
+_CREDENTIAL_HELP = (
+    "The device connects to NATS (or its MQTT listener) with `username` as the user name and "
+    "`secret` as the password. The secret is shown once: Tideway keeps only its SHA-256, so a "
+    "lost secret is replaced (rotate), never recovered."
+)
 _DLQ = "dead letters"
 
 ROUTES: tuple[Route, ...] = (
@@ -418,6 +428,27 @@ ROUTES: tuple[Route, ...] = (
     Route(method="POST", path="/v1/devices/{device}/deactivate", handler=reg.deactivate_device,
           tag=_DEVICES, summary="Record the device's envelopes, skip mutate/derive/publish",
           response=DeviceChange, errors=(404,)),
+    Route(method="GET", path="/v1/devices/{device}/credentials", handler=cred.list_credentials,
+          tag=_DEVICES, summary="The device's NATS/MQTT credentials, oldest first (never a "
+                                "secret)", response=DeviceCredentialPage, errors=(404,)),
+    Route(method="POST", path="/v1/devices/{device}/credentials",
+          handler=cred.issue_credential, tag=_DEVICES,
+          summary="Issue a credential (its secret is in this answer only)", status=201,
+          response=IssuedDeviceCredential, headers=cred.NO_STORE, errors=(404,),
+          description=_CREDENTIAL_HELP),
+    Route(method="POST", path="/v1/devices/{device}/credentials/rotate",
+          handler=cred.rotate_credentials, tag=_DEVICES,
+          summary="Issue a credential and retire every other of the device, at once",
+          status=201, response=IssuedDeviceCredential, headers=cred.NO_STORE, errors=(404,),
+          description=_CREDENTIAL_HELP),
+    Route(method="POST", path="/v1/devices/{device}/credentials/revoke",
+          handler=cred.revoke_credentials, tag=_DEVICES,
+          summary="Retire every valid credential of the device",
+          response=RevokedDeviceCredentials, errors=(404,)),
+    Route(method="DELETE", path="/v1/devices/{device}/credentials/{key_id}",
+          handler=cred.revoke_credential, tag=_DEVICES,
+          summary="Retire one valid credential (404 when it is not one)",
+          response=RevokedDeviceCredentials, path_types={"key_id": _KEY_ID}, errors=(404,)),
     Route(method="GET", path="/v1/schemas", handler=reg.list_schemas, tag=_SCHEMAS,
           summary="The caller's schemas by name", query=SchemaQuery, response=SchemaPage),
     Route(method="GET", path="/v1/schemas/{name}", handler=reg.get_schema, tag=_SCHEMAS,

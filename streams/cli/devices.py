@@ -1,9 +1,10 @@
-"""``tideway devices add | list | show | activate | deactivate | assign``.
+"""``tideway devices add | list | show | activate | deactivate | assign | credentials``.
 
 Devices belong to a tenant (``--tenant``, default the ``default_tenant`` setting) and are named
 by the id they use in subjects (``telemetry.<tenant>.<device>.<topic>``). An inactive device's
 envelopes are recorded but skip mutate/derive/publish (spec 001); a device without a schema
-version cannot be evaluated.
+version cannot be evaluated. ``credentials`` (:mod:`streams.cli.credentials`) issues the
+secrets devices connect to NATS with.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import typer
 
 from streams import registry
+from streams.cli import credentials
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.cli.schema import JSON_OPTION, TENANT_HELP, run_with_connection
 from streams.config import load_settings
@@ -35,7 +37,8 @@ def _show(device: registry.Device, *, as_json: bool) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the ``devices`` commands to ``app``."""
-    devices_app = typer.Typer(help="Register devices and assign schemas.", no_args_is_help=True)
+    devices_app = typer.Typer(help="Register devices, assign schemas, issue credentials.",
+                              no_args_is_help=True)
     tenant_option: Any = typer.Option(None, "--tenant", help=TENANT_HELP)
 
     @devices_app.command("add")
@@ -110,4 +113,5 @@ def register(app: typer.Typer) -> None:
         console.print(f"device {updated.external_id} now uses {updated.schema} "
                       f"v{updated.schema_version}")
 
+    credentials.register(devices_app)
     app.add_typer(devices_app, name="devices")

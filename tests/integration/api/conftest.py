@@ -1,7 +1,7 @@
 """The API against real services: a test client over ``build_app``, API keys, and a tenant
 ("acme") with one of everything the API shows - a session and its run, devices, a schema,
-envelopes and dead letters - made the way Tideway makes them (upload and intake, the ingest
-consumer), not inserted."""
+envelopes, dead letters and a device credential - made the way Tideway makes them (upload and
+intake, the ingest consumer, the API's own routes), not inserted."""
 
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ class Seeded:
     message_key: str
     dead_letter_id: int
     group_id: str
+    credential: str
+    """The key id of d1's credential (issued through the API)."""
 
 
 async def upload(client: Client, headers: dict[str, str], device: str, path: Path) -> Any:
@@ -64,8 +66,8 @@ async def upload(client: Client, headers: dict[str, str], device: str, path: Pat
 @pytest.fixture
 async def seeded(fleet: Harness) -> AsyncIterator[Seeded]:
     """acme: the ingest fleet (schema, devices d1 d2 off bare), one good envelope and two
-    malformed ones (dead letters), and an uploaded session whose run intake has made (no
-    worker runs, so it stays pending). globex: a key and nothing else."""
+    malformed ones (dead letters), an uploaded session whose run intake has made (no worker
+    runs, so it stays pending) and a credential of d1. globex: a key and nothing else."""
     good_seq = await fleet.publish("d1", {"ts": 1_000, "seq": 1, "values": good_values()})
     await fleet.publish("d1", None, raw=b"not json 1")
     await fleet.publish("d2", None, raw=b"not json 2")
@@ -83,6 +85,8 @@ async def seeded(fleet: Harness) -> AsyncIterator[Seeded]:
         receipt = await upload(client, acme, "kart-1", nmea)
         assert receipt["run_id"], receipt
         groups = await (await client.get("/v1/dead-letter-groups", headers=acme)).json()
+        issued = await client.post("/v1/devices/d1/credentials", headers=acme)
+        assert issued.status == 201, await issued.text()
         yield Seeded(
             client=client,
             acme=acme,
@@ -96,6 +100,7 @@ async def seeded(fleet: Harness) -> AsyncIterator[Seeded]:
             message_key=await fleet.stored_key(good_seq),
             dead_letter_id=dead_letter_id,
             group_id=groups["items"][0]["id"],
+            credential=(await issued.json())["key_id"],
         )
 
 

@@ -2,11 +2,12 @@
 ``chromium-driver``) driven by Selenium against the API serving real data (the ``seeded``
 tenant: envelopes, dead letters, an uploaded session and its run).
 
-Every page is opened and checked for what a person looks at; a redrive, a resolve, a cancel and
-a retry are done with the page's buttons; a worker is started while the run page is open and
-the page must show ``succeeded`` without a reload. Any error in the browser's console fails the
-test. Screenshots of each page go to ``$TIDEWAY_TEST_ARTIFACTS`` (default ``.artifacts/console``
-in the checkout, ignored by git).
+Every page is opened and checked for what a person looks at; a redrive, a resolve, a cancel, a
+retry and a device credential's issue, rotation and revocation are done with the page's buttons
+(confirmed in the browser's own dialog where the page asks); a worker is started while the run
+page is open and the page must show ``succeeded`` without a reload. Any error in the browser's
+console fails the test. Screenshots of each page go to ``$TIDEWAY_TEST_ARTIFACTS`` (default
+``.artifacts/console`` in the checkout, ignored by git).
 
 Selenium blocks, so each browser step runs in a thread while the event loop serves the API.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +33,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from stages.batch import formats
@@ -102,6 +105,13 @@ class Person:
         """Go to a page by its address and wait until ``ready`` (a CSS selector) shows."""
         self.driver.execute_script("location.hash = arguments[0]", hash_)
         self.wait(lambda d: d.find_elements(By.CSS_SELECTOR, f"#view {ready}"))
+
+    def answer_dialog(self, *, accept: bool) -> str:
+        """Answer the page's ``confirm()`` dialog; its question."""
+        dialog = self.wait(expected_conditions.alert_is_present())
+        question = str(dialog.text)
+        dialog.accept() if accept else dialog.dismiss()
+        return question
 
     def notice(self, contains: str) -> str:
         return str(
@@ -187,6 +197,60 @@ def look_around(p: Person, s: Seeded) -> None:
     assert "completed" in p.text("#view dl.facts")
     assert p.all("#msg-stages tbody tr"), "the stage log of a completed envelope"
     p.shot("message")
+
+
+SECRET = re.compile(r"twd_[a-z2-7]{16}_[A-Za-z0-9_-]{43}")
+
+
+def manage_credentials(p: Person, s: Seeded) -> None:
+    """d1's credentials on its page: issue (the secret shown once), rotate, revoke."""
+    p.open(f"#/devices/{s.device}", "#device-credentials")
+
+    def states() -> dict[str, str]:
+        rows = p.all("#credential-rows tr[data-key]")
+        return {str(r.get_attribute("data-key")): str(r.get_attribute("data-state")) for r in rows}
+
+    assert states() == {s.credential: "active"}
+    assert not p.all("#credential-secret-value")
+    p.find("#credential-issue").click()
+    secret = str(p.find("#credential-secret-value").get_attribute("value"))
+    assert SECRET.fullmatch(secret), secret
+    box = p.text("#credential-secret")
+    assert "will not be shown again" in box and "copy" in box.lower()
+    assert p.text("#credential-username") == f"acme.{s.device}"
+    p.wait(lambda d: len(states()) == 2)
+    issued = secret.split("_")[1]
+    assert states() == {s.credential: "active", issued: "active"}
+    p.shot("device-credential-issued")
+
+    # Rotate asks first; the new secret replaces the one shown, the others are retired.
+    p.find("#credential-rotate").click()
+    assert "Rotate the credentials of d1" in p.answer_dialog(accept=True)
+    p.wait(lambda d: d.find_element(By.ID, "credential-secret-value").get_attribute("value")
+           != secret)  # fmt: skip
+    rotated = str(p.find("#credential-secret-value").get_attribute("value")).split("_")[1]
+    p.wait(lambda d: states().get(rotated) == "active")
+    assert states() == {s.credential: "rotated", issued: "rotated", rotated: "active"}
+    p.find("#credential-secret-done").click()
+    p.wait(lambda d: not d.find_elements(By.ID, "credential-secret-value"))
+
+    # Revoke asks first too: declined changes nothing, accepted retires the credential.
+    revoke = f"#credential-rows tr[data-key='{rotated}'] .credential-revoke"
+    p.find(revoke).click()
+    assert rotated in p.answer_dialog(accept=False)
+    assert states()[rotated] == "active"
+    p.find(revoke).click()
+    p.answer_dialog(accept=True)
+    assert "Revoked credential" in p.notice("Revoked credential")
+    p.wait(lambda d: states().get(rotated) == "revoked")
+    assert not p.all(".credential-revoke")
+    p.shot("device-credentials")
+
+    # Shown once: the page opened again lists the credentials, never a secret.
+    p.open("#/devices", "#devices-rows tr")
+    p.open(f"#/devices/{s.device}", "#device-credentials")
+    p.wait(lambda d: len(states()) == 3)
+    assert not SECRET.search(p.driver.page_source)
 
 
 def triage(p: Person, s: Seeded) -> None:
@@ -363,6 +427,7 @@ async def test_a_person_uses_the_console(
     key = seeded.acme["Authorization"].removeprefix("Bearer ")
     await asyncio.to_thread(sign_in, p, key)
     await asyncio.to_thread(look_around, p, seeded)
+    await asyncio.to_thread(manage_credentials, p, seeded)
     await asyncio.to_thread(triage, p, seeded)
     laps_session = await upload_laps(seeded)
     new_run = await asyncio.to_thread(cancel_then_retry, p, seeded)

@@ -38,17 +38,21 @@ def _path(template: str, seeded: Seeded) -> str:
         .replace("{name}", seeded.schema)
         .replace("{group}", seeded.group_id)
         .replace("{lap}", "1")
+        .replace("{key_id}", seeded.credential)
     )
 
 
 async def _state(seeded: Seeded) -> Any:
-    """What globex must not be able to change: acme's run, dead letters and device."""
+    """What globex must not be able to change: acme's run, dead letters, device and its
+    credentials."""
     c, h = seeded.client, seeded.acme
     run = await (await c.get(f"/v1/runs/{seeded.run_id}", headers=h)).json()
     dead = await (await c.get(f"/v1/dead-letters/{seeded.dead_letter_id}", headers=h)).json()
     device = await (await c.get(f"/v1/devices/{seeded.device}", headers=h)).json()
     session = await (await c.get(f"/v1/sessions/{seeded.session_id}", headers=h)).json()
-    return run["status"], dead["state"], device["active"], len(session["runs"])
+    keys = await (await c.get(f"/v1/devices/{seeded.device}/credentials", headers=h)).json()
+    credentials = [(k["key_id"], k["state"]) for k in keys["items"]]
+    return run["status"], dead["state"], device["active"], len(session["runs"]), credentials
 
 
 async def test_every_route_hides_one_tenants_things_from_another(seeded: Seeded) -> None:

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -566,3 +567,62 @@ async def test_revoking_many_devices_at_once_cuts_off_every_one(
     finally:
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
     print(f"{len(names)} devices revoked together: all disconnected in {elapsed:.2f} s")
+
+
+async def test_revocation_reaches_a_device_on_any_node_of_a_cluster(
+    settings: Settings, pg_pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    """Three routed nodes with the same accounts; the auth service is connected to n1 only,
+    the device to n3 only. Every node asks the service about the device, and a revocation
+    finds and closes its connection on n3."""
+    from streams.identity.broker import AUTH_USER, as_user, ensure_keys, server_config
+    from streams.identity.callout import run_auth
+    from tests.integration.ingest.conftest import seed_fleet
+    from tests.integration.nats_security.servers import start_cluster
+
+    root = tmp_path / "cluster"
+    root.mkdir()
+    keys = ensure_keys(root / "keys")
+    (root / "auth.conf").write_text(server_config(keys, Names(namespace=settings.namespace)))
+    cluster = start_cluster(root, extra="include auth.conf")
+    stop = asyncio.Event()
+    n1, n3 = cluster.by_name("n1"), cluster.by_name("n3")
+    auth = asyncio.create_task(run_auth(as_user(settings.with_services(nats_url=n1.url), keys,
+                                                AUTH_USER), stop=stop))
+    try:
+        async with pg_pool.acquire() as conn:
+            await seed_fleet(conn, TENANT, active=["d1"])
+            cred = await credentials.issue(conn, TENANT, "d1")
+        lost = asyncio.Event()
+
+        async def on_disconnect() -> None:
+            lost.set()
+
+        nc = None
+        for _ in range(100):  # the routes and the service's subscription settle first
+            with contextlib.suppress(nats_errors.Error, OSError, TimeoutError):
+                nc = await nats.connect(n3.url, user=cred.username, password=cred.secret,
+                                        allow_reconnect=False, max_reconnect_attempts=0,
+                                        disconnected_cb=on_disconnect, connect_timeout=2)
+                break
+            await asyncio.sleep(0.1)
+        assert nc is not None and nc.is_connected
+        try:
+            async with pg_pool.acquire() as conn:
+                await credentials.revoke(conn, TENANT, "d1")
+            await asyncio.wait_for(lost.wait(), REVOCATION_BOUND_S)
+        finally:
+            await nc.close()
+        refused = nats.NATS()
+        try:
+            with pytest.raises(nats_errors.Error, match="Authorization Violation"):
+                await refused.connect(cluster.by_name("n2").url, user=cred.username,
+                                      password=cred.secret, allow_reconnect=False,
+                                      max_reconnect_attempts=0, connect_timeout=3)
+        finally:
+            await refused.close()
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(auth, 10)
+        cluster.stop()

@@ -221,8 +221,9 @@ class Cluster:
             node.stop()
 
 
-def start_cluster(root: Path, size: int = 3) -> Cluster:
-    """``size`` nodes named n1..nN, each with its own client port, route port and store."""
+def start_cluster(root: Path, size: int = 3, *, extra: str = "") -> Cluster:
+    """``size`` nodes named n1..nN, each with its own client port, route port and store;
+    ``extra`` is appended to every node's configuration (an ``include`` of the accounts)."""
     ports = [(free_port(), free_port()) for _ in range(size)]
     routes = ", ".join(f'"nats-route://127.0.0.1:{route}"' for _, route in ports)
     cluster = Cluster()
@@ -238,6 +239,7 @@ cluster {{
   listen: "127.0.0.1:{route}"
   routes: [ {routes} ]
 }}
+{extra}
 """
             config = root / f"{name}.conf"
             root.mkdir(parents=True, exist_ok=True)

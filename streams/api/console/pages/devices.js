@@ -1,6 +1,7 @@
 // Devices: the registered devices (searchable), and one device with its hot state, a chart per
-// numeric parameter over the last hour (ClickHouse), its newest envelopes and its sessions.
-import { api, h, table, state, when, short, facts, notice, act } from "../app.js";
+// numeric parameter over the last hour (ClickHouse), its newest envelopes, its sessions and the
+// credentials it connects to NATS with (issue, rotate, revoke; a new secret shown once).
+import { api, h, table, state, when, short, facts, notice, act, documented } from "../app.js";
 
 export async function listDevices(view) {
   const search = h("input", { id: "device-search", type: "search", placeholder: "filter the loaded devices" });
@@ -67,6 +68,77 @@ export async function showDevice(view, device) {
     table(["session", "title", "status", "uploaded"], sessions.items.map((s) => h("tr", {},
       h("td", {}, h("a", { href: `#/sessions/${s.id}` }, short(s.id))), h("td", {}, s.title ?? ""),
       h("td", {}, state(s.status)), h("td", {}, when(s.created_at))))));
+  if (await documented("/v1/devices/{device}/credentials")) view.append(await credentials(device, enc));
+}
+
+/** The device's credentials with Issue, Rotate and Revoke; a secret just issued shown once. */
+async function credentials(device, enc) {
+  const path = `/v1/devices/${enc}/credentials`;
+  const rows = h("tbody", { id: "credential-rows" });
+  // The secret lives only in this box's DOM: it is never stored, and the API never shows it again.
+  const secretBox = h("div", { id: "credential-secret" });
+  async function load() {
+    const page = await api(path);
+    rows.replaceChildren(...(page.items.length ? page.items.map(row)
+      : [h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No credential issued yet."))]));
+  }
+  function row(c) {
+    let revoke = "";
+    if (c.state === "active") {
+      revoke = h("button", { type: "button", class: "credential-revoke" }, "Revoke");
+      revoke.addEventListener("click", () => act(revoke, async () => {
+        if (!confirm(`Revoke credential ${c.key_id} of ${device}? Its connections are closed.`)) return;
+        await api(`${path}/${encodeURIComponent(c.key_id)}`, { method: "DELETE" });
+        notice(`Revoked credential ${c.key_id} of ${device}.`);
+        await load();
+      }));
+    }
+    return h("tr", { "data-key": c.key_id, "data-state": c.state },
+      h("td", {}, h("code", {}, c.key_id)), h("td", {}, state(c.state)), h("td", {}, when(c.created_at)),
+      h("td", {}, when(c.revoked_at)), h("td", {}, revoke));
+  }
+  function showSecret(issued) {
+    const value = h("input", { id: "credential-secret-value", class: "secret-value", type: "text",
+      readonly: true, value: issued.secret, "aria-label": "secret", spellcheck: "false", autocomplete: "off" });
+    value.addEventListener("focus", () => value.select());
+    const hint = h("span", { class: "muted" }, "Select it and copy (Ctrl+C / ⌘C), or use Copy.");
+    const copy = h("button", { type: "button" }, "Copy");
+    copy.addEventListener("click", () => {
+      value.focus();
+      // The clipboard API needs a secure origin; elsewhere the selected text is the copy hint.
+      navigator.clipboard?.writeText(issued.secret).then(() => { hint.textContent = "Copied."; }, () => {});
+    });
+    const done = h("button", { type: "button", id: "credential-secret-done" }, "Done, I stored it");
+    done.addEventListener("click", () => secretBox.replaceChildren());
+    secretBox.replaceChildren(h("div", { class: "secret-box", role: "alert" },
+      h("p", {}, h("strong", {}, "This secret will not be shown again."),
+        " Store it on the device now: Tideway keeps only its hash, so a lost secret is replaced (Rotate), never shown."),
+      facts([["username", h("code", { id: "credential-username" }, issued.username)], ["secret", value],
+        ["key id", h("code", {}, issued.key_id)]]),
+      h("p", {}, "The device connects to NATS with user ", h("code", {}, issued.username),
+        " and the secret as password; over MQTT, the same username and password."),
+      issued.retired.length ? h("p", {}, `Retired: ${issued.retired.join(", ")}.`) : "",
+      h("div", { class: "actions" }, copy, done, hint)));
+    secretBox.scrollIntoView({ block: "nearest" }); // below the fold on a long device page
+  }
+  const issue = h("button", { id: "credential-issue", type: "button" }, "Issue");
+  issue.addEventListener("click", () => act(issue, async () => {
+    showSecret(await api(path, { method: "POST" }));
+    await load();
+  }));
+  const rotate = h("button", { id: "credential-rotate", type: "button" }, "Rotate");
+  rotate.addEventListener("click", () => act(rotate, async () => {
+    if (!confirm(`Rotate the credentials of ${device}? Every current one is retired and its connections are closed; the device needs the new secret.`)) return;
+    showSecret(await api(`${path}/rotate`, { method: "POST" }));
+    await load();
+  }));
+  await load();
+  const t = table(["key id", "state", "created", "revoked", ""], [], { id: "device-credentials" });
+  t.querySelector("tbody").replaceWith(rows);
+  return h("section", {}, h("h2", {}, "Credentials"),
+    h("p", { class: "muted" }, "The secrets ", device, " connects to NATS or MQTT with, as the password of user ",
+      h("code", {}, `<tenant>.${device}`), ". A secret is shown once, when it is issued."),
+    h("div", { class: "actions" }, issue, rotate), secretBox, t);
 }
 
 const SVG = "http://www.w3.org/2000/svg";
