@@ -35,15 +35,27 @@ def upgrade() -> None:
     op.execute(
         """
         CREATE TABLE device_credentials (
-            id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-            tenant_id uuid NOT NULL REFERENCES tenants (id),
-            device_id uuid NOT NULL REFERENCES devices (id) ON DELETE CASCADE,
-            key_id text NOT NULL UNIQUE CHECK (key_id ~ '^[a-z2-7]{16}$'),
-            secret_hash bytea NOT NULL CHECK (length(secret_hash) = 32),
+            id uuid NOT NULL DEFAULT gen_random_uuid(),
+            tenant_id uuid NOT NULL,
+            device_id uuid NOT NULL,
+            key_id text NOT NULL,
+            secret_hash bytea NOT NULL,
             created_at timestamptz NOT NULL DEFAULT now(),
             revoked_at timestamptz,
-            revoked_reason text CHECK (revoked_reason IN ('revoked', 'rotated')),
-            CHECK ((revoked_at IS NULL) = (revoked_reason IS NULL))
+            revoked_reason text,
+            CONSTRAINT pk_device_credentials PRIMARY KEY (id),
+            CONSTRAINT fk_device_credentials_tenant_id_tenants FOREIGN KEY (tenant_id)
+                REFERENCES tenants (id),
+            CONSTRAINT fk_device_credentials_device_id_devices FOREIGN KEY (device_id)
+                REFERENCES devices (id) ON DELETE CASCADE,
+            CONSTRAINT uq_device_credentials_key_id UNIQUE (key_id),
+            CONSTRAINT ck_device_credentials_key_id_format CHECK (key_id ~ '^[a-z2-7]{16}$'),
+            CONSTRAINT ck_device_credentials_secret_hash_length
+                CHECK (length(secret_hash) = 32),
+            CONSTRAINT ck_device_credentials_revoked_reason_known
+                CHECK (revoked_reason IN ('revoked', 'rotated')),
+            CONSTRAINT ck_device_credentials_revoked_with_reason
+                CHECK ((revoked_at IS NULL) = (revoked_reason IS NULL))
         )
         """
     )

@@ -151,3 +151,30 @@ devices = sa.Table(
     sa.UniqueConstraint("tenant_id", "external_id", name="uq_devices_tenant_external_id"),
     sa.CheckConstraint("external_id ~ '^[A-Za-z0-9_-]{1,128}$'", name="external_id_format"),
 )
+
+
+device_credentials = sa.Table(
+    # The secrets devices connect to NATS/MQTT with, as hashes (migration 0021, issue 25;
+    # streams.identity.credentials). A credential is valid while revoked_at is NULL and its
+    # device exists and is active; triggers announce every change that ends one.
+    "device_credentials",
+    metadata,
+    uuid_pk(),
+    sa.Column("tenant_id", pg.UUID(as_uuid=True), sa.ForeignKey("tenants.id"), nullable=False),
+    sa.Column("device_id", pg.UUID(as_uuid=True),
+              sa.ForeignKey("devices.id", ondelete="CASCADE"), nullable=False),
+    # The secret's public part (in its text): a lookup is one unique-index probe.
+    sa.Column("key_id", sa.Text, nullable=False),
+    # SHA-256 of the whole secret (256 random bits: nothing to guess, a fast hash suffices).
+    sa.Column("secret_hash", sa.LargeBinary, nullable=False),
+    created_at(),
+    sa.Column("revoked_at", sa.DateTime(timezone=True)),
+    sa.Column("revoked_reason", sa.Text),
+    sa.UniqueConstraint("key_id", name="uq_device_credentials_key_id"),
+    sa.CheckConstraint("key_id ~ '^[a-z2-7]{16}$'", name="key_id_format"),
+    sa.CheckConstraint("length(secret_hash) = 32", name="secret_hash_length"),
+    sa.CheckConstraint("revoked_reason IN ('revoked', 'rotated')", name="revoked_reason_known"),
+    sa.CheckConstraint("(revoked_at IS NULL) = (revoked_reason IS NULL)",
+                       name="revoked_with_reason"),
+    sa.Index("ix_device_credentials_device", "device_id", "created_at"),
+)

@@ -8,6 +8,8 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import nats
+import nats.errors
+import pytest
 import redis.asyncio as aioredis
 
 from streams.clickhouse import ClickHouse
@@ -29,7 +31,14 @@ async def test_starts_everything_unset_and_stops_it(tmp_path: Path, chdb_dsn: st
         # so the embedded ClickHouse is checked by its location and used through that engine.
         assert s.clickhouse() == f"chdb://{tmp_path / 'clickhouse'}"
         assert (tmp_path / "clickhouse").is_dir()
-        nc = await nats.connect(s.nats())
+        # Authentication is on: a client without credentials is refused, the operator's key
+        # (the settings `up` hands its commands) is let in.
+        refused = nats.NATS()
+        with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+            await refused.connect(s.nats(), allow_reconnect=False, max_reconnect_attempts=0)
+        await refused.close()
+        assert s.nats.nkey_seed_file is not None
+        nc = await nats.connect(s.nats(), nkeys_seed=str(s.nats.nkey_seed_file))
         info = await nc.jetstream().account_info()
         assert info.limits is not None  # JetStream is on
         await nc.close()
