@@ -35,12 +35,13 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends tini \
  && rm -rf /var/lib/apt/lists/*
 # A fixed non-root UID/GID: deploy/kubernetes runs pods as runAsUser 10001.
-# /data/objects: where docker-compose.yml's local object store volume mounts, owned by that user
-# so a fresh volume starts writable.
+# /data/objects and /data/nats: where docker-compose.yml's local object store and NATS keys
+# volumes mount, owned by that user so a fresh volume starts writable (the keys' one private).
 RUN groupadd --system --gid 10001 tideway \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
     --shell /usr/sbin/nologin tideway \
- && install -d -o 10001 -g 10001 /data/objects
+ && install -d -o 10001 -g 10001 /data/objects \
+ && install -d -o 10001 -g 10001 -m 0700 /data/nats
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

@@ -278,17 +278,19 @@ class AuthService:
         return closed
 
     async def sweep(self) -> int:
-        """Close device connections whose device has no valid credential any more; count
-        the open broker's unauthenticated messages."""
+        """Close device connections whose device has no valid credential any more — and,
+        once the open broker is closed again, those it let in without credentials; count the
+        open broker's unauthenticated messages."""
         every = await self.connections(closed=self.open_broker)
         if self.open_broker:
             self._count_unauthenticated(every)
         devices = {c.user for c in every if c.open and credentials.parse_username(c.user)}
-        if not devices:
-            return 0
-        async with self.pool.acquire() as conn:
-            valid = await credentials.valid_devices(conn, sorted(devices))
-        gone = [c for c in every if c.open and c.user in devices - valid]
+        valid: set[str] = set()
+        if devices:
+            async with self.pool.acquire() as conn:
+                valid = await credentials.valid_devices(conn, sorted(devices))
+        gone = [c for c in every if c.open and (
+            c.user in devices - valid or (c.user == ANONYMOUS and not self.open_broker))]
         closed = await self.kick(gone)
         if closed:
             self.observer.on_disconnect(why="sweep", connections=closed)

@@ -32,6 +32,7 @@ import yaml
 
 from streams.config import Settings
 from streams.embedded import free_port, nats_server_binary
+from streams.identity.broker import ADMIN, BrokerKeys, ensure_keys, server_config
 from streams.ingest.provision import provision_nats
 from streams.names import Names
 from tests.shared_data import REPO_ROOT
@@ -104,17 +105,20 @@ async def test_worker_scaler_query_counts_claimable_and_running_jobs(
 
 
 @pytest.fixture
-def monitored_nats(tmp_path: Path) -> Iterator[tuple[str, int]]:
-    """A private nats-server (JetStream, monitoring port), so the stream names are the
-    production ones, without a namespace prefix."""
+def monitored_nats(tmp_path: Path) -> Iterator[tuple[str, int, BrokerKeys]]:
+    """A private nats-server (JetStream, monitoring port) configured as a deployment's is, with
+    the accounts `tideway broker config` writes (so JetStream is in the account the trigger
+    names), and the stream names the production ones, without a namespace prefix."""
     port, monitor = free_port(), free_port()
-    proc = subprocess.Popen(
-        [nats_server_binary(), "-js", "-sd", str(tmp_path / "js"), "-a", "127.0.0.1",
-         "-p", str(port), "-m", str(monitor)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    keys = ensure_keys(tmp_path / "keys")
+    (tmp_path / "auth.conf").write_text(server_config(keys, Names()))
+    conf = tmp_path / "nats.conf"
+    conf.write_text(f'listen: "127.0.0.1:{port}"\nhttp: "127.0.0.1:{monitor}"\n'
+                    f'jetstream {{ store_dir: "{tmp_path / "js"}" }}\ninclude auth.conf\n')
+    proc = subprocess.Popen([nats_server_binary(), "-c", str(conf)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        yield f"nats://127.0.0.1:{port}", monitor
+        yield f"nats://127.0.0.1:{port}", monitor, keys
     finally:
         proc.terminate()
         proc.wait(10)
@@ -127,14 +131,16 @@ def _get_json(url: str) -> dict[str, Any]:
 
 
 async def test_ingest_scaler_finds_the_stream_and_consumer(
-    monitored_nats: tuple[str, int],
+    monitored_nats: tuple[str, int, BrokerKeys],
 ) -> None:
-    url, monitor = monitored_nats
+    url, monitor, keys = monitored_nats
     metadata = _trigger("ingest.yaml")["metadata"]
     nc = None
     for _ in range(100):  # the server is starting
         try:
-            nc = await nats.connect(url, allow_reconnect=False)
+            # As `tideway streams init` connects: the operator's user.
+            nc = await nats.connect(url, allow_reconnect=False,
+                                    nkeys_seed=str(keys.seed_file(ADMIN)))
             break
         except Exception:
             await asyncio.sleep(0.1)

