@@ -4,7 +4,8 @@ The handler subscribes to ``events.<tenant>.>`` on the API's NATS connection - t
 tenant, from its key, so a stream can only ever carry its own tenant's events - and forwards
 each as one SSE message whose ``event`` is the type (``run.succeeded``) and whose ``data`` is
 the JSON body (see :mod:`streams.domain_events`). A comment line is sent every 15 s so proxies
-keep the connection open; the stream ends when the client goes or the API stops.
+keep the connection open; the stream ends when the client goes, the API stops, or the key
+that opened it is revoked (checked every :data:`KEY_CHECK_S` seconds).
 
 aiohttp-sse (aio-libs) writes the SSE framing, the keep-alive pings and notices a client that
 has gone; a hand-written ``StreamResponse`` would redo exactly that. Events are hints (core NATS,
@@ -17,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
+import time
+from typing import Any, Final
 
+import asyncpg
 import orjson
 from aiohttp import web
 from aiohttp_sse import sse_response
@@ -26,6 +29,7 @@ from nats.aio.msg import Msg
 
 from streams.api.context import caller_of, context_of
 from streams.api.request_id import HEADER, REQUEST_ID
+from streams.errors import TransientError
 from streams.names import Names
 
 __all__ = ["setup", "stream_events"]
@@ -35,6 +39,20 @@ log = logging.getLogger(__name__)
 _BACKLOG: Final = 1000  # events held for a slow client before newer ones are dropped
 _POLL_S: Final = 1.0  # how often a quiet stream checks that it should go on
 _CLOSING = web.AppKey("events_closing", asyncio.Event)
+KEY_CHECK_S: Final = 2.0
+"""How often an open stream checks that its API key is not revoked: a revocation ends the
+streams it opened within this (plus one poll)."""
+_KEY_VALID: Final = "SELECT revoked_at IS NULL FROM api_keys WHERE id = $1"
+
+
+async def _key_valid(pool: Any, key_id: Any) -> bool:
+    """Whether the stream's key is still unrevoked; ``True`` when Postgres cannot say (an
+    outage does not cut every stream; the next check after it does)."""
+    try:
+        async with pool.acquire() as conn:
+            return bool(await conn.fetchval(_KEY_VALID, key_id))
+    except (OSError, TimeoutError, asyncpg.PostgresError, TransientError):
+        return True
 
 
 def setup(app: web.Application) -> None:
@@ -64,7 +82,13 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     try:
         await ctx.nats.flush()  # subscribed before the client hears "connected"
         async with sse_response(request, headers={HEADER: request[REQUEST_ID]}) as stream:
+            checked = time.monotonic()
             while stream.is_connected() and not closing.is_set():
+                if time.monotonic() - checked >= KEY_CHECK_S:
+                    checked = time.monotonic()
+                    if not await _key_valid(ctx.pool, caller.key_id):
+                        log.info("event stream closed: its API key was revoked")
+                        break
                 try:
                     msg = await asyncio.wait_for(queue.get(), _POLL_S)
                 except TimeoutError:

@@ -13,6 +13,10 @@ Context fields (:data:`CONTEXT_FIELDS`) live in contextvars, bound for a block w
 task started inside it, carries them. asyncio copies the context into each task, so two batches
 or two jobs running concurrently never see each other's fields.
 
+Every rendered line, in either format, goes through :func:`~streams.observability.redact.
+redact_rendered` last: no API key, device secret, bearer token, URL or DSN password or nkey
+seed reaches the log, whoever formatted it. Tracebacks never show local variables.
+
 A JSON line looks like::
 
     {"timestamp": "2026-05-01T12:00:00.250Z", "level": "info", "logger": "streams.jobs.worker",
@@ -32,6 +36,7 @@ import structlog
 from structlog.typing import Processor
 
 from streams.config import Settings
+from streams.observability.redact import redact_rendered
 
 CONTEXT_FIELDS = frozenset({
     "tenant", "device", "message_id", "batch", "run_id", "job_id", "job_type", "attempt",
@@ -66,10 +71,17 @@ def configure_logging(settings: Settings, *, stream: IO[str] | None = None) -> N
             structlog.processors.format_exc_info,
             structlog.processors.EventRenamer("message"),
             structlog.processors.JSONRenderer(serializer=_dumps),
+            redact_rendered,
         ]
     else:
         # ConsoleRenderer formats exc_info itself (and warns if format_exc_info ran first).
-        final = [structlog.dev.ConsoleRenderer(colors=False)]
+        # A plain traceback, never the rich one with each frame's local variables: those
+        # held asyncpg's DSN and password and the API's bearer tokens (issue 26).
+        final = [
+            structlog.dev.ConsoleRenderer(colors=False,
+                                          exception_formatter=structlog.dev.plain_traceback),
+            redact_rendered,
+        ]
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=foreign,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],

@@ -6,6 +6,7 @@ import contextlib
 import io
 import logging
 from collections.abc import Iterator
+from typing import Literal
 
 import structlog
 
@@ -16,10 +17,19 @@ from streams.observability.logs import configure_logging
 @contextlib.contextmanager
 def captured_json_logs(level: str = "INFO") -> Iterator[io.StringIO]:
     """``configure_logging`` writing JSON to a buffer; the root logger is put back afterwards."""
+    with captured_logs("json", level) as out:
+        yield out
+
+
+@contextlib.contextmanager
+def captured_logs(log_format: Literal["text", "json"], level: str = "INFO"
+                  ) -> Iterator[io.StringIO]:
+    """``configure_logging`` in ``log_format`` writing to a buffer; the root logger is put back
+    afterwards."""
     root = logging.getLogger()
     handlers, previous = list(root.handlers), root.level
     out = io.StringIO()
-    configure_logging(Settings(log_format="json", log_level=level), stream=out)
+    configure_logging(Settings(log_format=log_format, log_level=level), stream=out)
     try:
         yield out
     finally:

@@ -115,3 +115,33 @@ async def test_a_published_session_and_its_finished_run_are_announced(
             # Announced once (events from two processes keep no order between them).
             assert [e for e, _ in heard.events].count("run.running") == 1
         assert other.events == []
+
+
+async def test_revoking_a_key_ends_the_streams_it_opened(seeded: Seeded, pool: Any) -> None:
+    """A stream opened before ``api-keys revoke`` stops within seconds: it hears no event of
+    the tenant after the revocation, and its connection ends."""
+    from streams.api.event_stream import KEY_CHECK_S
+    from streams.api.keys import create_api_key, revoke_api_key
+
+    async with pool.acquire() as conn:
+        key = await create_api_key(conn, tenant="acme", name="to-revoke")
+    headers = {"Authorization": f"Bearer {key.secret}"}
+    client = seeded.client
+    events = DomainEvents(_settings_of(client))
+    try:
+        async with listening(client, headers) as doomed, listening(client, seeded.acme) as kept:
+            await events.publish("acme", "run.failed", run_id="before")
+            assert (await doomed.wait_for("run.failed"))["run_id"] == "before"
+            async with pool.acquire() as conn:
+                await revoke_api_key(conn, tenant="acme", key_id=key.id)
+            started = asyncio.get_running_loop().time()
+            await asyncio.wait_for(doomed.task, KEY_CHECK_S + 3)  # the server ended it
+            ended = asyncio.get_running_loop().time() - started
+            await events.publish("acme", "run.failed", run_id="after")
+            assert (await kept.wait_for("run.failed"))["run_id"] == "before"
+            await asyncio.sleep(0.3)
+            assert [d["run_id"] for _, d in kept.events] == ["before", "after"]
+        assert [d["run_id"] for _, d in doomed.events] == ["before"]
+        assert ended <= KEY_CHECK_S + 3
+    finally:
+        await events.aclose()
