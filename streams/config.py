@@ -404,6 +404,10 @@ class Settings(BaseSettings):
         "unset = embedded nats-server."
     )
     postgres_dsn: SecretStr | None = Field(None, description="PostgreSQL DSN; unset = embedded.")
+    postgres_maintenance_dsn: SecretStr | None = Field(
+        None, description="DSN of the maintenance role (partitions, retention: the consumers' "
+        "maintenance leader and `tideway retention`); unset = postgres_dsn.",
+    )
     postgres_statement_cache_size: int = Field(
         100, ge=0,
         description="Prepared statements asyncpg caches per connection; 0 behind a PgBouncer "
@@ -497,7 +501,16 @@ class Settings(BaseSettings):
         ``statement_cache_size``, which ``streams.adapters.postgres`` takes out again: every
         pool and connection a process opens from this DSN gets the setting.
         """
-        dsn = _require(self.postgres_dsn, "postgres_dsn")
+        return self._with_cache_size(_require(self.postgres_dsn, "postgres_dsn"))
+
+    def postgres_maintenance(self) -> str:
+        """The DSN partition maintenance and retention use: the maintenance role's when set
+        (docs/security.md, "Postgres roles"), else :meth:`postgres`."""
+        if self.postgres_maintenance_dsn is None:
+            return self.postgres()
+        return self._with_cache_size(self.postgres_maintenance_dsn.get_secret_value())
+
+    def _with_cache_size(self, dsn: str) -> str:
         if self.postgres_statement_cache_size == 100:
             return dsn
         parts = urlsplit(dsn)
@@ -526,7 +539,8 @@ class Settings(BaseSettings):
     def masked(self) -> dict[str, Any]:
         """The effective settings as plain data with passwords in URLs masked."""
         data = self.model_dump(mode="json")
-        for key in ("postgres_dsn", "redis_url", "clickhouse_dsn", "nats_url"):
+        for key in ("postgres_dsn", "postgres_maintenance_dsn", "redis_url", "clickhouse_dsn",
+                    "nats_url"):
             value = getattr(self, key)
             raw = value.get_secret_value() if isinstance(value, SecretStr) else value
             # nats_url may list a cluster's servers, each with its own credentials.
@@ -535,7 +549,8 @@ class Settings(BaseSettings):
 
 
 def _wrap(key: str, value: str) -> Any:
-    return SecretStr(value) if key in {"postgres_dsn", "redis_url", "clickhouse_dsn"} else value
+    secret = {"postgres_dsn", "postgres_maintenance_dsn", "redis_url", "clickhouse_dsn"}
+    return SecretStr(value) if key in secret else value
 
 
 def _require(value: SecretStr | None, name: str) -> str:

@@ -55,7 +55,7 @@ def show_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.
     settings = load_settings()
 
     async def main() -> tuple[list[PlanItem], tuple[int, int]]:
-        conn = await postgres.connect(settings.postgres())
+        conn = await postgres.connect(settings.postgres_maintenance())
         try:
             items = await maintain.current_plan(conn, settings, datetime.now(UTC))
             return items, await archive.totals(conn)
@@ -90,7 +90,8 @@ def run_command(
 
     async def main() -> maintain.Round:
         settings = load_settings()
-        pool = await postgres.create_pool(settings.postgres(), postgres.streaming_pool(1))
+        pool = await postgres.create_pool(settings.postgres_maintenance(),
+                                           postgres.streaming_pool(1))
         try:
             done = await maintain.maintain_once(pool, settings, dry_run=dry_run)
         finally:

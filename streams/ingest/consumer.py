@@ -27,12 +27,15 @@ import gc
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+import asyncpg
 
 from schemas.error_codes import INTERNAL_ERROR
 from stages.ack_policy import Disposition, decide
 from stages.ingest.ingress import Receipt
+from streams.adapters import postgres
 from streams.adapters.outage import Outages, describe, wait_out
 from streams.config import Settings
 from streams.errors import TransientError
@@ -98,17 +101,35 @@ async def run_consumer(
         report = _Report(on_batch=on_batch, observer=observer)
         # Partitions for now and ahead exist before the first batch (streams.retention).
         retention = hooks.retention if hooks is not None else None
-        await run_round(resources.pool, settings, wait=True, observer=retention)
-        with tuned_collector():
-            # Partition maintenance rides along: one consumer process at a time leads it
-            # (streams.retention.maintain).
-            await asyncio.gather(maintenance_loop(resources.pool, settings, stop, retention),
-                                 *(_work(pipeline, f, stop, report, beat)
-                                   for f, beat in zip(fetchers, beats, strict=True)))
+        # Partition maintenance rides along: one consumer process at a time leads it
+        # (streams.retention.maintain), as the maintenance role when one is configured.
+        async with _maintenance_pool(settings, resources.pool) as upkeep:
+            await run_round(upkeep, settings, wait=True, observer=retention)
+            with tuned_collector():
+                await asyncio.gather(maintenance_loop(upkeep, settings, stop, retention),
+                                     *(_work(pipeline, f, stop, report, beat)
+                                       for f, beat in zip(fetchers, beats, strict=True)))
     finally:
         for fetcher in fetchers:
             await fetcher.stop()
         await resources.close()
+
+
+@contextlib.asynccontextmanager
+async def _maintenance_pool(settings: Settings, pool: asyncpg.Pool
+                            ) -> AsyncIterator[asyncpg.Pool]:
+    """The pool partition maintenance uses: ``pool`` itself, or a small one of the
+    maintenance role's (``postgres_maintenance_dsn``: it owns the partitioned tables, which
+    the ingest role must not)."""
+    if settings.postgres_maintenance_dsn is None:
+        yield pool
+        return
+    own = await postgres.create_pool(settings.postgres_maintenance(),
+                                     postgres.streaming_pool(2))
+    try:
+        yield own
+    finally:
+        await own.close()
 
 
 _tuned = 0  # consumers running in this process with the collector tuned
