@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import contextlib  # noqa: E402
 import datetime as dt  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -37,6 +38,7 @@ import shutil  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
+from collections.abc import AsyncIterator  # noqa: E402
 from typing import Any  # noqa: E402
 
 import aiohttp  # noqa: E402
@@ -315,6 +317,40 @@ def time_renders(base: str, key: str, ready: dict[str, str], repeat: int) -> lis
         driver.quit()
 
 
+@contextlib.asynccontextmanager
+async def _serving(settings: Settings, login: str, tenant_bound: bool, nc: Any
+                   ) -> AsyncIterator[str]:
+    """The API on a free port with a pool of ``login``; yields its base URL."""
+    pool = await postgres.create_pool(login, postgres.API_POOL)
+    ctx = ApiContext(settings=settings, pool=pool, store=ObjectStore(settings.objects()),
+                     nats=nc, tenant_bound=tenant_bound)
+    runner = web.AppRunner(build_app(ctx), access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        await runner.cleanup()
+        await pool.close()
+
+
+def _side_by_side(samples: dict[str, list[list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """One row per call with each variant's median and p95 over its rounds (the median of
+    the rounds' medians, the largest p95)."""
+    rows: list[dict[str, Any]] = []
+    first = next(iter(samples.values()))[0]
+    for i, call in enumerate(first):
+        row = {"page": call["page"], "call": call["call"], "variants": {}}
+        for variant, rounds in samples.items():
+            row["variants"][variant] = {
+                "median_ms": round(statistics.median(r[i]["median_ms"] for r in rounds), 1),
+                "p95_ms": round(max(r[i]["p95_ms"] for r in rounds), 1),
+            }
+        rows.append(row)
+    return rows
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--devices", type=int, default=10_000)
@@ -322,6 +358,8 @@ async def main() -> None:
     parser.add_argument("--dead-letters", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=20, help="timed calls per API route")
     parser.add_argument("--renders", type=int, default=5, help="timed renders per page")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="interleaved rounds of the three API variants")
     args = parser.parse_args()
 
     name = f"tw_bench_console_{uuid.uuid4().hex[:6]}"
@@ -338,32 +376,46 @@ async def main() -> None:
             postgres_dsn=dsn, namespace=f"bench{uuid.uuid4().hex[:6]}",
             redis_url=os.environ.get("TIDEWAY_REDIS_URL", "redis://127.0.0.1:6379/0"),
         )  # fmt: skip
-        pool = await postgres.create_pool(settings.postgres(), postgres.API_POOL)
+        # The API as before row-level security (one login, statements untouched), with the
+        # tenant bound to each statement (a transaction and set_config each), and as the
+        # tideway_api role, whose policies then filter every row - interleaved, so the
+        # machine's drift falls on all three alike (migration 0023, streams.api.tenant_db).
+        variants = {
+            "before": (dsn, False),
+            "tenant bound": (dsn, True),
+            "api role + RLS": (f"{dsn}?role=tideway_api", True),
+        }
+        samples: dict[str, list[list[dict[str, Any]]]] = {v: [] for v in variants}
+        ready: dict[str, str] = {}
         nc = await nats.connect(settings.nats())
-        ctx = ApiContext(
-            settings=settings, pool=pool, store=ObjectStore(settings.objects()), nats=nc
-        )
-        runner = web.AppRunner(build_app(ctx), access_log=None)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        base = f"http://127.0.0.1:{port}/"
         try:
-            calls, ready = await time_calls(base, seeded["key"], args.repeat)
-            renders = await asyncio.to_thread(
-                time_renders, base, seeded["key"], ready, args.renders
-            )
+            for _ in range(args.rounds):
+                for variant, (login, bound) in variants.items():
+                    async with _serving(settings, login, bound, nc) as base:
+                        calls, ready = await time_calls(base, seeded["key"], args.repeat)
+                        samples[variant].append(calls)
+            if args.renders:
+                async with _serving(settings, f"{dsn}?role=tideway_api", True, nc) as base:
+                    renders = await asyncio.to_thread(
+                        time_renders, base, seeded["key"], ready, args.renders)
+            else:
+                renders = []
         finally:
-            await runner.cleanup()
             await nc.close()
-            await pool.close()
+        calls = _side_by_side(samples)
     finally:
         await postgres.drop_database(ADMIN_DSN, name)
 
     print(f"seeded in {seed_s:.1f} s: {seeded['counts']}")
-    print(f"\n{'page':<18} {'API call':<38} {'median ms':>10} {'p95 ms':>8}")
+    names = list(calls[0]["variants"]) if calls else []
+    print(f"\n{'page':<18} {'API call':<38} " + " ".join(f"{n + ' med/p95 ms':>26}"
+                                                        for n in names))
     for r in calls:
-        print(f"{r['page']:<18} {r['call']:<38} {r['median_ms']:>10} {r['p95_ms']:>8}")
+        cells = " ".join(f"{v['median_ms']:>16} / {v['p95_ms']:>7}"
+                         for v in r["variants"].values())
+        print(f"{r['page']:<18} {r['call']:<38} {cells}")
+    worst = {n: max(r["variants"][n]["p95_ms"] for r in calls) for n in names}
+    print("\nslowest call's p95 (ms): " + ", ".join(f"{n} {w}" for n, w in worst.items()))
     print(f"\n{'page':<18} {'render median ms':>17} {'p95 ms':>8}")
     for r in renders:
         print(f"{r['page']:<18} {r['median_ms']:>17} {r['p95_ms']:>8}")

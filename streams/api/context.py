@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http import HTTPStatus
 from typing import Any
 
@@ -11,6 +11,7 @@ from nats.aio.client import Client as NatsClient
 
 from schemas.api import Problem
 from streams.api.keys import Caller
+from streams.api.tenant_db import TenantPool
 from streams.config import Settings
 from streams.objects import ObjectStore
 
@@ -33,14 +34,30 @@ class ApiContext:
     pool: Any
     store: ObjectStore
     nats: NatsClient
+    tenant_bound: bool = True
+    """Requests' statements carry their tenant for row-level security (always, but for
+    ``bench/console.py``'s baseline, which measures what that costs)."""
 
 
 CONTEXT = web.AppKey("context", ApiContext)
 _CALLER = web.RequestKey("caller", Caller)
+_SCOPED = web.RequestKey("tenant_context", ApiContext)
 
 
 def context_of(request: web.Request) -> ApiContext:
-    return request.app[CONTEXT]
+    """The process context as this request may use it: once the caller is known, its
+    ``pool`` runs every statement with the caller's tenant set, for the row-level security
+    policies (:mod:`streams.api.tenant_db`)."""
+    scoped: ApiContext | None = request.get(_SCOPED)
+    if scoped is not None:
+        return scoped
+    ctx = request.app[CONTEXT]
+    caller: Caller | None = request.get(_CALLER)
+    if caller is None or not ctx.tenant_bound:
+        return ctx
+    scoped = replace(ctx, pool=TenantPool(ctx.pool, caller.tenant_id, caller.tenant))
+    request[_SCOPED] = scoped
+    return scoped
 
 
 def set_caller(request: web.Request, caller: Caller) -> None:

@@ -258,3 +258,43 @@ async def test_retention_runs_as_the_maintenance_role(settings: Settings) -> Non
             assert await conn.fetchval("SELECT current_user") == "tideway_maintenance"
     finally:
         await pool.close()
+
+
+async def test_row_level_security_shows_the_api_only_its_request_tenant(
+    pg_dsn: str, pg_pool: asyncpg.Pool
+) -> None:
+    """The second wall: a query that forgot its tenant filter, run by the API role through
+    the request's tenant-bound pool, sees only that tenant's rows; writing another tenant's
+    row is refused; with no tenant set, nothing is seen at all."""
+    from streams.api.tenant_db import TenantPool
+    from tests.integration.ingest.conftest import seed_fleet
+
+    async with pg_pool.acquire() as conn:
+        await seed_fleet(conn, "acme", active=["a1", "a2"])
+        await seed_fleet(conn, "globex", active=["g1"])
+        tenants = dict(await conn.fetch("SELECT name, id FROM tenants"))
+        await credentials.issue(conn, "acme", "a1")
+        await credentials.issue(conn, "globex", "g1")
+    api = await postgres.create_pool(as_role(pg_dsn, "api"), postgres.API_POOL)
+    try:
+        acme = TenantPool(api, tenants["acme"], "acme")
+        async with acme.acquire() as conn:
+            devices = {r["external_id"] for r in await conn.fetch(
+                "SELECT external_id FROM devices")}  # no WHERE: the policy's rows only
+            issued = await conn.fetchval("SELECT count(*) FROM device_credentials")
+            async with conn.transaction():  # a handler's own transaction carries the tenant
+                schemas = await conn.fetchval("SELECT count(*) FROM device_schemas")
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute("INSERT INTO devices (tenant_id, external_id)"
+                                   " VALUES ($1, 'planted')", tenants["globex"])
+        assert devices == {"a1", "a2"}
+        assert issued == 1
+        assert schemas == 1
+        async with api.acquire() as bare:  # the pool itself: no tenant, no rows
+            assert await bare.fetchval("SELECT count(*) FROM devices") == 0
+            assert await bare.fetchval("SELECT count(*) FROM device_credentials") == 0
+    finally:
+        await api.close()
+    async with pg_pool.acquire() as conn:
+        assert await conn.fetchval(
+            "SELECT count(*) FROM devices WHERE external_id = 'planted'") == 0
