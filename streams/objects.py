@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Final
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
@@ -54,6 +54,15 @@ __all__ = [
 
 _CHUNK = 1 << 20
 _EXPIRABLE = ("datasets/", "artifacts/", "tmp/")
+ALL_PREFIXES: Final = ("artifacts/", "datasets/", "archive/", "tmp/")
+"""Every prefix the store has: what retention (the maintenance role) may delete under."""
+API_DELETES: Final = ("tmp/", "artifacts/")
+"""What the HTTP API may delete: its own temporary files, and an upload's artifact that no
+session was given (refused after storing). Never a dataset or an archive."""
+
+
+class ObjectDeleteRefused(PermissionError):
+    """A delete outside the prefixes this process may delete under: a bug, never retried."""
 
 
 class IntegrityError(PermanentError):
@@ -113,12 +122,16 @@ def _storage(exc: OSError, what: str) -> TransientError:
 class ObjectStore:
     """Immutable objects under one root; see the module docstring for the rules."""
 
-    def __init__(self, root: str, *, atomic_rename: bool | None = None) -> None:
+    def __init__(self, root: str, *, atomic_rename: bool | None = None,
+                 deletes: tuple[str, ...] = ALL_PREFIXES) -> None:
         """Open the store at ``root`` (a path or a ``file://``, ``s3://``, ``gs://`` URI).
 
         ``atomic_rename`` overrides the promotion strategy (tests use ``False`` on a local
-        directory to exercise the copy-then-delete path object stores take).
+        directory to exercise the copy-then-delete path object stores take). ``deletes``: the
+        prefixes this process may delete under (:data:`API_DELETES` for the HTTP API, which
+        may never delete a dataset or an archive; docs/security.md, "Object store").
         """
+        self.deletes = deletes
         scheme = urlsplit(root).scheme
         if len(scheme) <= 1:  # a plain path (or a Windows drive letter)
             self._fs: pafs.FileSystem = pafs.LocalFileSystem()
@@ -366,7 +379,12 @@ class ObjectStore:
 
     def _remove(self, key: str) -> None:
         """Delete the file or directory ``key``; a missing key is a no-op. Only the public
-        methods above call it, each after checking that its kind of key may go."""
+        methods above call it, each after checking that its kind of key may go, and only
+        under a prefix this process may delete under."""
+        if not key.startswith(self.deletes):
+            raise ObjectDeleteRefused(
+                f"this process may not delete under {key.split('/', 1)[0]}/ (only "
+                f"{', '.join(self.deletes)})")
         path = self._path(key)
         try:
             info = self._fs.get_file_info(path)

@@ -37,7 +37,7 @@ from streams.api.request_id import REQUEST_ID, request_ids
 from streams.api.static import add_console, is_console_path
 from streams.config import Settings
 from streams.errors import NotFoundError, TidewayError, TransientError, UsageError
-from streams.objects import ObjectStore, ObjectTooLargeError
+from streams.objects import API_DELETES, ObjectStore, ObjectTooLargeError
 from streams.observability.events import ProcessHooks
 from streams.observability.readiness import nats_connected_check, postgres_check
 from streams.sessions.quotas import QuotaExceededError
@@ -149,7 +149,8 @@ async def run_api(
     runner: web.AppRunner | None = None
     try:
         ctx = ApiContext(
-            settings=settings, pool=pool, store=ObjectStore(settings.objects()), nats=nc
+            settings=settings, pool=pool, nats=nc,
+            store=ObjectStore(settings.objects(), deletes=API_DELETES),
         )
         observe: list[Middleware] = []
         if hooks is not None:

@@ -99,3 +99,25 @@ def test_commit_says_whether_it_created_the_object_and_discard_removes_it(
     store.discard_artifact(first.key)  # already gone: nothing to do
     with pytest.raises(ValueError):
         store.discard_artifact("datasets/run/job/_manifest.json")  # only artifacts
+
+
+def test_the_apis_store_may_not_delete_a_dataset_or_an_archive(tmp_path: Path) -> None:
+    """docs/security.md, "Object store": the HTTP API opens the store with API_DELETES; a bug
+    that reached a dataset's or an archive's delete is refused and the files stay."""
+    from streams.objects import API_DELETES, ObjectDeleteRefused
+
+    full = ObjectStore(str(tmp_path))
+    full.put("datasets/run-1/part.parquet", b"d")
+    full.put("archive/t/p.parquet", b"a")
+    key = artifact_key("acme", "ab" * 32)
+    full.put(key, b"x")
+    api = ObjectStore(str(tmp_path), deletes=API_DELETES)
+    with pytest.raises(ObjectDeleteRefused):
+        api.remove_expired("datasets/run-1")
+    with pytest.raises(ObjectDeleteRefused):
+        api.remove_expired_archive("archive/t/p.parquet")
+    assert full.exists("datasets/run-1/part.parquet") and full.exists("archive/t/p.parquet")
+    api.discard_artifact(key)  # an upload refused after storing: the API's own to remove
+    assert not full.exists(key)
+    full.remove_expired("datasets/run-1")  # retention's store may
+    assert not full.exists("datasets/run-1/part.parquet")
