@@ -108,6 +108,54 @@ def _open_permissions(names: Names) -> dict[str, Any]:
     }
 
 
+LOOKUPS_AT_ONCE: Final = 4
+"""Credential queries one service runs at once (of its pool's 8 connections); the requests
+that arrive meanwhile wait together for the next query."""
+
+
+class _Lookups:
+    """The credential checks of the requests being answered, coalesced: while
+    :data:`LOOKUPS_AT_ONCE` queries run, the requests that arrive wait together for the next
+    one, so a thousand devices connecting at once cost Postgres a few dozen round trips
+    rather than a thousand (and the pool a few dozen acquire/reset cycles). A lone request
+    still gets its own query at once."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.running = 0
+        self.waiting: list[tuple[str, str, asyncio.Future[credentials.Verdict]]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def verify(self, user: str, secret: str) -> credentials.Verdict:
+        future: asyncio.Future[credentials.Verdict] = asyncio.get_running_loop().create_future()
+        self.waiting.append((user, secret, future))
+        if self.running < LOOKUPS_AT_ONCE:
+            self.running += 1
+            task = asyncio.create_task(self._run())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return await future
+
+    async def _run(self) -> None:
+        try:
+            while self.waiting:
+                batch, self.waiting = self.waiting, []
+                try:
+                    async with self.pool.acquire() as conn:
+                        verdicts = await credentials.verify_many(
+                            conn, [(user, secret) for user, secret, _ in batch])
+                except Exception as exc:  # each waiting request decides what it means
+                    for *_, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (*_, future), verdict in zip(batch, verdicts, strict=True):
+                    if not future.done():
+                        future.set_result(verdict)
+        finally:
+            self.running -= 1
+
+
 class AuthService:
     """Answers authorization requests and closes connections that lost their right."""
 
@@ -121,6 +169,7 @@ class AuthService:
         self.signer = tokens.keypair(issuer)
         self.observer: AuthObserver = observer or _NullObserver()
         self.open_broker = settings.nats.open_broker
+        self._lookups = _Lookups(pool)
         self._slots = asyncio.Semaphore(settings.auth.concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._seen: dict[tuple[str, int], int] = {}
@@ -130,8 +179,9 @@ class AuthService:
     async def on_request(self, msg: Any) -> None:
         """The subscription's callback: answer each request in a task of its own, at most
         ``auth.concurrency`` at once (the subscription waits when all are busy)."""
+        arrived = time.perf_counter()
         await self._slots.acquire()
-        task = asyncio.create_task(self._answer(msg))
+        task = asyncio.create_task(self._answer(msg, arrived))
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
@@ -139,8 +189,7 @@ class AuthService:
         self._tasks.discard(task)
         self._slots.release()
 
-    async def _answer(self, msg: Any) -> None:
-        started = time.perf_counter()
+    async def _answer(self, msg: Any, started: float) -> None:
         try:
             request = tokens.AuthorizationRequest.parse(msg.data)
         except tokens.TokenError as exc:
@@ -169,8 +218,7 @@ class AuthService:
                 return self._jwt(request, ANONYMOUS, _open_permissions(self.names)), "anonymous"
             return None, "no_credentials"
         try:
-            async with self.pool.acquire() as conn:
-                verdict = await credentials.verify(conn, request.username, request.password)
+            verdict = await self._lookups.verify(request.username, request.password)
         except (TimeoutError, TransientError, OSError, asyncpg.PostgresError) as exc:
             log.warning("auth: cannot check a credential now: %s", type(exc).__name__)
             return None, "unavailable"

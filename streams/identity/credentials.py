@@ -28,7 +28,7 @@ from streams.identity.ids import check_device, check_tenant
 
 __all__ = [
     "ACCESS_CHANNEL", "Credential", "IssuedCredential", "Verdict", "issue", "list_credentials",
-    "parse_username", "revoke", "rotate", "username", "valid_devices", "verify",
+    "parse_username", "revoke", "rotate", "username", "valid_devices", "verify", "verify_many",
 ]
 
 ACCESS_CHANNEL: Final = "tideway_device_access"
@@ -64,10 +64,11 @@ ORDER BY d.external_id, c.created_at, c.key_id
 """
 
 _VERIFY = """
-SELECT c.secret_hash, c.revoked_at, t.name AS tenant, d.external_id AS device, d.active
+SELECT c.key_id, c.secret_hash, c.revoked_at, t.name AS tenant, d.external_id AS device,
+       d.active
 FROM device_credentials c JOIN devices d ON d.id = c.device_id
 JOIN tenants t ON t.id = c.tenant_id
-WHERE c.key_id = $1
+WHERE c.key_id = ANY($1::text[])
 """
 
 _VALID_DEVICES = """
@@ -216,10 +217,22 @@ async def verify(conn: Any, user: str, secret: str) -> Verdict:
 
     Constant-time in the secret's content; the reasons are for logs and metrics, the
     connecting client only ever learns that it was refused."""
-    match = _SECRET_RE.match(secret)
-    if match is None:
-        return Verdict(refusal="malformed" if secret else "no_credentials")
-    row = await conn.fetchrow(_VERIFY, match.group(1))
+    (verdict,) = await verify_many(conn, [(user, secret)])
+    return verdict
+
+
+async def verify_many(conn: Any, logins: list[tuple[str, str]]) -> list[Verdict]:
+    """:func:`verify` of each ``(user, secret)``, with one query for all of them (the auth
+    service's lookups while many devices connect at once)."""
+    keys = [_SECRET_RE.match(secret) for _, secret in logins]
+    wanted = sorted({m.group(1) for m in keys if m is not None})
+    rows = {r["key_id"]: r for r in await conn.fetch(_VERIFY, wanted)} if wanted else {}
+    return [_check(rows.get(m.group(1)), user, secret) if m is not None
+            else Verdict(refusal="malformed" if secret else "no_credentials")
+            for m, (user, secret) in zip(keys, logins, strict=True)]
+
+
+def _check(row: Any, user: str, secret: str) -> Verdict:
     if row is None:
         # Compare anyway, so an unknown key id costs what a known one does.
         hmac.compare_digest(_digest(secret), b"\0" * 32)
