@@ -145,6 +145,8 @@ def upgrade() -> None:
     )
     for privileges, tables, role in GRANTS:
         op.execute(f"GRANT {privileges} ON {', '.join(tables)} TO {role}")
+    # Every pod's wait-for-schema step reads the revision as its own login.
+    op.execute(f"GRANT SELECT ON alembic_version TO {', '.join(ROLES)}")
     # Partitions are tables of their own: their maintainer creates them in the schema.
     op.execute("GRANT CREATE ON SCHEMA public TO tideway_maintenance")
     for role, sequences in SEQUENCES:

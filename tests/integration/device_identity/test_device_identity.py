@@ -50,11 +50,23 @@ async def _device(broker: Broker, device: str, secret: str, *, tenant: str = TEN
     async def on_error(exc: Exception) -> None:
         sink.append(exc)
 
-    return await nats.connect(
+    return await _connect(
         broker.url, user=credentials.username(tenant, device), password=secret,
         inbox_prefix=device_inbox_prefix(tenant, device), error_cb=on_error,
         allow_reconnect=reconnect, max_reconnect_attempts=-1 if reconnect else 0,
         connect_timeout=3, **options)
+
+
+async def _connect(url: str, **options: Any) -> nats.NATS:
+    """``nats.connect`` that closes the socket of a refused connection (nats-py leaves it
+    open, and the test would fail on the unclosed transport)."""
+    nc = nats.NATS()
+    try:
+        await nc.connect(url, **options)
+    except BaseException:
+        await nc.close()
+        raise
+    return nc
 
 
 async def _refused(broker: Broker, *, user: str | None, password: str | None) -> str:
@@ -601,7 +613,7 @@ async def test_revocation_reaches_a_device_on_any_node_of_a_cluster(
         nc = None
         for _ in range(100):  # the routes and the service's subscription settle first
             with contextlib.suppress(nats_errors.Error, OSError, TimeoutError):
-                nc = await nats.connect(n3.url, user=cred.username, password=cred.secret,
+                nc = await _connect(n3.url, user=cred.username, password=cred.secret,
                                         allow_reconnect=False, max_reconnect_attempts=0,
                                         disconnected_cb=on_disconnect, connect_timeout=2)
                 break
@@ -660,7 +672,7 @@ async def test_closing_the_open_broker_cuts_off_the_devices_it_let_in(
         nc = None
         for _ in range(100):  # the service subscribes first
             with contextlib.suppress(nats_errors.Error, OSError, TimeoutError):
-                nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0,
+                nc = await _connect(url, allow_reconnect=False, max_reconnect_attempts=0,
                                         disconnected_cb=on_disconnect, connect_timeout=2)
                 break
             await asyncio.sleep(0.1)

@@ -6,13 +6,15 @@ hadolint (the Dockerfile linter) passes; the Dockerfile, parsed by BuildKit's ow
 against a real /livez; `.dockerignore` keeps the context small; `docker-compose config` accepts
 the compose file and it orders and health-checks its services, gives each Tideway process its
 own NATS seed and nats-server the configuration `tideway broker config` writes (which the real
-nats-server accepts, `nats-server -t`). Structural checks: they do not show that the image
-builds or runs.
+nats-server accepts, `nats-server -t`), and gives each process its own Postgres login (the one
+`postgres-logins` makes with deploy/postgres/logins.sql; tests/integration/deploy runs that
+script on a real Postgres). Structural checks: they do not show that the image builds or runs.
 """
 
 from __future__ import annotations
 
 import http.server
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -22,6 +24,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import dockerfile
 import pytest
@@ -213,7 +216,7 @@ def test_docker_compose_config_accepts_the_file() -> None:
 
 def test_compose_processes_wait_for_setup_and_every_service_is_health_checked() -> None:
     services = _compose()
-    one_shot = {"migrate", "init", "broker-config"}
+    one_shot = {"migrate", "init", "broker-config", "postgres-logins"}
     for name in TIDEWAY_PROCESSES:
         service = services[name]
         depends = service["depends_on"]
@@ -432,3 +435,75 @@ def test_nats_server_accepts_the_documented_configuration(tmp_path: Path) -> Non
     keys = ensure_keys(tmp_path / "keys")
     (tmp_path / "auth.conf").write_text(server_config(keys, Names()))
     _nats_server_accepts(conf)
+
+
+#: The Postgres DSNs each Tideway service gets, by service: setting -> the process role whose
+#: login it connects as (docs/deploy.md#postgres-roles); `migrate` connects as the owner.
+POSTGRES_DSNS: dict[str, dict[str, str]] = {
+    **{name: {"TIDEWAY_POSTGRES_DSN": name} for name in ("intake", "worker", "api", "auth")},
+    "ingest": {"TIDEWAY_POSTGRES_DSN": "ingest", "TIDEWAY_POSTGRES_MAINTENANCE_DSN":
+               "maintenance"},
+    "migrate": {"TIDEWAY_POSTGRES_DSN": "owner"},
+    "init": {},  # streams init: NATS and ClickHouse only
+    "broker-config": {},
+}
+LOGINS_SQL = REPO_ROOT / "deploy" / "postgres" / "logins.sql"
+
+
+def _migration_roles() -> tuple[str, ...]:
+    path = REPO_ROOT / "migrations" / "versions" / "0022_process_roles.py"
+    spec = importlib.util.spec_from_file_location("migration_0022", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    roles: tuple[str, ...] = module.ROLES
+    return roles
+
+
+def test_compose_gives_each_process_its_own_postgres_login() -> None:
+    services = _resolved_compose()
+    tideway = {name for name, s in services.items() if s.get("image") == "tideway:local"}
+    assert tideway == set(POSTGRES_DSNS)
+    postgres = services["postgres"]["environment"]
+    logins = services["postgres-logins"]
+    passwords = logins["environment"]
+    # postgres-logins runs deploy/postgres/logins.sql as the owner once the migration made
+    # the roles, and every process waits for it.
+    assert logins["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
+    script = logins["command"][logins["command"].index("-f") + 1]
+    (mounted,) = [v for v in logins["volumes"] if str(v).split(":")[1] == script]
+    assert Path(str(mounted).split(":")[0]) == LOGINS_SQL
+    assert (passwords["PGUSER"], passwords["PGPASSWORD"]) == (postgres["POSTGRES_USER"],
+                                                             postgres["POSTGRES_PASSWORD"])
+    for name in TIDEWAY_PROCESSES:
+        assert "postgres-logins" in services[name]["depends_on"], name
+    # The script's password variables are the ones the service sets, one per role.
+    sql = LOGINS_SQL.read_text()
+    variables = dict(re.findall(r"^\\getenv (\w+) (\w+)$", sql, re.MULTILINE))
+    roles = {r.removeprefix("tideway_") for r in _migration_roles()}
+    assert set(variables.values()) == {f"TIDEWAY_PG_{r.upper()}_PASSWORD" for r in roles}
+    assert set(variables.values()) <= set(passwords)
+    assert set(re.findall(r"^GRANT (\w+) TO (\w+);$", sql, re.MULTILINE)) == {
+        (f"tideway_{r}", f"tideway_{r}_login") for r in roles}
+
+    found: dict[str, list[str]] = {}
+    for name in sorted(tideway):
+        env = services[name].get("environment") or {}
+        dsns = {k: v for k, v in env.items() if re.match(r"^TIDEWAY_POSTGRES_\w*DSN$", k)}
+        problems = []
+        if set(dsns) != set(POSTGRES_DSNS[name]):
+            problems.append(f"sets {sorted(dsns)}, not {sorted(POSTGRES_DSNS[name])}")
+        for setting, role in POSTGRES_DSNS[name].items():
+            if setting not in dsns:
+                continue
+            dsn = urlsplit(dsns[setting])
+            if role == "owner":
+                login, password = postgres["POSTGRES_USER"], postgres["POSTGRES_PASSWORD"]
+            else:  # its role's login, with the password postgres-logins gave it
+                login = f"tideway_{role}_login"
+                password = passwords[f"TIDEWAY_PG_{role.upper()}_PASSWORD"]
+            if (dsn.username, dsn.password) != (login, password):
+                problems.append(f"{setting} connects as {dsn.username}, not {login} with its "
+                                "password")
+        found[name] = problems
+    assert {k: v for k, v in found.items() if v} == {}

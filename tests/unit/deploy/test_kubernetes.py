@@ -1,15 +1,19 @@
 """deploy/kubernetes: every kustomization renders, every object fits its schema (the Kubernetes
 API's, KEDA's, the Prometheus operator's), and the manifests keep the promises docs/deploy.md
 makes: restricted pods, probes on the probes port, drains matched to the processes, KEDA
-triggers that name Tideway's real stream, consumer, account and queue, and each pod connecting
-to NATS as its own user with only its own key mounted."""
+triggers that name Tideway's real stream, consumer, account and queue, each pod connecting
+to NATS as its own user with only its own key mounted, and each container connecting to
+Postgres as its own process's login (migration 0022's roles) with only its own DSN."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -37,6 +41,22 @@ SEEDS_BY_COMMAND: dict[tuple[str, ...], tuple[str | None, set[str]]] = {
     ("streams", "init"): ("admin.nk", {"admin.nk"}),
     ("migrate",): (None, set()),
 }
+#: One Postgres DSN per process role, and the owner's for `tideway migrate`: each a key of
+#: this Secret (docs/deploy.md#postgres-roles). Settings naming a DSN must come from it.
+POSTGRES_SECRET = "tideway-postgres"
+POSTGRES_DSN_SETTINGS = re.compile(r"^TIDEWAY_POSTGRES_\w*DSN$")
+#: The keys of tideway-postgres each container reads, by the container's command: setting ->
+#: key. `streams init` never connects to Postgres. A `wait-for-schema` init container reads
+#: exactly its pod's TIDEWAY_POSTGRES_DSN.
+POSTGRES_BY_COMMAND: dict[tuple[str, ...], dict[str, str]] = {
+    **{(role,): {"TIDEWAY_POSTGRES_DSN": role} for role in ("intake", "worker", "api", "auth")},
+    # Partition maintenance and retention (its maintenance leader): the tables' owner role.
+    ("ingest",): {"TIDEWAY_POSTGRES_DSN": "ingest", "TIDEWAY_POSTGRES_MAINTENANCE_DSN":
+                  "maintenance"},
+    ("migrate",): {"TIDEWAY_POSTGRES_DSN": "migrate"},
+    ("streams", "init"): {},
+}
+OWNER_KEY = "migrate"
 
 # The trigger metadata each KEDA scaler reads (keda.sh/docs/scalers: nats-jetstream,
 # postgresql); the CRD types `metadata` as a free map, so a misspelling would pass it.
@@ -164,8 +184,11 @@ def _config_name(objs: list[Manifest]) -> str:
     return str(next(o["metadata"]["name"] for o in _of(objs, "ConfigMap")))
 
 
-def _secret_name(objs: list[Manifest]) -> str:
-    return str(next(o["metadata"]["name"] for o in _of(objs, "Secret")))
+def _secret_name(objs: list[Manifest], name: str = "tideway-secrets") -> str:
+    """The generated name (hash suffix included) of the Secret ``name``."""
+    (found,) = [o["metadata"]["name"] for o in _of(objs, "Secret")
+                if o["metadata"]["name"].rsplit("-", 1)[0] == name]
+    return str(found)
 
 
 def test_probes_serve_on_the_configured_port(overlay: list[Manifest]) -> None:
@@ -270,7 +293,10 @@ def test_workers_scale_on_the_job_queue(overlay: list[Manifest]) -> None:
     (ref,) = auth["spec"]["secretTargetRef"]
     assert ref["parameter"] in POSTGRESQL_AUTH_PARAMETERS
     secret = _one(overlay, "Secret", ref["name"])  # the generated name, hash suffix included
-    assert ref["key"] == "TIDEWAY_POSTGRES_DSN" and ref["key"] in secret["data"]
+    # The workers' own login (its role may read the jobs table), not a shared or owner DSN.
+    assert ref["name"] == _secret_name(overlay, POSTGRES_SECRET)
+    assert ref["key"] == POSTGRES_BY_COMMAND[("worker",)]["TIDEWAY_POSTGRES_DSN"]
+    assert ref["key"] in secret["data"]
 
 
 def test_release_jobs_are_named_after_the_image(overlay: list[Manifest]) -> None:
@@ -309,10 +335,12 @@ def test_base_config_is_complete() -> None:
     assert {"TIDEWAY_OBSERVABILITY__HOST", "TIDEWAY_OBSERVABILITY__METRICS_PORT",
             "TIDEWAY_API__HOST", "TIDEWAY_DATA_DIR", "TIDEWAY_OBJECT_STORE"} <= keys
     secrets = (OVERLAY / "secrets.env").read_text()
-    for key in ("TIDEWAY_NATS_URL", "TIDEWAY_POSTGRES_DSN", "TIDEWAY_REDIS_URL",
-                "TIDEWAY_CLICKHOUSE_DSN"):
+    for key in ("TIDEWAY_NATS_URL", "TIDEWAY_REDIS_URL", "TIDEWAY_CLICKHOUSE_DSN"):
         assert re.search(rf"^{key}=\S+$", secrets, re.MULTILINE), key
         assert key not in keys  # URLs carry passwords: Secret only
+    # Postgres is one DSN per process, in tideway-postgres: none in the shared settings.
+    assert not re.search(r"^TIDEWAY_POSTGRES_\w*DSN=", secrets, re.MULTILINE)
+    assert not any(POSTGRES_DSN_SETTINGS.match(k) for k in keys)
 
 
 def _seeds_mounted(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
@@ -423,7 +451,7 @@ def test_the_auth_service_has_its_three_keys(overlay: list[Manifest]) -> None:
     spec = deployment["spec"]["template"]["spec"]
     (auth,) = spec["containers"]
     assert auth["args"] == ["auth"]
-    env = {e["name"]: e["value"] for e in auth["env"]}
+    env = {e["name"]: e.get("value") for e in auth["env"]}
     mounted = _seeds_mounted(spec, auth)
     assert env["TIDEWAY_NATS__NKEY_SEED_FILE"] == mounted[f"{AUTH_USER}.nk"]
     assert env["TIDEWAY_AUTH__ISSUER_SEED_FILE"] == mounted[f"{ISSUER}.nk"]
@@ -449,3 +477,143 @@ def test_no_seed_is_in_the_repository() -> None:
     found += [name for name in ("docker-compose.yml", "Dockerfile")
               if seed.search((REPO_ROOT / name).read_text())]
     assert found == []
+
+
+def _migration_roles() -> tuple[str, ...]:
+    """The process roles migration 0022 creates."""
+    path = REPO_ROOT / "migrations" / "versions" / "0022_process_roles.py"
+    spec = importlib.util.spec_from_file_location("migration_0022", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    roles: tuple[str, ...] = module.ROLES
+    return roles
+
+
+def _postgres_refs(spec: dict[str, Any], container: dict[str, Any],
+                   secret: str) -> tuple[dict[str, str], list[str]]:
+    """The keys of the Postgres Secret ``secret`` that ``container`` reads (setting -> key),
+    and every other way a Postgres DSN reaches it (a problem each)."""
+    refs: dict[str, str] = {}
+    problems = []
+    for env in container.get("env", []):
+        ref = env.get("valueFrom", {}).get("secretKeyRef")
+        if ref is not None and ref["name"] == secret:
+            refs[env["name"]] = ref["key"]
+        elif POSTGRES_DSN_SETTINGS.match(env["name"]):
+            problems.append(f"{env['name']} not from a key of {secret}")
+    for source in container.get("envFrom", []):
+        if source.get("secretRef", {}).get("name") == secret:
+            problems.append(f"reads every key of {secret} (envFrom)")
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        volume = volumes[mount["name"]]
+        sources = [volume.get("secret", {})] + [
+            s.get("secret", {}) for s in volume.get("projected", {}).get("sources", [])]
+        if any(s.get("secretName") == secret for s in sources):
+            problems.append(f"mounts {secret}")
+    return refs, problems
+
+
+def _postgres_login_problems(spec: dict[str, Any], secret: str) -> dict[str, list[str]]:
+    """Container -> where it does not connect to Postgres as its own process's login alone."""
+    found: dict[str, list[str]] = {}
+    (main,) = spec["containers"]
+    command = tuple(main["args"])
+    if command not in POSTGRES_BY_COMMAND:
+        return {main["name"]: [f"no rule for the command {command}"]}
+    expected = POSTGRES_BY_COMMAND[command]
+    refs, problems = _postgres_refs(spec, main, secret)
+    if refs != expected:
+        problems.append(f"reads {refs}, not its own {expected}")
+    found[main["name"]] = problems
+    for init in spec.get("initContainers", []):
+        # wait-for-schema reads alembic_version as the pod's own login, nothing more.
+        own = {k: v for k, v in expected.items() if k == "TIDEWAY_POSTGRES_DSN"}
+        refs, problems = _postgres_refs(spec, init, secret)
+        if refs != own:
+            problems.append(f"reads {refs}, not its pod's own {own}")
+        found[init["name"]] = problems
+    return found
+
+
+def test_each_container_connects_to_postgres_as_its_own_login(overlay: list[Manifest]) -> None:
+    secret_name = _secret_name(overlay, POSTGRES_SECRET)
+    found: dict[str, list[str]] = {}
+    used: set[str] = set()
+    seen: set[tuple[str, ...]] = set()
+    for where, spec in _pod_specs(overlay):
+        seen.add(tuple(spec["containers"][0]["args"]))
+        for name, found_here in _postgres_login_problems(spec, secret_name).items():
+            found[f"{where} {name}"] = found_here
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            used |= set(_postgres_refs(spec, container, secret_name)[0].values())
+    assert {k: v for k, v in found.items() if v} == {}
+    assert seen == set(POSTGRES_BY_COMMAND)
+    # The Secret holds one DSN per role of migration 0022 and the owner's; each is read.
+    secret = _one(overlay, "Secret", secret_name)
+    keys = set(secret["data"])
+    assert {f"tideway_{k}" for k in keys - {OWNER_KEY}} == set(_migration_roles())
+    assert used == keys
+    # The example's DSNs: each process key a login of its own role, the owner's for migrate,
+    # and placeholders only (no password is in the repository).
+    for key, value in secret["data"].items():
+        dsn = urlsplit(base64.b64decode(value).decode())
+        assert dsn.password == "change-me", key
+        if key == OWNER_KEY:
+            assert dsn.username is not None and not dsn.username.startswith("tideway_"), key
+        else:
+            assert dsn.username == f"tideway_{key}_login", key
+    # The shared settings reach every container: no Postgres DSN in them.
+    shared = set(_config(overlay)) | set(
+        _one(overlay, "Secret", _secret_name(overlay))["data"])
+    assert not any(POSTGRES_DSN_SETTINGS.match(k) for k in shared)
+
+
+def test_the_postgres_login_check_is_not_vacuous(overlay: list[Manifest]) -> None:
+    secret_name = _secret_name(overlay, POSTGRES_SECRET)
+
+    def problems_of(deployment: Manifest) -> list[str]:
+        spec = deployment["spec"]["template"]["spec"]
+        return [p for ps in _postgres_login_problems(spec, secret_name).values() for p in ps]
+
+    def env_of(deployment: Manifest, init: bool = False) -> list[dict[str, Any]]:
+        spec = deployment["spec"]["template"]["spec"]
+        env: list[dict[str, Any]] = spec["initContainers" if init else "containers"][0]["env"]
+        return env
+
+    def postgres_env(env: list[dict[str, Any]], name: str) -> dict[str, Any]:
+        return next(e for e in env if e["name"] == name)
+
+    ingest = _one(overlay, "Deployment", "tideway-ingest")
+    api = _one(overlay, "Deployment", "tideway-api")
+    assert problems_of(ingest) == [] and problems_of(api) == []
+    # Another role's key instead of its own.
+    changed = copy.deepcopy(api)
+    ref = postgres_env(env_of(changed), "TIDEWAY_POSTGRES_DSN")["valueFrom"]["secretKeyRef"]
+    ref["key"] = "ingest"
+    assert problems_of(changed)
+    # The owner's key, in the init container only.
+    changed = copy.deepcopy(api)
+    ref = postgres_env(env_of(changed, init=True),
+                       "TIDEWAY_POSTGRES_DSN")["valueFrom"]["secretKeyRef"]
+    ref["key"] = OWNER_KEY
+    assert problems_of(changed)
+    # Another role's key beside its own (the API reading as the maintenance role).
+    changed = copy.deepcopy(api)
+    env_of(changed).append({"name": "TIDEWAY_POSTGRES_MAINTENANCE_DSN", "valueFrom": {
+        "secretKeyRef": {"name": secret_name, "key": "maintenance"}}})
+    assert problems_of(changed)
+    # Ingest without its maintenance DSN.
+    changed = copy.deepcopy(ingest)
+    env_of(changed).remove(postgres_env(env_of(changed), "TIDEWAY_POSTGRES_MAINTENANCE_DSN"))
+    assert problems_of(changed)
+    # A DSN written into the manifest, or the whole Secret through envFrom.
+    changed = copy.deepcopy(api)
+    postgres_env(env_of(changed), "TIDEWAY_POSTGRES_DSN").pop("valueFrom")
+    postgres_env(env_of(changed), "TIDEWAY_POSTGRES_DSN")["value"] = "postgresql://x@y/z"
+    assert problems_of(changed)
+    changed = copy.deepcopy(api)
+    changed["spec"]["template"]["spec"]["containers"][0]["envFrom"].append(
+        {"secretRef": {"name": secret_name}})
+    assert problems_of(changed)
