@@ -14,11 +14,17 @@ One way of printing: ``str(exc)`` is the message alone (what an API body or a st
 next to its own ``code`` column, so the code is not repeated inside the text), and
 :meth:`TidewayError.describe` is the one line for people - the CLI and logs - which adds the
 code: ``"device 'ws-9' not found (NOT_FOUND)"``.
+
+What a message may hold. Messages are stored (stage logs, dead letters, job attempts) and
+logged, so one built from input names the field or parameter, the position (line, column,
+row, byte offset) and the kind of problem, never the value: any value may be a coordinate
+(spec 000 §15). An exception nobody expected is stored as :func:`unexpected` describes it, by
+class and place, since its own text may quote the data that caused it.
 """
 
 from __future__ import annotations
 
-__all__ = ["TidewayError"]
+__all__ = ["TidewayError", "unexpected"]
 
 
 class TidewayError(Exception):
@@ -47,3 +53,33 @@ class TidewayError(Exception):
     def describe(self) -> str:
         """The error in one line for people (CLI, logs): the message, then the code."""
         return f"{self.message} ({self.code})"
+
+
+def unexpected(exc: BaseException) -> str:
+    """An unexpected exception as a message safe to store: its class and where it was raised
+    (module, line and function of the innermost frame), never its text.
+
+    A library's exception text may quote the value it choked on (pyarrow quotes the cell,
+    Python 3.14's ``math`` the argument), so a bug met on hostile input would otherwise copy
+    a coordinate into a stage log or a job attempt. The place is enough to find the bug:
+    ``"KeyError at stages.batch.formats.gpx:120 (_point)"``; when the innermost frame is a
+    library's, the innermost frame of Tideway's own code follows it (``"..., from ..."``).
+    """
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        frames.append((str(tb.tb_frame.f_globals.get("__name__", "?")), tb.tb_lineno,
+                       code.co_name))
+        tb = tb.tb_next
+    name = type(exc).__name__
+    if not frames:
+        return name
+    where = "{}:{} ({})".format(*frames[-1])
+    ours = [f for f in frames if f[0].partition(".")[0] in _HOUSE]
+    if ours and ours[-1] != frames[-1]:
+        where += ", from {}:{} ({})".format(*ours[-1])
+    return f"{name} at {where}"
+
+
+_HOUSE = frozenset({"schemas", "stages", "streams"})

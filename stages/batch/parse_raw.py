@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas import error_codes as codes
+from schemas.errors import unexpected
 from stages.batch import canonical, formats
 from stages.batch.artifact_validate import Limits, plain_bytes
 from stages.batch.contract import SessionStageError, StageInput, StageOutput, run_config
@@ -120,7 +121,15 @@ def run(inp: StageInput) -> StageOutput:
         inp.checkpoint()  # between files: each one is decompressed and decoded whole
         plain, _ = plain_bytes(blob, limits)
         fmt = _format_of(blob.name, plain, classified)
-        parsed = formats.read(fmt, plain, session_date=session_date)
+        try:
+            parsed = formats.read(fmt, plain, session_date=session_date)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            # A value Arrow cannot store in its column (a cast that would lose it): Arrow's
+            # text quotes the value, so the message says where the reader met it instead.
+            raise SessionStageError(
+                f"{blob.name}: a value does not fit its column ({unexpected(exc)})",
+                code=codes.CORRUPT_ARTIFACT,
+            ) from None
         parts.append(parsed)
         fmts.append(fmt)
         readers.append({"name": blob.name, "format": fmt, **parsed.stats})

@@ -9,6 +9,7 @@ by zero, a math domain error, a result that does not fit its declared type). Bot
 from __future__ import annotations
 
 from schemas import error_codes as codes
+from schemas.errors import unexpected
 from stages.errors import StageError
 
 # Compile-time codes (the expression is rejected when the schema is applied).
@@ -71,15 +72,19 @@ def translate_eval_error(exc: BaseException) -> ExprEvalError:
     The generated code only calls whitelisted helpers and operators on values of checked types,
     so the Python exceptions that can reach here are the arithmetic ones; anything else is still
     reported (never re-raised) so one hostile envelope cannot crash a consumer.
+
+    The exception's own text is not kept: it can quote the operand (Python 3.14's ``math``
+    says ``expected a nonnegative input, got -51.5``), and an operand is envelope data.
     """
     if isinstance(exc, ExprEvalError):
         return exc
     if isinstance(exc, ZeroDivisionError):
         return ExprEvalError("division by zero", code=DIVISION_BY_ZERO)
     if isinstance(exc, OverflowError):
-        return ExprEvalError(f"numeric overflow: {exc}", code=OVERFLOW)
+        return ExprEvalError("numeric overflow", code=OVERFLOW)
     if isinstance(exc, ValueError):
-        return ExprEvalError(f"math domain error: {exc}", code=DOMAIN)
-    if isinstance(exc, KeyError):
+        return ExprEvalError("math domain error (an argument outside the function's domain)",
+                             code=DOMAIN)
+    if isinstance(exc, KeyError):  # generated code looks up parameter names only
         return ExprEvalError(f"input {exc} is not present", code=MISSING_INPUT)
-    return ExprEvalError(f"evaluation failed ({type(exc).__name__}: {exc})", code=EVAL_FAILED)
+    return ExprEvalError(f"evaluation failed ({unexpected(exc)})", code=EVAL_FAILED)

@@ -4,7 +4,8 @@ Generated code runs with ``{"__builtins__": {}}`` and the names in :data:`GLOBAL
 else. Each helper here is total on its checked input types: it returns a value or raises one of
 the arithmetic exceptions (translated by :func:`stages.expr.errors.translate_eval_error`) or an
 :class:`~stages.expr.errors.ExprEvalError` with its own code. Integer powers are bounded before
-they are computed, so no ``**`` can run for long.
+they are computed, so no ``**`` can run for long. Messages say what went wrong, never with
+which value (it is an envelope's, and may be a coordinate: spec 000 §15).
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ def pow_integer(base: int, exponent: int) -> int | float:
         return int(base**exponent)
     if (abs(base).bit_length() - 1) * exponent > MAX_POW_BITS:
         raise ExprEvalError(
-            f"integer power too large ({abs(base).bit_length()}-bit base, exponent {exponent})",
-            code=errors.OVERFLOW,
+            f"integer power too large (the limit is {MAX_POW_BITS} bits)", code=errors.OVERFLOW
         )
     return int(base**exponent)
 
@@ -70,7 +70,7 @@ def to_number(x: Any) -> float:
         try:
             return float(x.strip())
         except ValueError:
-            raise ExprEvalError(f"cannot convert {x[:40]!r} to a number",
+            raise ExprEvalError("cannot convert a string that is not a number",
                                 code=errors.CONVERSION) from None
     return float(x)
 
@@ -116,7 +116,7 @@ def check_number(r: Any) -> float:
     """Coerce a result to a finite float (the stored form of ``number``)."""
     number = float(r)
     if not math.isfinite(number):
-        raise ExprEvalError(f"result is not a finite number ({number})", code=errors.NOT_FINITE)
+        raise ExprEvalError("result is not a finite number", code=errors.NOT_FINITE)
     return number
 
 

@@ -27,6 +27,9 @@ A number too large for a 64-bit float (``1e309``) is JSON, so it is not unparsea
 ``values`` it is a bad value of the parameter reading it (``NUMBER_TOO_LARGE``, which the
 required/critical rules weigh like any other), in ``ts`` or ``seq`` it breaks the contract.
 
+Messages name the parameter, the stage and the kind of failure, never an envelope's value (spec
+000 §15); a bug is recorded by its exception's class and place (:func:`schemas.errors.unexpected`).
+
 The clock is an argument (``clock() -> ns``) so durations are measured without the stage
 reading the time itself.
 """
@@ -41,6 +44,7 @@ from uuid import UUID
 import orjson
 
 from schemas import error_codes as codes
+from schemas.errors import unexpected
 from stages.ingest.derive import derive
 from stages.ingest.ingress import (
     DecodedEnvelope,
@@ -414,6 +418,6 @@ def evaluate_fully(
                        ProcessingState.INVALID, derived.final)
         return end(Status.COMPLETED, None, None, ProcessingState.PROCESSED, derived.final)
     except Exception as exc:  # a poison envelope must not stop its batch
-        message = f"{type(exc).__name__}: {exc}"
+        message = f"{stage}: {unexpected(exc)}"
         failed(INTERNAL_ERROR, message)
         return end(Status.FAILED_TERMINAL, INTERNAL_ERROR, message, dead_letter=True)

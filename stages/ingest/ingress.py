@@ -20,6 +20,10 @@ building a pydantic model per envelope. orjson refuses a number too large for a 
 :func:`_loads_huge`, which keeps such numbers as :class:`~schemas.envelope.HugeNumber` so the
 parameter reading one is invalid instead of the whole envelope unparseable.
 
+Error messages say what is wrong and where (``line 1 column 28``), never quote the body: the
+JSON decoders' texts are of that kind, and a message is stored and shown where envelope values
+are not meant to be (spec 000 §15).
+
 ``traceparent`` is recorded only when valid by W3C Trace Context §3.2: a version-00 shape
 (lowercase hex), a version other than ``ff``, and trace and parent ids that are not all zeros.
 The recommendation says a receiver must ignore any other header, so it is stored as NULL.
@@ -265,7 +269,10 @@ def _loads_huge(data: bytes) -> Any:
     try:
         text = data.decode("utf-8")
         doc = json.loads(text, parse_float=_float, parse_int=_int, parse_constant=_not_json)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+    except UnicodeDecodeError as exc:  # its text quotes the byte: say where it is instead
+        raise EnvelopeError(f"payload is not JSON: invalid UTF-8 at byte {exc.start}",
+                            code=UNPARSEABLE) from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError: the kind and the position
         raise EnvelopeError(f"payload is not JSON: {exc}", code=UNPARSEABLE) from None
     # The stdlib pairs surrogate escapes as orjson does but keeps a lone one, which orjson
     # refuses (and Postgres could not store): look only when an escape of one is present.

@@ -22,6 +22,11 @@ JSON numbers (stored as finite floats), ``integer`` takes integers and integral 
 65,536 characters; nothing is parsed from strings. The stage never raises for bad data; it
 reports.
 
+An issue's message names the parameter, its source and the kind of problem (the JSON type
+found, the bound crossed, the length), never the value: messages are stored and shown where
+values are not meant to be (any value may be a coordinate, spec 000 §15), and the value is
+in the envelope for whoever may read that.
+
 Specialised form. Almost every envelope a device sends is clean: every parameter present (or
 an optional one absent), of the exact JSON type, inside its range. :func:`specialise` turns a
 program's extractors into one generated Python function for that case, compiled once per
@@ -99,11 +104,11 @@ def coerce_number(raw: Any) -> float:
     if kind is float:
         if raw - raw == 0.0:  # finite (inf - inf and nan - nan are NaN)
             return raw  # type: ignore[no-any-return]
-        raise _Rejected(WRONG_TYPE, f"expected a finite number, got {raw}")
+        raise _Rejected(WRONG_TYPE, "expected a finite number, got a non-finite one")
     if kind is not bool and isinstance(raw, float):
         if math.isfinite(raw):
             return float(raw)
-        raise _Rejected(WRONG_TYPE, f"expected a finite number, got {raw}")
+        raise _Rejected(WRONG_TYPE, "expected a finite number, got a non-finite one")
     if kind is int or (kind is not bool and isinstance(raw, int)):
         try:
             return float(raw)
@@ -123,7 +128,9 @@ def coerce_integer(raw: Any) -> int:
         raise _Rejected(WRONG_TYPE, f"expected an integer, got {_kind(raw)}")
     if isinstance(raw, float):
         if not (math.isfinite(raw) and raw.is_integer()):
-            raise _Rejected(WRONG_TYPE, f"expected an integer, got {raw}")
+            raise _Rejected(WRONG_TYPE, "expected an integer, got a number with a fraction"
+                            if math.isfinite(raw) else
+                            "expected an integer, got a non-finite number")
         raw = int(raw)
     if not INT_MIN <= raw <= INT_MAX:
         raise _Rejected(WRONG_TYPE, "integer does not fit in 64 bits")
@@ -131,8 +138,7 @@ def coerce_integer(raw: Any) -> int:
 
 
 def _too_large(raw: HugeNumber) -> _Rejected:
-    return _Rejected(NUMBER_TOO_LARGE,
-                     f"{raw.shown} is outside the range of a 64-bit float (±1.8e308)")
+    return _Rejected(NUMBER_TOO_LARGE, "number is outside the range of a 64-bit float (±1.8e308)")
 
 
 def coerce_boolean(raw: Any) -> bool:
@@ -206,22 +212,23 @@ def validate(program: TopicProgram, values: Any) -> ValidationResult:
             fails = required or critical
             ok = ok and not fails
             issues.append(Issue(parameter=name, code=rejected.code, critical=fails,
-                                message=f"'{name}': {rejected.message}"))
+                                message=f"'{name}' (source '{key}'): {rejected.message}"))
             continue
         extracted[name] = value
         if (low is not None and value < low) or (high is not None and value > high):
             ok = ok and not critical
             issues.append(Issue(parameter=name, code=OUT_OF_RANGE, critical=critical,
-                                message=f"'{name}' = {value} is {_outside(low, high)}"))
+                                message=f"'{name}' (source '{key}') is "
+                                        f"{_outside(value, low, high)}"))
     return ValidationResult(extracted=extracted, issues=tuple(issues), ok=ok)
 
 
-def _outside(low: float | None, high: float | None) -> str:
-    if low is None:
-        return f"above the maximum {high:g}"
-    if high is None:
-        return f"below the minimum {low:g}"
-    return f"outside [{low:g}, {high:g}]"
+def _outside(value: float, low: float | None, high: float | None) -> str:
+    """Which bound ``value`` crossed, in words; the bounds are the schema's, not the data."""
+    below = low is not None and value < low
+    if low is None or high is None:
+        return f"below the minimum {low:g}" if below else f"above the maximum {high:g}"
+    return f"outside [{low:g}, {high:g}] ({'below' if below else 'above'} it)"
 
 
 _FAST_NAMESPACE: dict[str, Any] = {

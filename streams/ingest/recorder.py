@@ -12,7 +12,9 @@ Errors are translated here. A row Postgres refuses (a data, constraint or limit 
 ``PermanentError``) makes :meth:`record_safely` split the batch in halves until the poison
 envelope is alone, and that one is recorded as ``failed_terminal`` / ``PERSIST_REJECTED`` with
 a dead letter, so it cannot hold its batch. Every other failure (connection lost, lock
-timeout, missing table…) is a ``TransientError``: the batch is redelivered later.
+timeout, missing table…) is a ``TransientError``: the batch is redelivered later. A refusal is
+recorded by the names Postgres gives (constraint, table, column) and its SQLSTATE, never its
+message, which quotes the value refused.
 """
 
 from __future__ import annotations
@@ -60,11 +62,23 @@ def translate(exc: BaseException) -> TidewayError:
     if isinstance(exc, asyncpg.PostgresError):
         state = (exc.sqlstate or "")[:2]
         if state in _ROW_CLASSES:
-            return PermanentError(f"Postgres refused the batch: {exc}", code=PERSIST_REJECTED)
+            return PermanentError(f"Postgres refused the batch: {_refusal(exc)}",
+                                  code=PERSIST_REJECTED)
         if state in NOT_NOW_CLASSES:
             return TransientError(f"Postgres: {exc}", code="PG_UNAVAILABLE")
         return TransientError(f"Postgres could not record the batch now: {exc}", code="PG_ERROR")
     return TransientError(f"Postgres unavailable: {exc}", code="PG_UNAVAILABLE")
+
+
+def _refusal(exc: asyncpg.PostgresError) -> str:
+    """A row's refusal by what Postgres names (class, SQLSTATE, constraint, table, column),
+    without its message and detail: those quote the value refused (``invalid input syntax for
+    type double precision: "51.5x"``, ``Key (lat)=(51.5) already exists``), and this text
+    becomes the envelope's error message and its dead letter's failure (spec 000 §15)."""
+    named = [f"{what} {name}" for what, name in (
+        ("constraint", exc.constraint_name), ("table", exc.table_name),
+        ("column", exc.column_name)) if name]
+    return ", ".join([f"{type(exc).__name__} (SQLSTATE {exc.sqlstate})", *named])
 
 
 def _partition_routing(exc: asyncpg.CheckViolationError) -> bool:

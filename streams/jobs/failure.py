@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncpg
 
 from schemas import error_codes as codes
+from schemas.errors import unexpected
 from stages.errors import StageError
 from stages.jobs.errors import AttemptFailure, ErrorSource, describe
 from streams.errors import TidewayError, TransientError
@@ -35,9 +36,8 @@ def error_from_exception(exc: BaseException) -> AttemptFailure:
             retriable=True,
             source=ErrorSource.EXECUTOR,
         )
+    # A bug: by class and place, not by its text, which may quote the data it met (a
+    # coordinate; spec 000 §15) and is stored with the attempt.
     return describe(
-        codes.INTERNAL_ERROR,
-        f"{type(exc).__name__}: {exc}",
-        retriable=False,
-        source=ErrorSource.EXECUTOR,
+        codes.INTERNAL_ERROR, unexpected(exc), retriable=False, source=ErrorSource.EXECUTOR
     )

@@ -20,11 +20,18 @@ rates in deg/s in the FRD frame (x forward, y right, z down, so a level logger a
 ``acc_z_g`` = -1); ``temp_f`` °F; ``fix_type`` is u-blox style (0 no fix, 1 dead reckoning,
 2 2D, 3 3D, 4 GNSS + dead reckoning, 5 time only) and rows with 0 or 5 carry no GNSS sample.
 The reader keeps source units (``ParsedSession.units``); ``normalise_units`` converts.
+
+A CSV Arrow refuses is ``CORRUPT_ARTIFACT`` with a message naming the line, the column and the
+kind of problem (``line 7, column 'lat_deg': not a number``), never the cell: any cell may be a
+coordinate, and the message is stored with the job attempt (spec 000 §15).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import re
+from typing import Final
 
 import numpy as np
 import pyarrow as pa
@@ -71,8 +78,101 @@ def _load(data: bytes, names: list[str], layout: Layout) -> pa.Table:
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise SessionStageError(
-            f"CSV cannot be parsed: {exc}", code=codes.CORRUPT_ARTIFACT
-        ) from exc
+            f"CSV cannot be parsed: {_unparseable(data, names, types, exc)}",
+            code=codes.CORRUPT_ARTIFACT,
+        ) from None
+
+
+# Arrow's texts quote the cell ("invalid value '51.12x'") or the whole row ("Expected 3
+# columns, got 4: <the row>"): only their shape is read from them, and the message says
+# where and what kind of problem instead.
+_CONVERSION: Final = re.compile(r"In CSV column #(\d+): CSV conversion error to ")
+_RAGGED: Final = re.compile(r"Expected (\d+) columns, got (\d+)")
+
+
+def _unparseable(
+    data: bytes, names: list[str], types: dict[str, pa.DataType], exc: Exception
+) -> str:
+    """Why Arrow refused the CSV, by line, column and kind of problem; never the cell."""
+    text = str(exc)
+    conversion = _CONVERSION.match(text)
+    if conversion is not None and int(conversion[1]) < len(names):
+        column = names[int(conversion[1])]
+        target = types.get(column, pa.float64())
+        kind = (
+            "not an RFC 3339 time with a UTC offset"
+            if pa.types.is_timestamp(target)
+            else "not a number"
+        )
+        row = _first_unconvertible(data, names, column, target)
+        where = "" if row is None else f"line {row + 2}, "  # the header is line 1
+        return f"{where}column '{column}': {kind}"
+    ragged = _RAGGED.search(text)
+    if ragged is not None:
+        line = _first_ragged_line(data, names)
+        where = "" if line is None else f"line {line}: "
+        return f"{where}expected {ragged[1]} columns, found {ragged[2]}"
+    return text.split(":", 1)[0]  # Arrow's kind of error; what follows may quote the data
+
+
+def _first_unconvertible(
+    data: bytes, names: list[str], column: str, target: pa.DataType
+) -> int | None:
+    """The index of the first data row whose ``column`` cell Arrow cannot convert to
+    ``target``: the column read as text, and the casts that fail halved down to one row."""
+    strings = (
+        pacsv.read_csv(
+            io.BytesIO(data),
+            read_options=pacsv.ReadOptions(column_names=names, skip_rows=1),
+            convert_options=pacsv.ConvertOptions(
+                column_types={column: pa.string()},
+                include_columns=[column],
+                strings_can_be_null=True,  # the null spellings, as in the typed read
+            ),
+        )
+        .column(0)
+        .combine_chunks()
+    )
+
+    def fails(start: int, stop: int) -> bool:
+        try:
+            pc.cast(strings.slice(start, stop - start), target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return True
+        return False
+
+    low, high = 0, len(strings)
+    if not fails(low, high):
+        return None
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fails(low, middle):
+            high = middle
+        else:
+            low = middle
+    return low
+
+
+def _first_ragged_line(data: bytes, names: list[str]) -> int | None:
+    """The line of the first row with the wrong number of cells, as Arrow counts lines (the
+    header is line 1; blank lines are skipped uncounted): a single-threaded read numbers them."""
+    found: list[int] = []
+
+    def note(row: pacsv.InvalidRow) -> str:
+        if row.number is not None:
+            found.append(row.number)
+        return "error"
+
+    with contextlib.suppress(pa.ArrowInvalid, pa.ArrowTypeError):  # the row, found above
+        pacsv.read_csv(
+            io.BytesIO(data),
+            read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, use_threads=False),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=note),
+            convert_options=pacsv.ConvertOptions(
+                column_types={names[0]: pa.string()}, include_columns=[names[0]]
+            ),
+        )
+    return found[0] if found else None
 
 
 def _timestamps(table: pa.Table, layout: Layout) -> pa.Array:
@@ -80,7 +180,15 @@ def _timestamps(table: pa.Table, layout: Layout) -> pa.Array:
     if not layout.epoch_ms:
         return col
     us = pc.round(pc.multiply(col, 1000.0))
-    return pc.cast(us, pa.int64()).cast(canonical.TS_TYPE)
+    try:
+        return pc.cast(us, pa.int64()).cast(canonical.TS_TYPE)
+    except pa.ArrowInvalid:  # its text quotes the time: name the line instead
+        row = pc.index(pc.invert(pc.less(pc.abs(us), 2.0**63)), True).as_py()
+        where = "" if row < 0 else f"line {row + 2}, "  # the header is line 1
+        raise SessionStageError(
+            f"CSV cannot be parsed: {where}column '{layout.time_column}': a time out of range",
+            code=codes.CORRUPT_ARTIFACT,
+        ) from None
 
 
 def read(data: bytes) -> ParsedSession:

@@ -45,6 +45,7 @@ import fitdecode
 import pyarrow as pa
 
 from schemas import error_codes as codes
+from schemas.errors import unexpected
 from stages.batch import canonical
 from stages.batch.contract import SessionStageError
 from stages.batch.formats.parsed import ParsedSession
@@ -123,9 +124,13 @@ def _messages(data: bytes) -> tuple[list[fitdecode.FitDataMessage], int]:
                 for frame in reader:
                     if isinstance(frame, fitdecode.FitDataMessage):
                         out.append(frame)
-        except (fitdecode.FitError, ValueError, KeyError, IndexError) as exc:
+        except fitdecode.FitError as exc:  # its text: offsets, sizes, CRCs, definitions
             raise SessionStageError(
                 f"FIT file is corrupt or cut off: {exc}", code=codes.FIT_CORRUPT
+            ) from exc
+        except (ValueError, KeyError, IndexError) as exc:  # their text may quote a field
+            raise SessionStageError(
+                f"FIT file is corrupt or cut off ({unexpected(exc)})", code=codes.FIT_CORRUPT
             ) from exc
     return out, len(seen)
 

@@ -57,7 +57,8 @@ def read(data: bytes) -> ParsedSession:
         root = safe_fromstring(data, forbid_dtd=True)
     except DefusedXmlException as exc:
         raise SessionStageError(
-            f"GPX with DTD/entities/external references refused: {exc}",
+            # By kind: the exception's text quotes the document's names and addresses.
+            f"GPX with DTD/entities/external references refused ({type(exc).__name__})",
             code=codes.UNSUPPORTED_FORMAT,
         ) from exc
     except ET.ParseError as exc:
@@ -78,7 +79,7 @@ def read(data: bytes) -> ParsedSession:
         counts["points"] += 1
         try:
             row = _point(pt)
-        except ValueError:
+        except (ValueError, KeyError):  # a bad number or time, or no lat/lon attribute
             counts["bad_points"] += 1
             continue
         if row is None:

@@ -14,7 +14,8 @@ values become AUX channels under their own key (``{"heart_rate": 151}``); any ot
 
 The fast path decodes the whole file with Arrow's JSON reader; files it cannot type
 (for example ``ts`` given as a string on some lines and a number on others) fall back to a
-line-by-line decode, which also pinpoints a malformed line.
+line-by-line decode, which also pinpoints a malformed line: by its number, the field and the
+kind of problem, never by quoting it (spec 000 §15).
 """
 
 from __future__ import annotations
@@ -54,14 +55,14 @@ def _rows_fast(data: bytes) -> pa.Table | None:
     if not pa.types.is_struct(schema.field("values").type):
         return None
     ts = table.column("ts")
-    if pa.types.is_integer(ts.type) or pa.types.is_floating(ts.type):
-        us = pc.cast(pc.round(pc.multiply(pc.cast(ts, pa.float64()), 1000.0)), pa.int64())
-    elif pa.types.is_timestamp(ts.type) or pa.types.is_string(ts.type):
-        try:
+    try:  # a time out of range: the slow path says on which line (Arrow's text quotes it)
+        if pa.types.is_integer(ts.type) or pa.types.is_floating(ts.type):
+            us = pc.cast(pc.round(pc.multiply(pc.cast(ts, pa.float64()), 1000.0)), pa.int64())
+        elif pa.types.is_timestamp(ts.type) or pa.types.is_string(ts.type):
             us = pc.cast(ts, canonical.TS_TYPE).cast(pa.int64())
-        except pa.ArrowInvalid:
+        else:
             return None
-    else:
+    except pa.ArrowInvalid:
         return None
     if us.null_count:
         return None
@@ -74,13 +75,33 @@ def _rows_slow(data: bytes) -> list[tuple[int, str, Mapping[str, Any]]]:
         if not line.strip():
             continue
         try:
-            env = orjson.loads(line)
-            rows.append((any_to_us(env["ts"]), str(env["topic"]), env.get("values") or {}))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            rows.append(_envelope(line))
+        except ValueError as exc:  # what is wrong with the line, by field and kind
             raise SessionStageError(
                 f"line {number} is not a Tideway envelope: {exc}", code=codes.CORRUPT_ARTIFACT
-            ) from exc
+            ) from None
     return rows
+
+
+def _envelope(line: bytes) -> tuple[int, str, Mapping[str, Any]]:
+    """One line's ``(ts µs, topic, values)``; ``ValueError`` naming the field and the kind of
+    problem, never a value (a line's values may be coordinates, and the message is stored with
+    the job attempt)."""
+    try:
+        env = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:  # the decoder's text: the kind and the position
+        raise ValueError(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(env, dict):
+        raise ValueError("not a JSON object")
+    for field in ("ts", "topic"):
+        if field not in env:
+            raise ValueError(f"'{field}' is missing")
+    try:
+        ts = any_to_us(env["ts"])
+    except ValueError as exc:
+        raise ValueError(f"'ts' is {exc}") from None
+    values = env.get("values")
+    return ts, str(env["topic"]), values if isinstance(values, Mapping) else {}
 
 
 def _slow_to_table(rows: list[tuple[int, str, Mapping[str, Any]]]) -> pa.Table:

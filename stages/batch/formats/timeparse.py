@@ -2,6 +2,8 @@
 
 Everything becomes integer microseconds since the Unix epoch, UTC. A string without an
 offset is taken as UTC (loggers that write local time without saying so cannot be fixed here).
+:func:`iso_to_us` raises ``datetime``'s own ``ValueError``, which quotes the text: its callers
+never store that text (the JSON Lines reader names the line, the GPX reader counts the point).
 """
 
 from __future__ import annotations
@@ -26,12 +28,22 @@ def iso_to_us(text: str) -> int:
 
 
 def any_to_us(value: object) -> int:
-    """An envelope ``ts``: RFC 3339 string, or a number of milliseconds since the epoch."""
-    if isinstance(value, str):
-        return iso_to_us(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"unsupported timestamp {value!r}")
-    return round(value * 1000)
+    """An envelope ``ts``: RFC 3339 string, or a number of milliseconds since the epoch.
+
+    ``ValueError`` otherwise; its message names the kind of problem, never the value.
+    """
+    try:
+        if isinstance(value, str):
+            return iso_to_us(value)
+        if not isinstance(value, bool) and isinstance(value, int | float):
+            us = round(value * 1000)
+            if -(2**63) <= us < 2**63:  # what an int64 column of microseconds holds
+                return us
+            raise OverflowError
+    except (ValueError, OverflowError):  # their texts quote the value
+        problem = "not an RFC 3339 time or a number of epoch milliseconds in range"
+        raise ValueError(problem) from None
+    raise ValueError("neither an RFC 3339 string nor a number of epoch milliseconds")
 
 
 def many_iso_to_us(texts: Iterable[str]) -> list[int]:

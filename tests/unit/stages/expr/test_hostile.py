@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stages.expr import ExprCompileError, ExprEvalError, ExprType, compile_expression
+from stages.expr.errors import translate_eval_error
 from stages.expr.limits import MAX_SOURCE_LENGTH
 
 N, INT, S, B = ExprType.NUMBER, ExprType.INTEGER, ExprType.STRING, ExprType.BOOLEAN
@@ -126,6 +127,37 @@ def test_hostile_data_fails_with_a_stable_code(
     with pytest.raises(ExprEvalError) as caught:
         compiled.evaluate(values)
     assert caught.value.code == code
+
+
+@pytest.mark.parametrize(("source", "result", "values", "message"), [
+    ("number(label)", N, {"label": "51.123456789N"},
+     "cannot convert a string that is not a number"),
+    ("integer(label)", INT, {"label": "-0.987654321W"},
+     "cannot convert a string that is not a number"),
+    ("sqrt(temp_c)", N, {"temp_c": -0.987654321}, "math domain error (an argument outside the "
+     "function's domain)"),
+    ("exp(temp_c)", N, {"temp_c": 987654321.0}, "numeric overflow"),
+    ("temp_c * 1e308", N, {"temp_c": 51.123456789}, "result is not a finite number"),
+])
+def test_a_failing_evaluation_never_quotes_the_data(
+    source: str, result: ExprType, values: dict[str, object], message: str
+) -> None:
+    """The data is an envelope's (maybe a coordinate, spec 000 §15): the message says what
+    failed, not on which value."""
+    compiled = compile_expression(source, ENV, result_type=result)
+    with pytest.raises(ExprEvalError) as caught:
+        compiled.evaluate(values)
+    assert caught.value.message == message
+
+
+def test_an_exception_text_quoting_the_operand_is_not_kept() -> None:
+    """Python 3.14's ``math`` names the operand (``expected a nonnegative input, got -0.98``);
+    whatever the interpreter says, the translated message does not."""
+    for raised in (ValueError("expected a nonnegative input, got -0.987654321"),
+                   OverflowError("51.123456789 is too large"),
+                   RuntimeError("51.123456789")):
+        translated = translate_eval_error(raised)
+        assert "987654321" not in translated.message and "123456789" not in translated.message
 
 
 def test_generated_code_has_no_builtins() -> None:

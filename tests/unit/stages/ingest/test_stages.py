@@ -74,7 +74,22 @@ def test_critical_out_of_range_fails(state: TopicProgram) -> None:
     [issue] = checked.issues
     assert (issue.code, issue.critical) == ("OUT_OF_RANGE", True)
     assert checked.extracted["temp_c"] == 95.5
-    assert "outside [-60, 80]" in issue.message
+    # The parameter, its source and the bound crossed; never the value (spec 000 §15).
+    assert issue.message == "'temp_c' (source 'temp') is outside [-60, 80] (above it)"
+    assert "95.5" not in issue.message
+
+
+@pytest.mark.parametrize(("bounds", "raw", "message"), [
+    ("min: 0", -51.123456789, "'a' (source 'a') is below the minimum 0"),
+    ("max: 0", 51.123456789, "'a' (source 'a') is above the maximum 0"),
+    ("min: -90, max: 90", -91.123456789, "'a' (source 'a') is outside [-90, 90] (below it)"),
+])
+def test_out_of_range_names_the_bound_crossed_not_the_value(
+    bounds: str, raw: float, message: str
+) -> None:
+    prog = program(f"      - {{name: a, type: number, critical: true, {bounds}}}\n")
+    [issue] = validate(prog, {"a": raw}).issues
+    assert issue.message == message
 
 
 def test_non_critical_out_of_range_is_reported_but_passes() -> None:
@@ -136,6 +151,9 @@ def test_coercion_refuses(kind: str, raw: Any, code: str) -> None:
     prog = program(f"      - {{name: a, type: {kind}}}\n")
     [issue] = validate(prog, {"a": raw}).issues
     assert issue.code == code
+    # The parameter and the kind of value found, never the value itself.
+    assert issue.message.startswith("'a' (source 'a'): ")
+    assert repr(raw)[:20] not in issue.message
 
 
 def test_dotted_source_reads_nested_objects() -> None:

@@ -42,5 +42,12 @@ def test_exceptions_are_classified_by_class() -> None:
     assert io.retriable and io.code == "TRANSIENT"
     bug = error_from_exception(KeyError("k"))
     assert bug.code == "INTERNAL_ERROR" and not bug.retriable and "KeyError" in bug.message
+    # A bug's text may quote the data it met: the attempt keeps its class and place only.
+    try:
+        {}["51.123456789"]  # the lookup is what fails
+    except KeyError as exc:
+        quoted = error_from_exception(exc)
+    assert quoted.message.startswith("KeyError at tests.unit.stages.jobs.test_errors:")
+    assert "51.123456789" not in quoted.message
     dup = error_from_exception(asyncpg.exceptions.UniqueViolationError("dup"))
     assert dup.code == "INTEGRITY_ERROR" and not dup.retriable

@@ -66,3 +66,25 @@ def test_a_row_routed_while_partitions_changed_defers_the_batch(message: str) ->
     detached the row's partition): the row is fine, routing it again places it."""
     translated = translate(asyncpg.CheckViolationError(message))
     assert isinstance(translated, TransientError) and translated.code == "PG_ERROR"
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"C": "23514", "M": 'new row for relation "device_telemetry_logs_p1" violates check '
+      'constraint "c1"', "D": "Failing row contains (51.123456789, -0.987654321).",
+      "n": "c1", "t": "device_telemetry_logs_p1"},
+     "CheckViolationError (SQLSTATE 23514), constraint c1, table device_telemetry_logs_p1"),
+    ({"C": "22P02", "M": 'invalid input syntax for type double precision: "51.123456789x"'},
+     "InvalidTextRepresentationError (SQLSTATE 22P02)"),
+    ({"C": "23505", "M": 'duplicate key value violates unique constraint "k"',
+      "D": "Key (lat)=(51.123456789) already exists.", "n": "k", "c": "lat"},
+     "UniqueViolationError (SQLSTATE 23505), constraint k, column lat"),
+])
+def test_a_refused_row_is_named_not_quoted(fields: dict[str, str], named: str) -> None:
+    """Postgres's message and detail quote the refused value (the failing row, the key); the
+    envelope's error message and dead letter say what Postgres names instead (spec 000 §15).
+    The errors are built as asyncpg builds them from the server's fields."""
+    error = asyncpg.PostgresError.new({"S": "ERROR", **fields})
+    assert "51.123456789" in str(error)
+    translated = translate(error)
+    assert isinstance(translated, PermanentError) and translated.code == PERSIST_REJECTED
+    assert translated.message == f"Postgres refused the batch: {named}"

@@ -80,6 +80,37 @@ def test_non_numeric_cell_is_corrupt() -> None:
     assert err.value.code == "CORRUPT_ARTIFACT"
 
 
+GOOD_ROWS = b"ts,lat_deg,lon_deg\n" + b"2024-05-01T10:00:00Z,47.1,8.5\n" * 3
+
+
+@pytest.mark.parametrize(("bad_row", "message"), [
+    (b"2024-05-01T10:00:01Z,51.123456789,-0.987654321x\n",
+     "CSV cannot be parsed: line 5, column 'lon_deg': not a number"),
+    (b"51.123456789,51.123456789,-0.987654321\n",
+     "CSV cannot be parsed: line 5, column 'ts': not an RFC 3339 time with a UTC offset"),
+    (b"2024-05-01T10:00:01Z,51.123456789,-0.987654321,9\n",
+     "CSV cannot be parsed: line 5: expected 3 columns, found 4"),
+    (b'2024-05-01T10:00:01Z,"51.123456789\n', "CSV cannot be parsed: line 5: expected 3 "
+     "columns, found 2"),
+])
+def test_a_refused_row_is_named_by_line_and_column_never_quoted(
+    bad_row: bytes, message: str
+) -> None:
+    """Arrow quotes the cell or the whole row; the message says where and what kind instead
+    (any cell may be a coordinate, spec 000 §15)."""
+    with pytest.raises(SessionStageError) as err:
+        csv.read(GOOD_ROWS + bad_row + b"2024-05-01T10:00:02Z,47.1,8.5\n")
+    assert (err.value.code, err.value.message) == ("CORRUPT_ARTIFACT", message)
+
+
+def test_a_time_out_of_range_is_named_by_line() -> None:
+    with pytest.raises(SessionStageError) as err:
+        csv.read(b"time_ms,latitude,longitude\n1714557600000,47.1,8.5\n"
+                 b"51123456789e30,51.123456789,-0.987654321\n")
+    assert err.value.message == (
+        "CSV cannot be parsed: line 3, column 'time_ms': a time out of range")
+
+
 @pytest.mark.parametrize("layout", ["canonical", "racelog"])
 def test_writer_round_trip_merges_rows(layout: str) -> None:
     gnss, imu = streams.gnss(5, hz=10.0), streams.imu(50, hz=100.0)

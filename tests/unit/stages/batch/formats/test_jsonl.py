@@ -57,7 +57,29 @@ def test_malformed_line_is_corrupt_and_named() -> None:
     with pytest.raises(SessionStageError) as err:
         jsonl.read(data)
     assert err.value.code == "CORRUPT_ARTIFACT"
-    assert "line 7" in err.value.message
+    assert err.value.message == "line 7 is not a Tideway envelope: 'topic' is missing"
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    (b'{"ts": "51.123456789", "topic": "gnss"}',
+     "'ts' is not an RFC 3339 time or a number of epoch milliseconds in range"),
+    (b'{"ts": 51123456789e10, "topic": "gnss"}',
+     "'ts' is not an RFC 3339 time or a number of epoch milliseconds in range"),
+    (b'{"ts": 51123456789e300, "topic": "gnss"}',
+     "not JSON (number is infinity when parsed as double at column 8)"),
+    (b'{"ts": [51.123456789], "topic": "gnss"}',
+     "'ts' is neither an RFC 3339 string nor a number of epoch milliseconds"),
+    (b'{"ts": 1, "topic": "gnss", "values": {"lat_deg": 51.123456789, -0.987654321}}',
+     "not JSON (unexpected character, expected a string key at column 64)"),
+    (b"[51.123456789, -0.987654321]", "not a JSON object"),
+])
+def test_a_bad_line_is_named_by_number_field_and_kind_never_quoted(
+    line: bytes, problem: str
+) -> None:
+    """Neither the line nor a value of it is quoted (any value may be a coordinate)."""
+    with pytest.raises(SessionStageError) as err:
+        jsonl.read(STRING_TS + line + b"\n")
+    assert err.value.message == f"line 7 is not a Tideway envelope: {problem}"
 
 
 def test_writer_round_trip() -> None:
