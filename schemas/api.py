@@ -12,8 +12,12 @@ Conventions:
   page (``null`` on the last). The cursor in it is opaque; a client follows ``next`` as it is.
 - Every error is an RFC 9457 :class:`Problem` (``application/problem+json``) whose ``code`` is
   one of ``schemas.error_codes``.
-- Text a client sends is checked once here (:data:`Text`): Postgres cannot store NUL and JSON
-  strings may spell lone surrogates, so both are a 400 at the edge rather than a 500 deep inside.
+- Text a client sends is checked once here (:data:`Text`): Postgres cannot store NUL, so it is
+  a 400 at the edge rather than a 500 deep inside, by a pattern the document shows. (JSON
+  strings may spell lone surrogates; the JSON parser refuses them.)
+- Every constraint is said in the model, so the document says it: patterns of ids and names,
+  a cursor's alphabet, which body fields are required. A request the document calls valid is
+  not refused as malformed (tests/integration/api/test_property.py holds the API to that).
 - Loosely structured data Tideway stores as JSON (a run's summary or config, a stage log's
   snapshots) is passed through as objects; everything the API itself decides has a field.
 
@@ -29,7 +33,12 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
+
+from schemas.device_schema import TOPIC_PATTERN
+from schemas.run_config import RunConfig
 
 __all__ = [
     "LIMIT_DEFAULT",
@@ -86,39 +95,34 @@ LIMIT_DEFAULT = 50
 LIMIT_MAX = 200
 
 
-def _clean(value: str) -> str:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("text must be valid UTF-8 (no lone surrogates)") from None
-    if "\x00" in value:
-        raise ValueError("text must not contain NUL")
-    return value
+class _DescribedAs:
+    """Describes a field in the JSON Schema as ``model`` while it validates as its own type:
+    the run config is checked by the code that checks every run config (``INVALID_CONFIG``,
+    the key named), and the document shows the config's keys."""
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self.model = model
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return handler(self.model.__pydantic_core_schema__)
 
 
-def _clean_json(value: Any) -> Any:
-    if isinstance(value, str):
-        return _clean(value)
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _clean(k)
-            _clean_json(v)
-    elif isinstance(value, list):
-        for v in value:
-            _clean_json(v)
-    return value
+Text = Annotated[str, Field(pattern=r"^[^\x00]*$")]
+"""Client text Postgres can store: no NUL (Postgres refuses it), said by a pattern so that the
+document says it too. (Lone surrogates need no rule: the JSON parser refuses them in a body,
+the edge in a query string - ``streams.api.inputs`` - and JSON Schema strings have none.)"""
 
+CURSOR_PATTERN = "^[A-Za-z0-9_-]{1,1000}$"
+"""A page cursor or a dead-letter group id: base64url without padding."""
 
-Text = Annotated[str, AfterValidator(_clean)]
-"""Client text Postgres and JSON can carry: UTF-8 without NUL."""
-JsonObject = Annotated[dict[str, Any], AfterValidator(_clean_json)]
-"""A client's JSON object Postgres can store (``jsonb`` refuses ``\\u0000``)."""
-
-Name = Annotated[Text, Field(min_length=1, max_length=200)]
 Limit = Annotated[int, Field(ge=1, le=LIMIT_MAX, description="Items per page.")]
-Cursor = Annotated[
-    Text | None, Field(max_length=1000, description="Opaque: taken from a page's `next` link.")
-]
+_CURSOR_HELP = (
+    "Where the page starts: the `cursor` of the previous page's `next` link, as it is "
+    "(base64url, no padding, of the last item's sort key as a JSON array; opaque and checked: "
+    "one the API did not make is a 400)."
+)
 RunStatus = Literal[
     "pending", "running", "cancel_requested", "succeeded", "partial", "failed", "cancelled"
 ]
@@ -140,7 +144,10 @@ class _Query(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     limit: Limit = LIMIT_DEFAULT
-    cursor: Cursor = None
+    # A field with a pattern of its own is a plain ``str`` (its pattern excludes NUL too):
+    # pydantic keeps one pattern, and which one when ``Text``'s meets the field's is not one
+    # rule.
+    cursor: str | None = Field(None, pattern=CURSOR_PATTERN, description=_CURSOR_HELP)
 
 
 T = TypeVar("T")
@@ -150,7 +157,13 @@ class Page(_Body, Generic[T]):
     """One page of a list, in a stable order."""
 
     items: list[T]
-    next: str | None = Field(description="The next page's path, or null on the last page.")
+    next: str | None = Field(
+        pattern="^/v1/",
+        description=(
+            "The next page's path: this request's path and query with `cursor` set (follow it "
+            "with the same key); null on the last page."
+        ),
+    )
 
 
 class Problem(_Body):
@@ -342,13 +355,23 @@ class UploadForm(_Body):
     file: bytes = Field(json_schema_extra={"format": "binary"})
     device: str
     priority: int = Field(0, ge=-1000, le=1000)
-    config: str | None = Field(None, description="A JSON object: the run's config.")
+    config: str | None = Field(
+        None,
+        description="A JSON object: the run's config, with the keys reprocess's `config` "
+        "shows (a bad one is a 400 `INVALID_CONFIG`, the key named).",
+    )
     title: str | None = Field(None, max_length=500)
     date: dt.date | None = Field(None, description="The day a dateless log was recorded.")
 
 
 class ReprocessRequest(_Request):
-    config: JsonObject | None = Field(None, description="Default: the source run's config.")
+    # Checked by the handler with every run config's check (INVALID_CONFIG, the key named, as
+    # the upload's), and described as what that check accepts.
+    config: Annotated[dict[str, Any], _DescribedAs(RunConfig)] | None = Field(
+        None,
+        description="The new run's config (refused as the upload's is: 400 `INVALID_CONFIG`, "
+        "the key named). Default: the source run's config.",
+    )
     priority: int | None = Field(None, ge=-1000, le=1000)
 
 
@@ -615,10 +638,13 @@ class SchemaVersion(_Body):
 class SchemaTestRequest(_Request):
     """A sample to run through validate, mutate and derive (no service is touched)."""
 
-    payload: Annotated[Any, AfterValidator(_clean_json)] = Field(
-        description="An envelope (its `values` are used) or the values alone."
+    # Any JSON, NUL included: the sample is evaluated, never stored.
+    payload: Any = Field(description="An envelope (its `values` are used) or the values alone.")
+    topic: str = Field(
+        pattern=TOPIC_PATTERN,
+        description="The schema's topic the sample is for (every test names one: whether a "
+        "schema has one topic or several, the request is the same)."
     )
-    topic: Name | None = Field(None, description="Needed when the schema has several topics.")
     version: int | None = Field(None, ge=1, le=2**31 - 1, description="Default: the newest.")
 
 
@@ -671,7 +697,9 @@ class DeadLetterGroupPage(Page[DeadLetterGroup]):
 
 class DeadLetterQuery(_Query):
     state: DeadLetterState = "open"
-    group: Text | None = Field(None, max_length=1000, description="Only this group's.")
+    group: str | None = Field(
+        None, pattern=CURSOR_PATTERN, description="Only this group's (a group's `id`)."
+    )
 
 
 class DeadLetterSummary(_Body):

@@ -9,17 +9,19 @@ named, before anything is stored; the stages read their sections through the sam
 (``stages.batch.contract.run_config``), so a key that is not described here does nothing.
 
 Values arrive as decoded JSON, so types are strict: ``true`` is not a number and ``"10"`` is
-not an integer; an integer is accepted where a number is expected. The run stores the config
-as given (validated, not rewritten), which is also what dataset keys hash.
+not an integer; an integer is accepted where a number is expected, and a number without a
+fraction (``10.0``) where an integer is - JSON Schema, which the API's document uses, counts it
+as one. Integers stop at 2**63 - 1 (a ``jsonb`` value the JSON encoder can write). The run
+stores the config as given (validated, not rewritten), which is also what dataset keys hash.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 __all__ = [
     "DownsampleConfig",
@@ -32,6 +34,17 @@ __all__ = [
     "explain",
     "parse_run_config",
 ]
+
+
+_INT_MAX: Final = 2**63 - 1
+
+
+def _integral(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Integer = Annotated[int, BeforeValidator(_integral)]
+"""An integer, written ``10`` or ``10.0`` (still strict: not ``"10"``, not ``true``)."""
 
 
 class _Section(BaseModel):
@@ -75,7 +88,7 @@ class FusionConfig(_Section):
     gnss_sigma_m: float | None = Field(
         None, gt=0, description="Per-axis GNSS σ at median HDOP (unset: from the data)."
     )
-    min_fixes: int = Field(10, ge=1)
+    min_fixes: Integer = Field(10, ge=1, le=_INT_MAX)
     gate_nis: float = Field(16.0, gt=0, description="Fix gate: 2-dof χ² ≈ 99.97 %.")
     use_gnss_velocity: bool = Field(True, description="Doppler speed + course as velocity.")
     gnss_velocity_sigma_mps: float | None = Field(
@@ -125,9 +138,11 @@ class RunConfig(_Section):
         strict=False,
         description="The day a dateless log was recorded (YYYY-MM-DD; set from --date).",
     )
-    max_artifact_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Largest file.")
-    max_decompressed_bytes: int = Field(
-        1024 * 1024 * 1024, gt=0, description="Largest file once gzip is inflated."
+    max_artifact_bytes: Integer = Field(
+        256 * 1024 * 1024, gt=0, le=_INT_MAX, description="Largest file."
+    )
+    max_decompressed_bytes: Integer = Field(
+        1024 * 1024 * 1024, gt=0, le=_INT_MAX, description="Largest file once gzip is inflated."
     )
     skip_fusion: bool = False
     skip_laps: bool = False
@@ -150,12 +165,16 @@ def parse_run_config(raw: Mapping[str, Any] | None) -> RunConfig:
     return RunConfig.model_validate(data)
 
 
-def explain(exc: ValidationError, *, limit: int = 3) -> str:
-    """The first problems of ``exc`` in one line, each with its key's path from ``config``:
-    ``config.laps.min_lap_sx: unknown key``."""
+def explain(exc: ValidationError, *, limit: int = 3, root: str = "config") -> str:
+    """The first problems of ``exc`` in one line, each with its key's path from ``root``:
+    ``config.laps.min_lap_sx: unknown key``.
+
+    Pydantic's own ``str(exc)`` quotes each input (``input_value=51.5``); this names the key
+    and pydantic's description of the problem, never the value (which may be a coordinate,
+    a start/finish line's, spec 000 §15)."""
     parts = []
     for error in exc.errors()[:limit]:
-        path = ".".join(["config", *(str(p) for p in error["loc"])])
+        path = ".".join([root, *(str(p) for p in error["loc"])])
         what = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
         parts.append(f"{path}: {what}")
     more = len(exc.errors()) - limit

@@ -68,9 +68,10 @@ def path_uuid(request: web.Request, name: str = "id") -> uuid.UUID:
 
 
 def path_int(request: web.Request, name: str = "id") -> int:
-    """The path parameter ``name`` as a numeric id (400 when it is not one)."""
+    """The path parameter ``name`` as a number (400 when it is not one a bigint holds; the
+    route's declared kind, :mod:`streams.api.path_params`, has usually said so already)."""
     raw = request.match_info[name]
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and int(raw) < 2**63):
         raise UsageError(f"{name} must be a number")
     return int(raw)
 

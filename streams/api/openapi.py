@@ -28,8 +28,9 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from schemas.api import Problem
+from streams.api.path_params import PathParam
 
-__all__ = ["PROBLEM_JSON", "Route", "document", "dumps"]
+__all__ = ["PROBLEM_JSON", "Handler", "Route", "document", "dumps"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROBLEM_JSON: Final = "application/problem+json"
@@ -37,15 +38,16 @@ _VERSION: Final = "1"
 
 # Error statuses every authenticated route may answer (beyond its own ``errors``).
 _COMMON_ERRORS: Final = {
-    400: "The request is malformed (bad id, query parameter, body or cursor).",
+    400: "The request is malformed (a path parameter, query parameter, body or cursor not as "
+    "documented).",
     401: "No API key, or an unknown or revoked one.",
     503: "A dependency (Postgres, NATS) is unavailable; try again later.",
 }
 _ERRORS: Final = {
     **_COMMON_ERRORS,
-    404: "Not found, or not the caller's (another tenant's ids are simply not found).",
     409: "The action does not apply to the thing in its current state.",
     413: "The upload is larger than the limit.",
+    415: "The body is not `application/json` (every JSON body must be sent as one).",
     422: "The request was understood but refused by a Tideway rule (see its code).",
     429: "A daily quota of the tenant (files or bytes) is used up; the detail names it.",
 }
@@ -66,9 +68,19 @@ class Route:
     body: type[BaseModel] | None = None
     public: bool = False
     errors: tuple[int, ...] = ()
-    """Statuses beyond the common ones this route answers (404 for ids, 409/422 for refusals)."""
-    path_types: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """JSON Schema of each ``{parameter}`` of the path (default: a non-empty string)."""
+    """Statuses beyond the common ones this route answers (409/422 for refusals, 413, 429);
+    404 comes with ``not_found`` and 415 with ``body``."""
+    path_types: Mapping[str, PathParam] = field(default_factory=dict)
+    """The kind of each ``{parameter}`` of the path: its schema and its check."""
+    not_found: str | None = None
+    """The whole detail of this route's 404, whatever was not found and whoever has it.
+
+    The functions a handler calls word their not-found for an operator (``no envelope with id
+    21``), and some of them find a thing first and check its tenant after: such a text names
+    another tenant's internal ids, and its difference from an unknown id's text tells the
+    caller that the id exists elsewhere. So the route answers every not-found with this one
+    text, which depends on nothing but the route: another tenant's ids, keys and names are
+    answered byte for byte as unknown ones are (tests/integration/api/test_isolation.py)."""
     content: Mapping[str, Any] | None = None
     """The answer's ``content`` when it is not a JSON model (an event stream, a document)."""
     request_content: Mapping[str, Any] | None = None
@@ -76,6 +88,15 @@ class Route:
     headers: Mapping[str, Any] = field(default_factory=dict)
     """Headers of the answer beyond ``X-Request-Id``, as OpenAPI header objects."""
     description: str | None = None
+
+    def __post_init__(self) -> None:
+        named = set(re.findall(r"{(\w+)}", self.path))
+        if named != set(self.path_types):
+            raise ValueError(f"{self.path}: give each path parameter its kind ({sorted(named)})")
+        if named and self.not_found is None:
+            raise ValueError(f"{self.path}: a path that names things says what its 404 says")
+        if 404 in self.errors:
+            raise ValueError(f"{self.path}: a route's 404 is its `not_found` text")
 
     @property
     def operation_id(self) -> str:
@@ -85,19 +106,34 @@ class Route:
 def _parameters(route: Route) -> list[dict[str, Any]]:
     params: list[dict[str, Any]] = []
     for name in re.findall(r"{(\w+)}", route.path):
-        schema = dict(route.path_types.get(name, {"type": "string", "minLength": 1}))
-        params.append({"name": name, "in": "path", "required": True, "schema": schema})
+        kind = route.path_types[name]
+        param: dict[str, Any] = {"name": name, "in": "path", "required": True}
+        if kind.description:
+            param["description"] = kind.description
+        param["schema"] = kind.described()
+        params.append(param)
     if route.query is not None:
         described = route.query.model_json_schema(mode="validation")
         required = set(described.get("required", ()))
         for name, schema in described["properties"].items():
-            schema = {k: v for k, v in schema.items() if k != "title"}
-            param: dict[str, Any] = {"name": name, "in": "query", "required": name in required}
+            schema = _query_schema({k: v for k, v in schema.items() if k != "title"})
+            param = {"name": name, "in": "query", "required": name in required}
             if "description" in schema:
                 param["description"] = schema.pop("description")
             param["schema"] = schema
             params.append(param)
     return params
+
+
+def _query_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter's schema without pydantic's ``null`` alternative: a query string
+    cannot say null (``?cursor=`` is the empty string); leaving the parameter out says it."""
+    options = schema.get("anyOf")
+    if options and {"type": "null"} in options:
+        rest = [o for o in options if o != {"type": "null"}]
+        schema = {k: v for k, v in schema.items() if k not in ("anyOf", "default")}
+        schema = {**(rest[0] if len(rest) == 1 else {"anyOf": rest}), **schema}
+    return schema
 
 
 def _ref(model: type[BaseModel], mode: JsonSchemaMode, names: Mapping[Any, Any]) -> Any:
@@ -118,6 +154,7 @@ def _operation(route: Route, names: Mapping[Any, Any]) -> dict[str, Any]:
     if route.body is not None:
         op["requestBody"] = {
             "required": True,
+            "description": "Required (`{}` asks for every default), as `application/json`.",
             "content": {"application/json": {"schema": _ref(route.body, "validation", names)}},
         }
     elif route.request_content is not None:
@@ -133,8 +170,15 @@ def _operation(route: Route, names: Mapping[Any, Any]) -> dict[str, Any]:
         ok["content"] = dict(route.content)
     responses: dict[str, Any] = {str(route.status): ok}
     statuses = {400, 503} | ({401} if not route.public else set()) | set(route.errors)
+    if route.body is not None:
+        statuses.add(415)
     for status in sorted(statuses):
         responses[str(status)] = {"$ref": f"#/components/responses/Problem{status}"}
+    if route.not_found is not None:
+        responses["404"] = _problem_response(
+            f"Not found, or not the caller's: another tenant's ids, keys and names are answered "
+            f"as unknown ones, byte for byte. The detail is always `{route.not_found}`."
+        )
     responses["default"] = {"$ref": "#/components/responses/Problem"}
     op["responses"] = responses
     return op

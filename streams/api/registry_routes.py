@@ -30,7 +30,7 @@ from streams.api.bodies import body_of, query_of, reply
 from streams.api.context import caller_of, context_of
 from streams.api.inputs import path_text
 from streams.api.pages import decode_cursor, page_of, text
-from streams.errors import NotFoundError, UsageError
+from streams.errors import NotFoundError
 
 __all__ = [
     "activate_device",
@@ -124,13 +124,8 @@ async def test_schema(request: web.Request) -> web.Response:
     body = await body_of(request, SchemaTestRequest)
     async with context_of(request).pool.acquire() as conn:
         found = await registry.show_schema(conn, caller.tenant, name, body.version)
-    programs = found.programs()
-    topic = body.topic
-    if topic is None:
-        if len(programs) != 1:
-            raise UsageError(f"choose a topic ({', '.join(sorted(programs))})")
-        (topic,) = programs
-    if topic not in programs:
-        raise NotFoundError(f"schema {name!r} v{found.version} has no topic {topic!r}")
-    report = evaluate_payload(programs[topic], sample_values(body.payload))
+    program = found.programs().get(body.topic)
+    if program is None:
+        raise NotFoundError(f"schema {name!r} v{found.version} has no topic {body.topic!r}")
+    report = evaluate_payload(program, sample_values(body.payload))
     return reply(SchemaTestReport.model_validate(report))

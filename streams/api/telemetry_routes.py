@@ -197,7 +197,7 @@ async def resolve_group(request: web.Request) -> web.Response:
 async def explain_message(request: web.Request) -> web.Response:
     """Everything about one envelope, by id or dedupe key (``tideway messages show``)."""
     caller, ident = caller_of(request), path_text(request, "id")
-    if ident.isdigit() and not (ident.isascii() and len(ident) <= 18):
+    if ident.isdigit() and int(ident) >= 2**63:  # the path's kind: digits; ids are bigint
         raise NotFoundError("no such envelope")
     ctx = context_of(request)
     found = await messages.explain(ctx.settings, ident, tenant=caller.tenant, pool=ctx.pool)

@@ -53,6 +53,7 @@ __all__ = [
     "check_file_name",
     "check_run_config",
     "file_name_problem",
+    "run_config_from_json",
     "session_id_for",
 ]
 
@@ -141,12 +142,42 @@ class SessionNotice(BaseModel):
 
 def check_run_config(raw: Mapping[str, Any]) -> dict[str, Any]:
     """``raw`` (as given) if it is a valid run config; ``UsageError`` ``INVALID_CONFIG``
-    naming the first bad keys (``config.laps.min_lap_sx: unknown key``) if not."""
+    naming the first bad keys (``config.laps.min_lap_sx: unknown key``) if not.
+
+    Every way a run is asked for calls this one check (the CLI, the API's upload and
+    reprocess, intake). It also refuses NUL anywhere: the run stores the config as given, and
+    ``jsonb`` refuses NUL even where the model lets it through (a key whose value is ``null``
+    counts as absent)."""
+    if _has_nul(raw):
+        raise UsageError("invalid run config: config holds a NUL character", code=INVALID_CONFIG)
     try:
         parse_run_config(raw)
     except ValidationError as exc:
         raise UsageError(f"invalid run config: {explain(exc)}", code=INVALID_CONFIG) from None
     return dict(raw)
+
+
+def run_config_from_json(text: str, *, name: str = "config") -> dict[str, Any]:
+    """The run config a client wrote as JSON text (the upload's ``config`` form field, the
+    CLI's ``--config``), checked by :func:`check_run_config`; ``UsageError`` naming ``name``
+    when it is not a JSON object."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{name} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{name} must be a JSON object")
+    return check_run_config(value)
+
+
+def _has_nul(value: Any) -> bool:  # JSON may spell NUL "\u0000"
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def artifact_id(tenant: str, sha256: str) -> uuid.UUID:

@@ -78,10 +78,13 @@ async def test_issue_rotate_revoke_with_the_secret_shown_once(
         resp = await client.delete(f"{base}/{rotated['key_id']}", headers=acme)
         assert resp.status == 200
         assert await resp.json() == {"device": "ws-1", "revoked": [rotated["key_id"]]}
-        for key_id in (rotated["key_id"], first["key_id"], "aaaaaaaaaaaaaaaa", "rotate"):
+        for key_id in (rotated["key_id"], first["key_id"], "aaaaaaaaaaaaaaaa"):
             resp = await client.delete(f"{base}/{key_id}", headers=acme)
             assert resp.status == 404, key_id
             assert (await resp.json())["code"] == "NOT_FOUND"
+        # Not a key id's shape (16 of a-z and 2-7): a 400, as the document says, not a lookup.
+        resp = await client.delete(f"{base}/rotate", headers=acme)
+        assert resp.status == 400 and (await resp.json())["code"] == "USAGE_ERROR"
         assert await _states(client, "ws-1", acme) == {
             first["key_id"]: "rotated", second["key_id"]: "rotated", rotated["key_id"]: "revoked"}
 

@@ -1,21 +1,28 @@
 """Tenant isolation, route by route: every route of the table is walked with another tenant's
 key. Every id of acme is "not found" for globex (404, not 403: existence does not leak), no
 action of globex changes anything of acme's, and no list globex reads holds acme's rows - while
-acme, on the same routes, sees them."""
+acme, on the same routes, sees them. And a not-found says nothing either: for every route with
+a path parameter, acme's real ids, keys and names in every spelling the route accepts are
+answered to globex byte for byte as unknown ones of the same shape are."""
 
 from __future__ import annotations
 
+import itertools
 import re
+import uuid
 from typing import Any
 
+from stages.ingest.ingress import key_hash
+from streams.api.pages import encode_cursor
 from streams.api.routes import ROUTES
 from tests.integration.api.conftest import Seeded
+from tests.integration.ingest.conftest import Harness, good_values
 
 # Bodies the POST routes need to get past validation (so the 404 is about the id).
 _BODIES: dict[str, Any] = {
     "resolve_dead_letter": {"note": "isolation test"},
     "resolve_group": {"note": "isolation test"},
-    "test_schema": {"payload": {"temp": 1}},
+    "test_schema": {"payload": {"temp": 1}, "topic": "state"},
     "reprocess_session": {},
     "rollback_session": {},
 }
@@ -102,3 +109,68 @@ async def test_every_route_hides_one_tenants_things_from_another(seeded: Seeded)
         if route.method == "GET" and "{" in route.path and "{lap}" not in route.path:
             resp = await client.get(_path(route.path, seeded), headers=seeded.acme)
             assert resp.status == 200, (route.path, await resp.text())
+
+
+def _spellings(route_path: str, name: str, seeded: Seeded, msg_key: str) -> list[tuple[str, str]]:
+    """``(acme's, unknown)`` pairs for one path parameter: each spelling the route accepts of
+    one of acme's things, and a value of the same shape that names nothing."""
+    if name == "id" and route_path.startswith("/v1/messages/"):
+        digest = key_hash(seeded.message_key)
+        return [
+            (str(seeded.message_id), str(seeded.message_id + 1_000_000)),
+            (seeded.message_key, "r:acme:1:999999"),  # arrival ns and stream seq: no such
+            (msg_key, "m:acme:no-such-message"),
+            (f"m:globex:{msg_key.split(':', 2)[2]}", "m:globex:no-such-message"),
+            (digest, uuid.uuid4().hex),
+            (str(uuid.UUID(digest)), str(uuid.uuid4())),
+        ]
+    if name == "id" and route_path.startswith("/v1/dead-letters/"):
+        return [(str(seeded.dead_letter_id), "987654321")]
+    if name == "id":
+        acme = seeded.run_id if route_path.startswith("/v1/runs/") else seeded.session_id
+        return [(acme, str(uuid.uuid4()))]
+    return {
+        "device": [(seeded.device, "no-such-device")],
+        "name": [(seeded.schema, "no-such-schema")],
+        "group": [(seeded.group_id, encode_cursor(["NO_SUCH_CODE", "ingress", None, None]))],
+        "key_id": [(seeded.credential, "aaaaaaaaaaaaaaaa")],
+        "lap": [("1", "1")],
+    }[name]
+
+
+async def test_a_not_found_is_the_same_bytes_whoever_has_the_id(
+    seeded: Seeded, fleet: Harness
+) -> None:
+    # An envelope published with a message id, so its dedupe key is `m:acme:<message id>`.
+    await fleet.publish("d1", {"ts": 5_000, "seq": 9, "values": good_values()},
+                        msg_id="probe-1")  # fmt: skip
+    await fleet.consume(4)
+    msg_key = "m:acme:probe-1"
+    client = seeded.client
+    assert (await client.get(f"/v1/messages/{msg_key}", headers=seeded.acme)).status == 200
+
+    async def answer(method: str, path: str, body: Any, key: dict[str, str]) -> Any:
+        # One request id, so the bodies (which carry it) can be compared byte for byte.
+        resp = await client.request(method, path, json=body,
+                                    headers={**key, "X-Request-Id": "isolation"})  # fmt: skip
+        return resp.status, resp.content_type, await resp.read()
+
+    compared = 0
+    for route in ROUTES:
+        names = re.findall(r"{(\w+)}", route.path)
+        if not names or (route.method, route.path) in _NOT_WALKED:
+            continue
+        body = _BODIES.get(route.operation_id)
+        options = [_spellings(route.path, name, seeded, msg_key) for name in names]
+        for pairs in itertools.product(*options):
+            theirs, unknown = route.path, route.path
+            for name, (acme_value, unknown_value) in zip(names, pairs, strict=True):
+                theirs = theirs.replace(f"{{{name}}}", acme_value)
+                unknown = unknown.replace(f"{{{name}}}", unknown_value)
+            expected = await answer(route.method, unknown, body, seeded.globex)
+            assert expected[:2] == (404, "application/problem+json"), (unknown, expected)
+            assert await answer(route.method, theirs, body, seeded.globex) == expected, theirs
+            # And the text is the route's, not the tenant's: acme's unknown reads the same.
+            assert await answer(route.method, unknown, body, seeded.acme) == expected, unknown
+            compared += 1
+    assert compared >= 30

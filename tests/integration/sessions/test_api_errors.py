@@ -187,7 +187,7 @@ async def test_query_with_nul_or_invalid_utf8_is_400_json(settings: Settings) ->
             query=b"?device=d",
         )  # fmt: skip
         assert status == 400
-        assert_error(answer, "USAGE_ERROR")
+        assert_error(answer, "INVALID_CONFIG")  # the one run-config check, as reprocess's
         # Sanity: a clean query still works.
         head = b"GET /v1/sessions?device=kart-1 HTTP/1.1\r\nX-API-Key: " + key + b"\r\n"
         status, _, answer = await raw(port, head)

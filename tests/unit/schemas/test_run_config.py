@@ -44,3 +44,14 @@ def test_a_stage_refuses_what_intake_would_have_refused() -> None:
         run_config({"laps": {"min_lap_sx": 5}})
     assert err.value.code == "INVALID_CONFIG"
     assert "config.laps.min_lap_sx" in str(err.value)
+
+
+def test_an_integer_may_be_written_as_json_schema_counts_one() -> None:
+    # The API's document says `integer`, and JSON Schema counts 10.0 as one: so does the model.
+    cfg = parse_run_config({"fusion": {"min_fixes": 12.0}, "max_artifact_bytes": 1024.0})
+    assert (cfg.fusion.min_fixes, cfg.max_artifact_bytes) == (12, 1024)
+    assert isinstance(cfg.fusion.min_fixes, int)
+    assert "config.fusion.min_fixes" in _problem({"fusion": {"min_fixes": 12.5}})
+    assert "config.fusion.min_fixes" in _problem({"fusion": {"min_fixes": "12"}})
+    # Past a bigint the stored config could not be written (jsonb through orjson).
+    assert "config.max_artifact_bytes" in _problem({"max_artifact_bytes": 2**63})
