@@ -405,8 +405,22 @@ INVALID_DAG: Final = _code(
 RUN_NOT_RETRIABLE: Final = _code(
     "RUN_NOT_RETRIABLE", _A.JOB, "only failed, cancelled or partial runs can be retried"
 )
+RUN_TERMINAL: Final = _code(
+    "RUN_TERMINAL",
+    _A.JOB,
+    "the run has already ended (succeeded, partial, failed or cancelled): there is nothing to "
+    "cancel, and nothing is changed (409)",
+)
+ROLLBACK_VERIFICATION_FAILED: Final = _code(
+    "ROLLBACK_VERIFICATION_FAILED",
+    _A.JOB,
+    "a dataset of the run a rollback would make active is missing or does not hash to its "
+    "recorded sha256: the pointer stays where it is; reprocess the session instead (409)",
+)
 NO_PREVIOUS_RUN: Final = _code(
-    "NO_PREVIOUS_RUN", _A.JOB, "reprocessing needs a previous run of the session"
+    "NO_PREVIOUS_RUN", _A.JOB,
+    "the session has no run to act from: none to reprocess, or none active or good before it "
+    "to roll back to (409)",
 )
 RUN_VERIFICATION_FAILED: Final = _code(
     "RUN_VERIFICATION_FAILED",
@@ -605,6 +619,10 @@ METHOD_NOT_ALLOWED: Final = _code(
 )
 UNAUTHENTICATED: Final = _code(
     "UNAUTHENTICATED", _A.API, "no API key, or an unknown or revoked one (401)"
+)
+UNSUPPORTED_MEDIA_TYPE: Final = _code(
+    "UNSUPPORTED_MEDIA_TYPE", _A.API,
+    "a JSON body sent with another `Content-Type` than `application/json`, or none (415)",
 )
 
 

@@ -54,7 +54,7 @@ def _client_for(dsn: str) -> Client:
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(dsn)
         if client is None:
-            if _chdb_path(dsn) is not None:  # clickhouse-connect's own hint names its extra
+            if embedded_path(dsn) is not None:  # clickhouse-connect's own hint names its extra
                 require_wheel(
                     "chdb", wheel="chdb", service="ClickHouse", setting="TIDEWAY_CLICKHOUSE_DSN"
                 )
@@ -74,7 +74,7 @@ def embedded_holder(dsn: str) -> int | None:
     is per open file, so our own engine would look like a holder): call it after opening
     failed. Returns the PID (0 if the file does not say), or ``None`` if nobody holds it.
     """
-    path = _chdb_path(dsn)
+    path = embedded_path(dsn)
     if path is None:
         return None
     try:
@@ -94,7 +94,8 @@ def embedded_holder(dsn: str) -> int | None:
         os.close(fd)
 
 
-def _chdb_path(dsn: str) -> Path | None:
+def embedded_path(dsn: str) -> Path | None:
+    """The data directory of an embedded ClickHouse (``chdb://<path>``); ``None`` for a server."""
     parts = urlsplit(dsn)
     if parts.scheme != "chdb":
         return None
@@ -108,10 +109,10 @@ def _busy_error(dsn: str) -> TransientError | None:
         return None
     holder = f"process {pid}" if pid else "another process"
     return TransientError(
-        f"the embedded ClickHouse (chDB) at {_chdb_path(dsn)} is held by {holder} (a `tideway"
-        " up` or `tideway ingest` using it), and chDB lets only one process open it: stop that"
-        " process and run this command again, or set TIDEWAY_CLICKHOUSE_DSN to a ClickHouse"
-        " server that every process can share",
+        f"the embedded ClickHouse (chDB) at {embedded_path(dsn)} is held by {holder} (a `tideway"
+        " up`, `tideway ingest` or `tideway worker` using it), and chDB lets only one process"
+        " open it: stop that process and run this command again, or set"
+        " TIDEWAY_CLICKHOUSE_DSN to a ClickHouse server that every process can share",
         code="CLICKHOUSE_BUSY",
     )
 

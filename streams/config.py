@@ -366,6 +366,14 @@ class ApiSettings(_Group):
 
     host: str = Field("127.0.0.1", description="HTTP API listen address.")
     port: int = Field(8480, ge=0, le=65535, description="HTTP API port.")
+    key_outage_grace_s: float = Field(
+        300.0, ge=0,
+        description="While Postgres is unreachable, an API key this process verified within "
+        "this many seconds is still accepted (uploads go on through an outage); 0: never.",
+    )
+    retry_after_s: int = Field(
+        5, ge=1, description="Retry-After of a 503 while a dependency is unreachable."
+    )
 
 
 #: Names the requirement documents give to Tideway settings, accepted as aliases. Each maps an

@@ -87,6 +87,11 @@ class DomainEvents:
         self._pending: set[asyncio.Task[None]] = set()
         self._connecting = asyncio.Lock()
 
+    @property
+    def names(self) -> Names:
+        """The resource names of the deployment whose events these are."""
+        return self._names
+
     async def _client(self) -> Nats:
         async with self._connecting:  # background events may ask at once: one connection
             if self._nc is None:

@@ -17,8 +17,10 @@ filesystem, never from Tideway's settings). Every object is written once and nev
 - **removal is retention's**: :meth:`ObjectStore.remove_expired` deletes what
   ``streams.retention.batch`` found expired (a superseded run's datasets, an artifact marked
   deleted, a ``tmp/`` leftover); outside ``tmp/`` only a refused upload's artifact is removed
-  otherwise (:meth:`ObjectStore.discard_artifact`), and a partition archive that no
-  ``retention_archives`` row records (:meth:`ObjectStore.discard_unrecorded_archive`).
+  otherwise (:meth:`ObjectStore.discard_artifact`), a partition archive that no
+  ``retention_archives`` row records (:meth:`ObjectStore.discard_unrecorded_archive`), and a
+  job's output directory that no dataset row records because its job ended without success
+  (:meth:`ObjectStore.discard_unrecorded_outputs`).
 
 Artifacts are content-addressed per tenant (:func:`artifact_key`), so uploading the same file
 twice stores it once. This class is blocking because ``pyarrow.fs`` is: callers on the event
@@ -358,6 +360,18 @@ class ObjectStore:
         caller has checked that nothing live refers to it. A missing key is a no-op."""
         if not key.startswith(_EXPIRABLE) or key.rstrip("/") + "/" in _EXPIRABLE:
             raise ValueError(f"not an expirable key: {key!r}")
+        self._remove(key)
+
+    def discard_unrecorded_outputs(self, key: str) -> None:
+        """Remove a job's output directory ``datasets/<run>/<dir>`` that no dataset row records
+        and none ever will: the attempt that promoted it belongs to a job that then ended
+        without success (cancelled, failed for good). Another exception to "never deleted";
+        the caller (``streams.jobs.unrecorded`` when the worker lets go of the attempt, or
+        retention's sweep, ``streams.retention.unrecorded_outputs``) has checked that. A
+        missing key is a no-op."""
+        parts = key.split("/")
+        if len(parts) != 3 or parts[0] != "datasets" or not all(parts):
+            raise ValueError(f"not a job's output directory: {key!r}")
         self._remove(key)
 
     def discard_unrecorded_archive(self, key: str) -> None:

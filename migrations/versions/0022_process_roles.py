@@ -99,6 +99,9 @@ GRANTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "tideway_maintenance"),
     ("DELETE", ("dead_letters", "derived_datasets"), "tideway_maintenance"),
     ("UPDATE", ("processing_runs",), "tideway_maintenance"),
+    # Retention holds a session's row while it decides what of its runs may go (a locking
+    # read needs UPDATE on a column).
+    ("UPDATE (updated_at)", ("sessions",), "tideway_maintenance"),
 )
 
 SEQUENCES: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -15,7 +15,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import ValidationError
@@ -69,24 +68,26 @@ from schemas.api import (
     UploadForm,
     UploadReceipt,
 )
+from streams.adapters import postgres
 from streams.api import credential_routes as cred
 from streams.api import event_stream
 from streams.api import fleet_routes as fleet
+from streams.api import path_params as pp
 from streams.api import registry_routes as reg
 from streams.api import run_routes as runs
 from streams.api import telemetry_routes as tel
 from streams.api.bodies import query_of, reply
-from streams.api.context import caller_of, context_of
+from streams.api.context import ApiContext, caller_of, context_of
 from streams.api.inputs import path_int, path_uuid, read_field
-from streams.api.openapi import Route, document, dumps
+from streams.api.openapi import Handler, Route, document, dumps
 from streams.api.pages import decode_cursor, instant, page_of
-from streams.errors import UsageError
+from streams.errors import NotFoundError, TransientError, UsageError
 from streams.names import Names
 from streams.observability import tracing
 from streams.sessions import priorities, queries
 from streams.sessions.lap_report import session_laps
 from streams.sessions.lap_trace import lap_trace
-from streams.sessions.notice import SessionNotice, check_run_config
+from streams.sessions.notice import SessionNotice, run_config_from_json
 from streams.sessions.quotas import check_priority
 from streams.sessions.tenancy import check_device
 from streams.sessions.track import session_track
@@ -106,10 +107,27 @@ def add_routes(app: web.Application) -> None:
     """Serve every route of :data:`ROUTES` on ``app``."""
     for route in ROUTES:  # GET routes answer HEAD too (aiohttp's add_get)
         if route.method == "GET":
-            app.router.add_get(route.path, route.handler, name=route.operation_id)
+            app.router.add_get(route.path, _served(route), name=route.operation_id)
         else:
-            app.router.add_route(route.method, route.path, route.handler, name=route.operation_id)
+            app.router.add_route(route.method, route.path, _served(route),
+                                 name=route.operation_id)  # fmt: skip
     event_stream.setup(app)
+
+
+def _served(route: Route) -> Handler:
+    """``route``'s handler behind what the table declares for it: path parameters of their
+    kinds (a 400 otherwise, before the handler runs) and every not-found answered with the
+    route's one text (:attr:`Route.not_found`: never a text a domain function worded)."""
+    not_found = route.not_found or "not found"
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        pp.check_path(request, route.path_types)
+        try:
+            return await route.handler(request)
+        except NotFoundError:
+            raise NotFoundError(not_found) from None
+
+    return serve
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -197,17 +215,7 @@ def _int(raw: str, name: str, lo: int, hi: int) -> int:
 
 
 def _config(raw: str | None) -> dict[str, Any]:
-    if not raw:
-        return {}
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise UsageError(f"config is not JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise UsageError("config must be a JSON object")
-    if _has_nul(value):  # JSON may spell it "\u0000"; Postgres jsonb refuses it
-        raise UsageError("config contains a NUL character")
-    return check_run_config(value)
+    return run_config_from_json(raw) if raw else {}
 
 
 def _date(raw: str | None) -> dt.date | None:
@@ -218,16 +226,6 @@ def _date(raw: str | None) -> dt.date | None:
         return dt.date.fromisoformat(raw)
     except ValueError as exc:
         raise UsageError("date must be YYYY-MM-DD") from exc
-
-
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
 
 
 async def _part_chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
@@ -289,9 +287,7 @@ async def _post_session(request: web.Request, traceparent: str | None) -> web.Re
             raise UsageError("no file in the request")
         device = check_device(fields.get("device", ""))
         priority = _int(fields.get("priority", str(priorities.UPLOAD)), "priority", -1000, 1000)
-        async with ctx.pool.acquire() as conn:  # an API key cannot go above its tenant's
-            await check_priority(conn, tenant_id=caller.tenant_id, priority=priority,
-                                 limits=ctx.settings.quotas)
+        await _check_priority(ctx, caller.tenant_id, priority)
         try:
             notice = SessionNotice(
                 artifacts=staged.artifacts,
@@ -307,7 +303,7 @@ async def _post_session(request: web.Request, traceparent: str | None) -> web.Re
         receipt = receipt_for(
             tenant=caller.tenant, device=device, artifacts=staged.artifacts, names=names
         )
-        await staged.publish(ctx.nats.jetstream(), receipt, notice, traceparent=traceparent)
+        await staged.publish(ctx.nats, receipt, notice, traceparent=traceparent)
         # Still inside the block: the files count as in flight until intake has the run.
         run_id = await _wait_for_run(ctx.pool, caller.tenant_id, receipt.artifact_set_hash)
     body = receipt.as_dict()
@@ -325,21 +321,47 @@ def _title(raw: str | None) -> str | None:
     return raw
 
 
+async def _check_priority(ctx: ApiContext, tenant_id: uuid.UUID, priority: int) -> None:
+    """An API key cannot go above its tenant's maximum priority. While Postgres is
+    unreachable the upload is still accepted (docs/sessions.md: no path refuses uploads in an
+    outage), checked against the settings' maximum: a tenant's own ceiling is in Postgres."""
+    try:
+        async with ctx.pool.acquire() as conn:
+            await check_priority(conn, tenant_id=tenant_id, priority=priority,
+                                 limits=ctx.settings.quotas)
+    except (*postgres.UNREACHABLE, TimeoutError, TransientError):
+        if priority > ctx.settings.quotas.max_priority:
+            raise UsageError(
+                f"priority {priority} is above the maximum of "
+                f"{ctx.settings.quotas.max_priority}", code="PRIORITY_TOO_HIGH") from None
+
+
 async def _wait_for_run(pool: Any, tenant_id: uuid.UUID, key: str) -> uuid.UUID | None:
+    """The run intake made of the upload, waited for up to :data:`_RUN_WAIT_S`; ``None``
+    when it has not yet, or Postgres cannot say (the notice is on the stream: the run comes)."""
     deadline = time.monotonic() + _RUN_WAIT_S
     delay = 0.02
     while True:
-        async with pool.acquire() as conn:
-            found = await queries.run_id_by_key(conn, tenant_id, key)
+        try:
+            async with pool.acquire() as conn:
+                found = await queries.run_id_by_key(conn, tenant_id, key)
+        except (*postgres.UNREACHABLE, TimeoutError, TransientError):
+            return None
         if found is not None or time.monotonic() >= deadline:
             return found
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.25)
 
 
-_UUID = {"type": "string", "format": "uuid"}
+def _upload_form() -> dict[str, Any]:
+    """The upload's form, its ``device`` with the device id pattern (the path's kind)."""
+    schema = UploadForm.model_json_schema()
+    schema["properties"]["device"]["pattern"] = pp.DEVICE.pattern
+    return schema
+
+
 _UPLOAD = {
-    "multipart/form-data": {"schema": UploadForm.model_json_schema()},
+    "multipart/form-data": {"schema": _upload_form()},
     "application/octet-stream": {"schema": {"contentMediaType": "application/octet-stream"}},
 }
 _UPLOAD_HELP = (
@@ -348,7 +370,13 @@ _UPLOAD_HELP = (
     "the run, or after 5 s without it (`run_id` null)."
 )
 _SESSIONS, _RUNS, _DEVICES, _SCHEMAS = "sessions", "runs", "devices", "schemas"
-_KEY_ID = {"type": "string", "pattern": "^[a-z2-7]{16}$"}
+# Each path's parameters (their kinds: schema and check) and the one text of its 404.
+_SESSION, _RUN = {"id": pp.UUID_ID}, {"id": pp.UUID_ID}
+_DEVICE, _SCHEMA, _GROUP = {"device": pp.DEVICE}, {"name": pp.SCHEMA_NAME}, {"group": pp.GROUP}
+_DEAD_LETTER = {"id": pp.NUMERIC_ID}
+_NO_SESSION, _NO_RUN, _NO_DEVICE = "no such session", "no such run", "no such device"
+_NO_GROUP = "no such dead-letter group with open dead letters"
+_NO_DEAD_LETTER = "no such dead letter"
 _CREDENTIAL_HELP = (
     "The device connects to NATS (or its MQTT listener) with `username` as the user name and "
     "`secret` as the password. The secret is shown once: Tideway keeps only its SHA-256, so a "
@@ -371,39 +399,39 @@ ROUTES: tuple[Route, ...] = (
           response=SessionPage),
     Route(method="GET", path="/v1/sessions/{id}", handler=get_session, tag=_SESSIONS,
           summary="One session with its runs and artifacts", response=Session,
-          path_types={"id": _UUID}, errors=(404,)),
+          path_types=_SESSION, not_found=_NO_SESSION),
     Route(method="GET", path="/v1/sessions/{id}/track", handler=get_session_track,
           tag=_SESSIONS, summary="The active run's downsampled GNSS track, for drawing",
-          response=SessionTrack, path_types={"id": _UUID}, errors=(404,)),
+          response=SessionTrack, path_types=_SESSION, not_found=_NO_SESSION),
     Route(method="GET", path="/v1/sessions/{id}/laps", handler=get_session_laps,
           tag=_SESSIONS, summary="The active run's laps (one row each) and start/finish line",
-          response=SessionLaps, path_types={"id": _UUID}, errors=(404,)),
+          response=SessionLaps, path_types=_SESSION, not_found=_NO_SESSION),
     Route(method="GET", path="/v1/sessions/{id}/laps/{lap}/trace", handler=get_lap_trace,
           tag=_SESSIONS, summary="One lap of the active run as speed over distance",
-          response=LapTrace, path_types={"id": _UUID, "lap": {"type": "integer", "minimum": 0}},
-          errors=(404,)),
+          response=LapTrace, path_types={"id": pp.UUID_ID, "lap": pp.LAP},
+          not_found="no such session, or its active run has no such lap"),
     Route(method="POST", path="/v1/sessions/{id}/reprocess", handler=runs.reprocess_session,
           tag=_SESSIONS, summary="Start a new run with the current versions (blue/green)",
-          status=202, body=ReprocessRequest, response=RunStarted, path_types={"id": _UUID},
-          errors=(404, 422)),
+          status=202, body=ReprocessRequest, response=RunStarted, path_types=_SESSION,
+          not_found=_NO_SESSION, errors=(422,)),
     Route(method="POST", path="/v1/sessions/{id}/rollback", handler=runs.rollback_session,
           tag=_SESSIONS, summary="Point the session back at its previous good run",
-          body=RollbackRequest, response=RollbackResult, path_types={"id": _UUID},
-          errors=(404, 409)),
+          body=RollbackRequest, response=RollbackResult, path_types=_SESSION,
+          not_found="no such session, or `to_run` is not one of its runs", errors=(409,)),
     Route(method="GET", path="/v1/runs", handler=runs.list_runs_, tag=_RUNS,
           summary="The caller's runs, newest first", query=RunQuery, response=RunPage),
     Route(method="GET", path="/v1/runs/{id}", handler=get_run, tag=_RUNS,
           summary="One run: status, summary, features, jobs, datasets", response=Run,
-          path_types={"id": _UUID}, errors=(404,)),
+          path_types=_RUN, not_found=_NO_RUN),
     Route(method="GET", path="/v1/runs/{id}/dag", handler=runs.get_run_dag, tag=_RUNS,
           summary="A run's DAG: jobs in dependency order with edges and attempts",
-          response=RunDag, path_types={"id": _UUID}, errors=(404,)),
+          response=RunDag, path_types=_RUN, not_found=_NO_RUN),
     Route(method="POST", path="/v1/runs/{id}/cancel", handler=runs.cancel_run, tag=_RUNS,
           summary="Cancel a run (running jobs stop at their next checkpoint)",
-          response=CancelResult, path_types={"id": _UUID}, errors=(404,)),
+          response=CancelResult, path_types=_RUN, not_found=_NO_RUN, errors=(409,)),
     Route(method="POST", path="/v1/runs/{id}/retry", handler=runs.retry_run, tag=_RUNS,
           summary="Start a new run repeating a failed, cancelled or partial one", status=202,
-          response=RunStarted, path_types={"id": _UUID}, errors=(404, 409)),
+          response=RunStarted, path_types=_RUN, not_found=_NO_RUN, errors=(409,)),
     # -- devices and schemas
     Route(method="GET", path="/v1/fleet", handler=fleet.get_fleet, tag=_DEVICES,
           summary="Ingest by status, open dead letters and each device's data quality over a "
@@ -414,72 +442,76 @@ ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/v1/devices", handler=reg.list_devices, tag=_DEVICES,
           summary="The caller's devices by id", query=DeviceQuery, response=DevicePage),
     Route(method="GET", path="/v1/devices/{device}", handler=reg.get_device, tag=_DEVICES,
-          summary="One device", response=Device, errors=(404,)),
+          summary="One device", response=Device, path_types=_DEVICE, not_found=_NO_DEVICE),
     Route(method="GET", path="/v1/devices/{device}/activity", handler=fleet.get_device_activity,
           tag=_DEVICES, summary="The device's hot state and its newest envelopes",
-          response=DeviceActivity, errors=(404,)),
+          response=DeviceActivity, path_types=_DEVICE, not_found=_NO_DEVICE),
     Route(method="GET", path="/v1/devices/{device}/series", handler=fleet.get_device_series,
           tag=_DEVICES, summary="The device's numeric parameters over a recent window, bounded "
                                 "for charts (ClickHouse)", query=DeviceSeriesQuery,
-          response=DeviceSeries, errors=(404,)),
+          response=DeviceSeries, path_types=_DEVICE, not_found=_NO_DEVICE),
     Route(method="POST", path="/v1/devices/{device}/activate", handler=reg.activate_device,
           tag=_DEVICES, summary="Process and publish the device's envelopes",
-          response=DeviceChange, errors=(404,)),
+          response=DeviceChange, path_types=_DEVICE, not_found=_NO_DEVICE),
     Route(method="POST", path="/v1/devices/{device}/deactivate", handler=reg.deactivate_device,
           tag=_DEVICES, summary="Record the device's envelopes, skip mutate/derive/publish",
-          response=DeviceChange, errors=(404,)),
+          response=DeviceChange, path_types=_DEVICE, not_found=_NO_DEVICE),
     Route(method="GET", path="/v1/devices/{device}/credentials", handler=cred.list_credentials,
           tag=_DEVICES, summary="The device's NATS/MQTT credentials, oldest first (never a "
-                                "secret)", response=DeviceCredentialPage, errors=(404,)),
+                                "secret)", response=DeviceCredentialPage, path_types=_DEVICE,
+          not_found=_NO_DEVICE),
     Route(method="POST", path="/v1/devices/{device}/credentials",
           handler=cred.issue_credential, tag=_DEVICES,
           summary="Issue a credential (its secret is in this answer only)", status=201,
-          response=IssuedDeviceCredential, headers=cred.NO_STORE, errors=(404,),
-          description=_CREDENTIAL_HELP),
+          response=IssuedDeviceCredential, headers=cred.NO_STORE, path_types=_DEVICE,
+          not_found=_NO_DEVICE, description=_CREDENTIAL_HELP),
     Route(method="POST", path="/v1/devices/{device}/credentials/rotate",
           handler=cred.rotate_credentials, tag=_DEVICES,
           summary="Issue a credential and retire every other of the device, at once",
-          status=201, response=IssuedDeviceCredential, headers=cred.NO_STORE, errors=(404,),
-          description=_CREDENTIAL_HELP),
+          status=201, response=IssuedDeviceCredential, headers=cred.NO_STORE,
+          path_types=_DEVICE, not_found=_NO_DEVICE, description=_CREDENTIAL_HELP),
     Route(method="POST", path="/v1/devices/{device}/credentials/revoke",
           handler=cred.revoke_credentials, tag=_DEVICES,
           summary="Retire every valid credential of the device",
-          response=RevokedDeviceCredentials, errors=(404,)),
+          response=RevokedDeviceCredentials, path_types=_DEVICE, not_found=_NO_DEVICE),
     Route(method="DELETE", path="/v1/devices/{device}/credentials/{key_id}",
           handler=cred.revoke_credential, tag=_DEVICES,
           summary="Retire one valid credential (404 when it is not one)",
-          response=RevokedDeviceCredentials, path_types={"key_id": _KEY_ID}, errors=(404,)),
+          response=RevokedDeviceCredentials,
+          path_types={"device": pp.DEVICE, "key_id": pp.KEY_ID},
+          not_found="no such device, or no valid credential of it with this key id"),
     Route(method="GET", path="/v1/schemas", handler=reg.list_schemas, tag=_SCHEMAS,
           summary="The caller's schemas by name", query=SchemaQuery, response=SchemaPage),
     Route(method="GET", path="/v1/schemas/{name}", handler=reg.get_schema, tag=_SCHEMAS,
           summary="One version of a schema with its parameters", query=SchemaVersionQuery,
-          response=SchemaVersion, errors=(404,)),
+          response=SchemaVersion, path_types=_SCHEMA,
+          not_found="no such schema, or no such version of it"),
     Route(method="POST", path="/v1/schemas/{name}/test", handler=reg.test_schema, tag=_SCHEMAS,
           summary="Run a sample through validate, mutate and derive", body=SchemaTestRequest,
-          response=SchemaTestReport, errors=(404, 422)),
+          response=SchemaTestReport, path_types=_SCHEMA,
+          not_found="no such schema, or no such version or topic of it", errors=(422,)),
     # -- dead letters and envelopes
     Route(method="GET", path="/v1/dead-letter-groups", handler=tel.list_dead_letter_groups,
           tag=_DLQ, summary="Dead letters grouped by error signature, with counts and a sample",
           query=DeadLetterGroupQuery, response=DeadLetterGroupPage),
     Route(method="POST", path="/v1/dead-letter-groups/{group}/redrive", handler=tel.redrive_group,
           tag=_DLQ, summary="Redrive every open dead letter of a group",
-          response=RedriveReport, errors=(404, 422)),
+          response=RedriveReport, path_types=_GROUP, not_found=_NO_GROUP, errors=(422,)),
     Route(method="POST", path="/v1/dead-letter-groups/{group}/resolve", handler=tel.resolve_group,
           tag=_DLQ, summary="Resolve every open dead letter of a group", body=ResolveRequest,
-          response=ResolveReport, errors=(404,)),
+          response=ResolveReport, path_types=_GROUP, not_found=_NO_GROUP),
     Route(method="GET", path="/v1/dead-letters", handler=tel.list_dead_letters, tag=_DLQ,
           summary="Dead letters (of one group), oldest first", query=DeadLetterQuery,
-          response=DeadLetterPage, errors=(404,)),
+          response=DeadLetterPage, not_found="no such dead-letter group"),
     Route(method="GET", path="/v1/dead-letters/{id}", handler=tel.get_dead_letter, tag=_DLQ,
           summary="One dead letter with its original envelope", response=DeadLetter,
-          path_types={"id": {"type": "integer", "minimum": 0}}, errors=(404,)),
+          path_types=_DEAD_LETTER, not_found=_NO_DEAD_LETTER),
     Route(method="POST", path="/v1/dead-letters/{id}/redrive", handler=tel.redrive_dead_letter,
           tag=_DLQ, summary="Re-run publish for one dead letter", response=RedriveReport,
-          path_types={"id": {"type": "integer", "minimum": 0}}, errors=(404, 422)),
+          path_types=_DEAD_LETTER, not_found=_NO_DEAD_LETTER, errors=(422,)),
     Route(method="POST", path="/v1/dead-letters/{id}/resolve", handler=tel.resolve_dead_letter,
           tag=_DLQ, summary="Close one dead letter with a note", body=ResolveRequest,
-          response=ResolveReport, path_types={"id": {"type": "integer", "minimum": 0}},
-          errors=(404,)),
+          response=ResolveReport, path_types=_DEAD_LETTER, not_found=_NO_DEAD_LETTER),
     Route(method="GET", path="/v1/events", handler=event_stream.stream_events, tag="events",
           summary="The caller's domain events, live (server-sent events)",
           description=(
@@ -489,8 +521,9 @@ ROUTES: tuple[Route, ...] = (
           ),
           content={"text/event-stream": {"schema": {"type": "string"}}}),
     Route(method="GET", path="/v1/messages/{id}", handler=tel.explain_message, tag="envelopes",
-          summary="Explain one envelope (by id or dedupe key)", response=MessageExplanation,
-          errors=(404,)),
+          summary="Explain one envelope (by id, dedupe key or digest)",
+          response=MessageExplanation, path_types={"id": pp.MESSAGE},
+          not_found="no such envelope"),
 )  # fmt: skip
 
 OPENAPI: bytes = dumps(document(ROUTES))

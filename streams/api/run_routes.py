@@ -29,6 +29,7 @@ from streams.domain_events import DomainEvents
 from streams.jobs import queue, run_actions
 from streams.jobs.run_views import RunRow, list_runs, show_run
 from streams.sessions import queries
+from streams.sessions.notice import check_run_config
 from streams.sessions.reprocess import reprocess, rollback
 
 __all__ = [
@@ -111,13 +112,16 @@ async def retry_run(request: web.Request) -> web.Response:
 async def reprocess_session(request: web.Request) -> web.Response:
     ctx, caller, session_id = context_of(request), caller_of(request), path_uuid(request)
     body = await body_of(request, ReprocessRequest)
+    # The check every run config meets (the upload's, the CLI's, intake's): a misspelt key is
+    # a 400 INVALID_CONFIG here, not a run that fails later.
+    config = None if body.config is None else check_run_config(body.config)
     async with ctx.pool.acquire() as conn:
         new = await reprocess(
             conn,
             tenant=caller.tenant,
             session_id=session_id,
             requested_by=f"api:{caller.key_id}",
-            config=body.config,
+            config=config,
             priority=body.priority,
             namespace=ctx.settings.namespace,
             default_attempts=ctx.settings.retry.job_max_attempts,
@@ -129,13 +133,15 @@ async def reprocess_session(request: web.Request) -> web.Response:
 async def rollback_session(request: web.Request) -> web.Response:
     caller, session_id = caller_of(request), path_uuid(request)
     body = await body_of(request, RollbackRequest)
-    async with context_of(request).pool.acquire() as conn:
+    ctx = context_of(request)
+    async with ctx.pool.acquire() as conn:
         moved = await rollback(
             conn,
             tenant=caller.tenant,
             session_id=session_id,
             to_run=body.to_run,
             requested_by=f"api:{caller.key_id}",
+            store=ctx.store,  # the target's datasets are read back before the pointer moves
         )
     return reply(
         RollbackResult(session_id=moved.session_id, from_run=moved.from_run, to_run=moved.to_run)

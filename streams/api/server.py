@@ -31,6 +31,7 @@ from streams.adapters.nats import connect_nats
 from streams.api import routes
 from streams.api.context import CONTEXT, ApiContext, error_response, http_code, set_caller
 from streams.api.inputs import check_query
+from streams.api.key_cache import KeyCache
 from streams.api.keys import authenticate
 from streams.api.protocol import ApiRunner
 from streams.api.request_id import REQUEST_ID, request_ids
@@ -45,13 +46,15 @@ from streams.sessions.quotas import QuotaExceededError
 __all__ = ["build_app", "run_api"]
 
 log = logging.getLogger(__name__)
+_KEYS = web.AppKey("verified_keys", KeyCache)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 _PUBLIC = frozenset(route.path for route in routes.ROUTES if route.public)
 # Refusals of an action by the state of what it acts on (409 Conflict rather than 400).
-_CONFLICTS = frozenset({codes.RUN_NOT_RETRIABLE, codes.NO_PREVIOUS_RUN, codes.DEVICE_EXISTS})
+_CONFLICTS = frozenset({codes.RUN_NOT_RETRIABLE, codes.NO_PREVIOUS_RUN, codes.DEVICE_EXISTS,
+                        codes.RUN_TERMINAL, codes.ROLLBACK_VERIFICATION_FAILED})
 
 
 def _problem(request: web.Request, status: int, code: str, message: str, **kw: Any) -> web.Response:
@@ -74,9 +77,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _problem(request, 429, exc.code, exc.message)
     except UsageError as exc:
         return _problem(request, 409 if exc.code in _CONFLICTS else 400, exc.code, exc.message)
-    except TransientError as exc:
-        log.warning("API dependency failure: %s", exc)
-        return _problem(request, 503, exc.code, exc.message)
+    except (*postgres.UNREACHABLE, TransientError) as exc:
+        return _unavailable(request, request.app[CONTEXT], exc)
     except TidewayError as exc:
         return _problem(request, 422, exc.code, exc.message)
     except Exception:
@@ -116,12 +118,33 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not secret:
         return _problem(request, 401, codes.UNAUTHENTICATED, "an API key is required")
     ctx = request.app[CONTEXT]
-    async with ctx.pool.acquire() as conn:
-        caller = await authenticate(conn, secret)
-    if caller is None:
-        return _problem(request, 401, codes.UNAUTHENTICATED, "unknown or revoked API key")
+    keys = request.app[_KEYS]
+    try:
+        async with ctx.pool.acquire() as conn:
+            caller = await authenticate(conn, secret)
+    except (*postgres.UNREACHABLE, TimeoutError, TransientError) as exc:
+        # Postgres cannot say: a key verified lately goes on (streams.api.key_cache).
+        caller = keys.recent(secret)
+        if caller is None:
+            return _unavailable(request, ctx, exc)
+    else:
+        if caller is None:
+            keys.forget(secret)
+            return _problem(request, 401, codes.UNAUTHENTICATED, "unknown or revoked API key")
+        keys.verified(secret, caller)
     set_caller(request, caller)
     return await handler(request)
+
+
+def _unavailable(request: web.Request, ctx: ApiContext, exc: BaseException) -> web.Response:
+    """503 with ``Retry-After`` for a dependency that cannot be reached now."""
+    if isinstance(exc, TransientError):
+        code, message = exc.code, exc.message
+    else:
+        code, message = "PG_UNAVAILABLE", "Postgres is unavailable; retry later"
+    log.warning("API dependency unavailable: %s", code)
+    return _problem(request, 503, code, message,
+                    headers={"Retry-After": str(ctx.settings.api.retry_after_s)})
 
 
 def build_app(ctx: ApiContext, *, observe: Sequence[Middleware] = ()) -> web.Application:
@@ -132,6 +155,7 @@ def build_app(ctx: ApiContext, *, observe: Sequence[Middleware] = ()) -> web.App
     chain: list[Middleware] = [*observe, request_ids, _errors, _edge, _auth]
     app = web.Application(middlewares=chain)
     app[CONTEXT] = ctx
+    app[_KEYS] = KeyCache(ctx.settings.api.key_outage_grace_s)
     routes.add_routes(app)
     add_console(app)
     return app

@@ -229,8 +229,12 @@ def worker(
                              concurrency=jobs_at_once, stop=stop,
                              hooks=observability)  # fmt: skip
             return
+        from streams.sessions.clickhouse_jobs import hold_embedded_clickhouse
         from streams.sessions.stage_executors import default_executors
 
+        # Before anything starts: a second worker on one embedded ClickHouse refuses here
+        # rather than bounce every ClickHouse job (streams.sessions.clickhouse_jobs).
+        await hold_embedded_clickhouse(settings, pool=pool)
         executors = default_executors(settings)
         try:
             await executors.warm_up()

@@ -109,7 +109,8 @@ def show_command(
 
 @runs_app.command("cancel")
 def cancel_command(run_id: str = typer.Argument(..., help="The run's id.")) -> None:
-    """Cancel a run: jobs not started are cancelled, running ones stop at a checkpoint."""
+    """Cancel a run: jobs not started are cancelled, running ones stop at a checkpoint.
+    A run that has already ended is refused (RUN_TERMINAL, exit 1) and left as it was."""
 
     settings = load_settings()
 

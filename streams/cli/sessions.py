@@ -71,15 +71,9 @@ def _config(raw: str | None) -> dict[str, Any]:
     if not raw:
         return {}
     text = Path(raw[1:]).read_text(encoding="utf-8") if raw.startswith("@") else raw
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise UsageError(f"--config is not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise UsageError("--config must be a JSON object")
-    from streams.sessions.notice import check_run_config
+    from streams.sessions.notice import run_config_from_json  # the API's upload reads it so
 
-    return check_run_config(value)
+    return run_config_from_json(text, name="--config")
 
 
 def _follow(settings: Settings, *, as_json: bool, timeout: float, **which: Any) -> Any:
@@ -313,13 +307,16 @@ def register(app: typer.Typer) -> None:
         tenant: str | None = TENANT_OPTION,
         as_json: bool = JSON_OPTION,
     ) -> None:
-        """Point the session back at an earlier good run (nothing is deleted)."""
+        """Point the session back at an earlier good run (nothing is deleted), once every
+        dataset of that run has been read back and matched its sha256."""
+        from streams.objects import ObjectStore
         from streams.sessions.reprocess import rollback
 
         owner, sid = _tenant(tenant), _uuid(session)
         target = _uuid(to) if to else None
+        store = ObjectStore(load_settings().objects())
         moved = _with_conn(lambda conn: rollback(
-            conn, tenant=owner, session_id=sid, to_run=target, requested_by="cli"))
+            conn, tenant=owner, session_id=sid, to_run=target, requested_by="cli", store=store))
         data = {"session_id": str(sid), "from_run": str(moved.from_run),
                 "to_run": str(moved.to_run)}
         if as_json:

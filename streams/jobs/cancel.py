@@ -1,4 +1,10 @@
-"""Cancellation of runs and jobs (spec 000 §10)."""
+"""Cancellation of runs and jobs (spec 000 §10).
+
+Only a run that has not ended can be cancelled: a succeeded, partial, failed or cancelled run
+refuses with ``RUN_TERMINAL`` and is left exactly as it was (its ``completed_at``, its
+features, the session's pointer; nothing is announced). The check holds the run's row, so a
+finalisation committing at the same moment is either seen (refused) or waits for the cancel.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,12 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from schemas import error_codes as codes
 from stages.jobs.errors import ErrorSource
 from stages.jobs.job_state import JobState
-from stages.jobs.run_state import RunState
+from stages.jobs.run_state import TERMINAL_RUN, RunState
 from streams.adapters.postgres import Conn
-from streams.errors import NotFoundError
+from streams.errors import NotFoundError, UsageError
 from streams.jobs import sql
 from streams.jobs.settle import Closed, finalise, settle
 from streams.jobs.txn import atomically
@@ -34,14 +41,26 @@ async def cancel_run(
     *,
     source: ErrorSource = ErrorSource.OPERATOR,
     now: Now = None,
+    channel: str | None = None,
 ) -> CancelSummary:
     """Cancel a run (spec 000 §10): status ``cancelled``, not-started jobs ``cancelled``,
     running jobs ``cancel_requested`` (finalised when the last one acknowledges).
 
     ``source``: who asked (a user by default); each running job's acknowledging attempt
-    records it as its error source."""
+    records it as its error source. A run that has ended raises :class:`UsageError`
+    ``RUN_TERMINAL`` and is not touched. ``channel``: the deployment's jobs channel; when
+    given, the workers running the run's jobs are woken to stop them at once (otherwise they
+    learn it at their next heartbeat)."""
 
     async def work(c: Conn) -> CancelSummary:
+        status = await c.fetchval(sql.LOCK_RUN_STATUS, run_id)
+        if status is None:
+            raise NotFoundError(f"no run {run_id}")
+        if RunState(status) in TERMINAL_RUN:
+            raise UsageError(
+                f"run {run_id} has already ended ({status}); there is nothing to cancel",
+                code=codes.RUN_TERMINAL,
+            )
         row = await c.fetchrow(
             sql.STOP_RUN,
             now,
@@ -53,6 +72,8 @@ async def cancel_run(
         )
         if row is None:
             raise NotFoundError(f"no run {run_id}")
+        if row["requested"] and channel is not None:
+            await c.execute(sql.NOTIFY_STOP, channel)
         if row["jobs_open"] == 0:
             await finalise(c, run_id, now=now)
         return CancelSummary(
@@ -85,6 +106,8 @@ async def cancel_job(
                 raise NotFoundError(f"no job {job_id}")
             return JobState(current["state"])
         state = JobState(row["state"])
+        if state is JobState.CANCEL_REQUESTED:  # its worker stops it at once
+            await c.execute(sql.NOTIFY_STOP, channel)
         if state is JobState.CANCELLED:
             closed = Closed(
                 id=job_id,

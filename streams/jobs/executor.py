@@ -6,10 +6,14 @@ to a temporary location and promotes them (``streams.sessions.datasets.write_out
 returns a :class:`~streams.jobs.model.JobResult` listing the datasets and a JSON summary. The
 engine records all of it in the completing transaction.
 
+An executor that promotes outputs before returning declares where (``ctx.writes_to(url)``), so
+that an attempt whose job ends without success does not leave them behind.
+
 Long work calls ``ctx.checkpoint()`` between safe steps; it raises :class:`Cancelled` once the
-run or job is cancelled (the worker learns it from its heartbeats) and the engine records the
-acknowledgement. CPU-bound work must not run on the event loop: wrap a plain function with
-:func:`threaded`, which runs it in a thread pool (``checkpoint()`` is thread-safe).
+run or job is cancelled (the worker learns it from a notification, or at its next heartbeat)
+and the engine records the acknowledgement. CPU-bound work must not run on the event loop: wrap
+a plain function with :func:`threaded`, which runs it in a thread pool (``checkpoint()`` is
+thread-safe).
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ class JobContext:
     # A plain flag: set from the event loop, read from executor threads (a bool attribute
     # write is atomic under the GIL; an Event per job would cost more than a no-op job).
     _cancel: bool = field(default=False, repr=False)
+    _outputs: list[str] = field(default_factory=list, repr=False)
 
     @property
     def input_hashes(self) -> tuple[str, ...]:
@@ -96,6 +101,18 @@ class JobContext:
     def request_cancel(self) -> None:
         """Mark the job as to be cancelled (called by the worker; thread-safe)."""
         self._cancel = True
+
+    def writes_to(self, url: str) -> None:
+        """Declare, before writing them, that this attempt promotes outputs under ``url`` (an
+        object-store directory of this job's own, in this run). If the job then ends without
+        success (cancelled, or failed for good) nothing will ever record them, and the worker
+        removes them (``streams.jobs.unrecorded``)."""
+        self._outputs.append(url)
+
+    @property
+    def output_dirs(self) -> tuple[str, ...]:
+        """Where this attempt declared it promotes outputs (:meth:`writes_to`)."""
+        return tuple(self._outputs)
 
     def checkpoint(self) -> None:
         """Raise :class:`Cancelled` if cancellation was requested; call between safe steps."""

@@ -49,6 +49,7 @@ from streams.jobs.txn import atomically, on_conflict, rollback_quietly
 from streams.names import Names
 
 __all__ = [
+    "STOP_NOTICE",
     "CancelSummary",
     "EnqueuedRun",
     "Reaped",
@@ -64,6 +65,7 @@ __all__ = [
     "enqueue_run",
     "fail",
     "heartbeat",
+    "job_state",
     "jobs_channel",
     "promote",
     "reap",
@@ -73,10 +75,19 @@ __all__ = [
 
 Now = datetime | None
 
+STOP_NOTICE = sql.STOP_NOTICE
+"""The payload of a notification on the jobs channel that running jobs were asked to stop."""
+
 
 def jobs_channel(settings: Settings) -> str:
     """The NOTIFY channel workers of this deployment listen on."""
     return Names(namespace=settings.namespace).jobs_channel
+
+
+async def job_state(conn: Conn, job_id: uuid.UUID) -> JobState | None:
+    """Where ``job_id`` stands now (``None``: no such job)."""
+    state = await conn.fetchval(sql.JOB_STATE, job_id)
+    return None if state is None else JobState(state)
 
 
 async def claim(

@@ -21,8 +21,11 @@ __all__ = ["cancel_run", "retry_run"]
 
 
 async def cancel_run(conn: Conn, run_id: uuid.UUID, *, events: DomainEvents) -> queue.CancelSummary:
-    """Cancel ``run_id`` (:func:`streams.jobs.queue.cancel_run`), then announce its state."""
-    done = await queue.cancel_run(conn, run_id)
+    """Cancel ``run_id`` (:func:`streams.jobs.queue.cancel_run`), then announce its state.
+
+    The workers running its jobs are woken on the deployment's jobs channel, so they stop
+    them at once rather than at their next heartbeat."""
+    done = await queue.cancel_run(conn, run_id, channel=events.names.jobs_channel)
     await events.runs_changed(conn, {run_id: done.status.value})
     return done
 

@@ -77,6 +77,7 @@ async def settle(
                     reason=f"{job.name}: {job.reason}",
                     job_reason=f"RUN_{status.value.upper()}",
                     now=now,
+                    channel=channel,
                 )
                 == 0
             ):
@@ -99,11 +100,15 @@ async def stop_run(
     reason: str | None,
     job_reason: str,
     now: Any,
+    channel: str,
 ) -> int:
-    """Cancel what has not started, ask running jobs to stop; returns the run's open jobs."""
+    """Cancel what has not started, ask running jobs to stop (waking their workers on
+    ``channel``); returns the run's open jobs."""
     row = await conn.fetchrow(sql.STOP_RUN, now, run_id, status.value, reason, job_reason, None)
     if row is None:
         return -1
+    if row["requested"]:
+        await conn.execute(sql.NOTIFY_STOP, channel)
     return int(row["jobs_open"])
 
 

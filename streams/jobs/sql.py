@@ -377,6 +377,10 @@ FROM moved m
 # Where a job stands now (to explain why a guarded UPDATE matched nothing).
 JOB_HOLDER: Final = "SELECT state, locked_by, attempt_count FROM jobs WHERE id = $1"
 
+# A user's cancel: the run's status under its row lock, so the check that it has not ended and
+# the stop are one decision (a finalisation committing meanwhile is waited for, then seen).
+LOCK_RUN_STATUS: Final = "SELECT status FROM processing_runs WHERE id = $1 FOR UPDATE"
+
 # Stop a whole run: not-started jobs are cancelled, running ones asked to stop.
 # $2 run id, $3 run status (failed | cancelled), $4 failure reason, $5 reason for the jobs,
 # $6 who asked (error source: 'operator' for a user's cancel; NULL when the run stops itself).
@@ -544,7 +548,9 @@ run AS (
         summary = r.summary || v.summary,
         completed_at = p.now, updated_at = p.now
     FROM verdict v, p
-    WHERE r.id = v.id AND r.jobs_open = 0
+    -- A run is finalised once: a finalised run is never rewritten (its completed_at, its
+    -- flags, the session's pointer), whoever asks again.
+    WHERE r.id = v.id AND r.jobs_open = 0 AND r.completed_at IS NULL
     RETURNING r.id, r.session_id, r.status, r.created_at, r.completed_at, r.idempotency_key
 ),
 -- If one transaction ends several runs of a session, the newest of those is the candidate.
@@ -640,3 +646,13 @@ FROM processing_runs r WHERE r.id = $1
 """
 
 CANCEL_REQUESTED: Final = "SELECT state = 'cancel_requested' FROM jobs WHERE id = $1"
+
+# Running jobs were just asked to stop (cancel_requested): wake the workers holding them, so
+# they look at their jobs at once (one heartbeat) rather than at their next heartbeat. $1 the
+# jobs channel; the payload names no pool, so no worker claims on it. Delivered at commit, like
+# every notification, so a cancel that rolls back wakes nobody.
+STOP_NOTICE: Final = "stop"
+NOTIFY_STOP: Final = f"SELECT pg_notify($1, '{STOP_NOTICE}')"
+
+# Where a job stands now (a worker deciding whether an ended attempt's outputs can go).
+JOB_STATE: Final = "SELECT state FROM jobs WHERE id = $1"

@@ -18,12 +18,17 @@ One worker process runs up to ``concurrency`` jobs at a time on one event loop:
   result waiting at that moment in a single transaction (group commit): under load many jobs
   share a round trip, when idle each completes immediately. Under a backlog the worker also
   claims in batches (a quarter of its slots at a time) rather than one job per free slot.
-- **Heartbeat.** Every ``heartbeat_s`` the worker refreshes all its jobs in one statement. A job
-  whose cancellation was requested is stopped: its context is flagged (``checkpoint()`` raises)
+- **Heartbeat.** Every ``heartbeat_s`` the worker refreshes all its jobs in one statement, and
+  at once when a ``stop`` notification arrives on the jobs channel (sent by the transaction that
+  asked running jobs to stop), so a cancel reaches its job in milliseconds. A job whose
+  cancellation was requested is stopped: its context is flagged (``checkpoint()`` raises)
   and its task cancelled, which reaches the computation (a stage running in the compute pool
   has its process stopped, see ``streams.sessions.stage_executors``); the worker then records
   the acknowledgement. A job no longer held (reaped after a stall, hard timeout) is abandoned
   locally the same way.
+- **Let go.** When an attempt that promoted outputs (``ctx.writes_to``) ends without success,
+  the worker removes them in the background if its job can never use them (``cancelled``,
+  ``failed``): ``streams.jobs.unrecorded``.
 - **Maintain.** Every worker promotes due ``retry_wait`` jobs each poll, and reaps stale ones
   every ``min(stale_after_s / 2, 30)`` seconds (each job's own threshold, from its type, unless
   ``worker.stale_after_s`` overrides them all); both are race-free, so running them in every
@@ -34,7 +39,8 @@ to ``worker.drain_s`` to finish; whatever is still running then is stopped like 
 job and released - ``retry_wait`` due at once, counted as a lost attempt (``WORKER_DRAINED``),
 not one of the job's own - so another worker takes it over without waiting for the reaper.
 Then it flushes and returns. A crashed worker needs nothing: its jobs stop heartbeating and
-the reaper takes them back after their type's stale threshold.
+the reaper takes them back after their type's stale threshold (and its compute-pool processes
+die with it: ``streams.sessions.pool_process``).
 
 Observability
 -------------
@@ -70,7 +76,8 @@ from streams.adapters import postgres
 from streams.adapters.postgres import Conn
 from streams.config import Settings
 from streams.domain_events import DomainEvents
-from streams.jobs import queue
+from streams.errors import TidewayError
+from streams.jobs import queue, unrecorded
 from streams.jobs.executor import Cancelled, Executor, JobContext
 from streams.jobs.failure import error_from_exception
 from streams.jobs.model import ClaimedJob, FinishedRun, JobResult, Outcome
@@ -105,6 +112,7 @@ class _Running:
     cancelling: bool = False  # stopped because cancellation was requested: acknowledge it
     drained: bool = False  # stopped at the drain deadline: release it for another worker
     abandoned: bool = False  # no longer held in the database (reaped): drop it silently
+    succeeded: bool = False  # its completion was applied
     result: JobResult | None = None
     started: float = 0.0  # loop time of the claim
     ran_s: float = 0.0  # the attempt's duration, once its executor has returned
@@ -178,6 +186,7 @@ class _Worker:
         self.rand = rand
         self.channel = Names(namespace=settings.namespace).jobs_channel
         self.wake = asyncio.Event()
+        self.look = asyncio.Event()  # a job may have been asked to stop: heartbeat now
         self.running: dict[uuid.UUID, _Running] = {}  # held: executing or being recorded
         self.executing = 0
         self.backlog = False  # the last claim was full: more jobs are probably waiting
@@ -188,6 +197,8 @@ class _Worker:
         self.observer: JobObserver | None = hooks.jobs if hooks is not None else None
         self.beat: Heartbeat | None = None
         self.events = DomainEvents(settings)  # run.<state> events, after each commit
+        self.store: ObjectStore | None = None  # for removing unrecorded outputs (on first use)
+        self.discarding: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         dsn = self.settings.postgres()
@@ -222,6 +233,7 @@ class _Worker:
             for task in helpers[1:]:
                 task.cancel()
             await asyncio.gather(*helpers[1:], return_exceptions=True)
+            await asyncio.gather(*self.discarding, return_exceptions=True)
             await listener.close()
             await self.events.aclose()
             await self.db.close()
@@ -295,7 +307,9 @@ class _Worker:
             self.wake.set()  # the queue may hold more: look again as soon as slots free
 
     def _on_notify(self, _conn: Conn, _pid: int, _channel: str, payload: object) -> None:
-        if self.pools is None or not payload or str(payload) in self.pools:
+        if payload == queue.STOP_NOTICE:  # some running job was asked to stop
+            self.look.set()
+        elif self.pools is None or not payload or str(payload) in self.pools:
             self.wake.set()
 
     async def _stop_watch(self) -> None:
@@ -384,11 +398,35 @@ class _Worker:
 
     def _let_go(self, entry: _Running) -> None:
         self._release(entry)
-        if self.running.pop(entry.job.id, None) is not None and not entry.reported:
-            # No outcome was recorded by this worker: the job was taken from it (reaped), or
-            # the database could not be reached to record one (the reaper will take it back).
-            self._ended(entry, "lost", error_code=codes.WORKER_LOST)
+        if self.running.pop(entry.job.id, None) is not None:
+            if not entry.reported:
+                # No outcome was recorded by this worker: the job was taken from it (reaped),
+                # or the database could not be reached to record one (the reaper will take it
+                # back).
+                self._ended(entry, "lost", error_code=codes.WORKER_LOST)
+            if entry.ctx.output_dirs and not entry.succeeded:
+                task = asyncio.create_task(self._discard(entry), name="discard")
+                self.discarding.add(task)
+                task.add_done_callback(self.discarding.discard)
         self.wake.set()
+
+    async def _discard(self, entry: _Running) -> None:
+        """Remove the outputs ``entry``'s attempt promoted if its job ended without success
+        (``streams.jobs.unrecorded``); on any trouble retention sweeps them later."""
+        job = entry.job
+        try:
+            if self.store is None:
+                self.store = ObjectStore(self.settings.objects())
+            state = await unrecorded.discard_if_ended(self.db, self.store, job.id,
+                                                      entry.ctx.output_dirs)  # fmt: skip
+        except (OSError, asyncpg.PostgresError, TidewayError) as exc:
+            with log_context(**entry.log_fields()):
+                log.warning("could not remove the unrecorded outputs of job %s: %s (retention"
+                            " will)", job.name, exc)  # fmt: skip
+            return
+        if state is not None:
+            with log_context(**entry.log_fields()):
+                log.info("removed the unrecorded outputs of job %s (%s)", job.name, state)
 
     def _ended(self, entry: _Running, outcome: str, *, error_code: str = "",
                delay_s: float = 0.0) -> None:
@@ -535,6 +573,7 @@ class _Worker:
         for entry in batch:
             outcome = completed.outcomes[entry.job.id]
             if outcome is Outcome.APPLIED:
+                entry.succeeded = True
                 self._ended(entry, "succeeded")
             elif outcome is Outcome.CANCEL_REQUESTED:
                 await self._guarded(self._acknowledge(entry))
@@ -556,7 +595,11 @@ class _Worker:
     # -- heartbeats and maintenance ------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.cfg.heartbeat_s)
+            # Every heartbeat_s, and at once when a cancel was notified (it reaches the job
+            # in milliseconds instead of up to a heartbeat later).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.look.wait(), self.cfg.heartbeat_s)
+            self.look.clear()
             entries = list(self.running.values())
             if not entries:
                 continue

@@ -22,7 +22,9 @@ leader that dies releases it with its connection). A round:
    long transaction. Expired rows in DEFAULT partitions and resolved dead letters past their
    retention are deleted (both small).
 4. carries out the batch half's items (:mod:`streams.retention.batch`: superseded runs'
-   datasets and ClickHouse rows, deleted artifacts, ``tmp/`` leftovers) in the same plan.
+   datasets and ClickHouse rows, deleted artifacts, ``tmp/`` leftovers; and
+   :mod:`streams.retention.unrecorded_outputs`: output directories that no dataset row
+   records, of jobs that ended without success) in the same plan.
 
 With ``retention.archive`` naming a partition's tier, step 3 exports it to Parquet in the
 object store, verifies and records the object, and only then drops it, in one transaction
@@ -49,7 +51,7 @@ from streams.config import Settings
 from streams.errors import TidewayError
 from streams.objects import ObjectStore
 from streams.observability.events import RetentionObserver
-from streams.retention import archive, batch, sql
+from streams.retention import archive, batch, sql, unrecorded_outputs
 from streams.retention.plan import (
     DEAD_LETTERS,
     DEDUPE,
@@ -134,7 +136,8 @@ async def current_plan(conn: Conn, settings: Settings, now: datetime) -> list[Pl
     items = plan(partitions, generations, settings.retention, now, resolved_dead_letters=dead)
     items = archive.annotate(items, partitions, settings.retention, TIERS)
     items += await archive.plan_items(conn, settings.retention, now)
-    return items + await batch.plan_items(conn, settings, now)
+    items += await batch.plan_items(conn, settings, now)
+    return items + await unrecorded_outputs.plan_items(conn, settings, now)
 
 
 async def _ddl(conn: Conn, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
@@ -244,7 +247,9 @@ async def execute(
     by_tier = {tier.name: tier for tier in (*TIERS, DEDUPE)}
     done, skipped = [], []
     for item in items:
-        if item.action not in (DROP, DELETE) or item.tier in (*batch.TIERS, archive.ARCHIVES):
+        if item.action not in (DROP, DELETE) or item.tier in (
+            *batch.TIERS, archive.ARCHIVES, unrecorded_outputs.TIER
+        ):
             continue
         try:
             if item.tier == DEAD_LETTERS:
@@ -288,7 +293,8 @@ async def execute(
         )
         done, skipped = done + removed, skipped + kept
     batch_done, batch_skipped = await batch.execute(conn, settings, items, now)
-    return done + batch_done, skipped + batch_skipped
+    swept, kept = await unrecorded_outputs.execute(settings, items)
+    return done + batch_done + swept, skipped + batch_skipped + kept
 
 
 async def _drop(conn: Conn, tier: Tier, name: str, *, detach: bool) -> None:

@@ -44,6 +44,7 @@ intake started while Postgres is down waits for it (:func:`streams.adapters.outa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import tempfile
@@ -67,13 +68,15 @@ from nats.js.api import (
 )
 from pydantic import ValidationError
 
+from schemas.errors import unexpected
+from schemas.run_config import explain
 from stages.ack_policy import AckDecision, Action, Disposition, budget_spent, decide
 from streams.adapters import postgres
-from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
+from streams.adapters.nats import CONNECTION_ERRORS, ONE_SHOT_ATTEMPTS, connect_nats
 from streams.adapters.outage import Outage, wait_out
 from streams.config import Settings
 from streams.domain_events import DomainEvents
-from streams.errors import PermanentError, TidewayError, TransientError, UsageError
+from streams.errors import PermanentError, TransientError, UsageError
 from streams.names import Names
 from streams.objects import ObjectStore, artifact_key
 from streams.observability import tracing
@@ -227,7 +230,8 @@ async def run_intake(
             for msg in msgs:
                 await _handle(ctx, msg)
     finally:
-        await nc.close()
+        with contextlib.suppress(*CONNECTION_ERRORS):  # a server that is gone: nothing to drain
+            await nc.close()
         await pool.close()
 
 
@@ -320,9 +324,11 @@ async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
             disposition=Disposition.UNAVAILABLE, code="PG_TIMEOUT",
             message="a Postgres statement ran past postgres_timeouts.command_s",
         )
-    except (ValidationError, UsageError, PermanentError) as exc:
-        code = exc.code if isinstance(exc, TidewayError) else "BAD_NOTICE"
-        return _Outcome(disposition=Disposition.NEVER_SUCCEEDS, code=code, message=str(exc))
+    except ValidationError as exc:  # by key and kind: pydantic's own text quotes the input
+        return _Outcome(disposition=Disposition.NEVER_SUCCEEDS, code="BAD_NOTICE",
+                        message=f"invalid session notice: {explain(exc, root='notice')}")
+    except (UsageError, PermanentError) as exc:
+        return _Outcome(disposition=Disposition.NEVER_SUCCEEDS, code=exc.code, message=str(exc))
     except _PG_GONE as exc:
         return _Outcome(
             disposition=Disposition.UNAVAILABLE, code="PG_UNAVAILABLE",
@@ -336,8 +342,7 @@ async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
     except Exception as exc:  # a bug: keep the notice (redelivered) rather than lose it
         log.exception("intake failed on a notice on %s", msg.subject)
         return _Outcome(
-            disposition=Disposition.RETRY, code="INTAKE_CRASHED",
-            message=f"{type(exc).__name__}: {exc}",
+            disposition=Disposition.RETRY, code="INTAKE_CRASHED", message=unexpected(exc)
         )
     log.info(
         "intake %s run %s (%s)",

@@ -18,23 +18,31 @@ A session's runs are immutable, and so are their datasets; what moves is one poi
   forward again (until retention removes a superseded run's outputs after
   ``retention.superseded_runs_s``: such a run is never made active again, see
   ``streams.retention.batch``); every move is appended to ``sessions.metadata.pointer_history``.
+  Before the pointer moves, every dataset of the run it would point at is read back and
+  checked against its sha256 (spec 003's health check before a flip, the objects half of
+  ``publish_session``'s: :func:`streams.sessions.verify.verify_objects`); a file missing or
+  changed since refuses the rollback (``ROLLBACK_VERIFICATION_FAILED``) and nothing moves.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal
 
+from schemas import error_codes as codes
 from stages.jobs.planner import plan_run
 from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 from streams.domain_events import DomainEvents
 from streams.errors import NotFoundError, UsageError
 from streams.jobs.enqueue import EnqueuedRun, enqueue_run
 from streams.names import Names
+from streams.objects import ObjectStore
 from streams.sessions import priorities
+from streams.sessions.verify import DatasetToCheck, verify_objects
 from streams.sessions.versions import current_versions
 
 __all__ = [
@@ -46,6 +54,8 @@ __all__ = [
     "reprocess",
     "rollback",
 ]
+
+log = logging.getLogger(__name__)
 
 _GOOD: Final = ("succeeded", "partial")
 
@@ -121,6 +131,12 @@ LIMIT 1
 
 _RUN_OF_SESSION = """
 SELECT status, outputs_removed_at FROM processing_runs WHERE id = $1 AND session_id = $2
+"""
+
+# What a rollback reads back before the pointer moves: every dataset the run recorded.
+_RUN_DATASETS = """
+SELECT name, storage_url, content_hash, coalesce(row_count, 0) AS row_count
+FROM derived_datasets WHERE run_id = $1
 """
 
 _MOVE = """
@@ -208,7 +224,8 @@ async def reprocess(
             raise NotFoundError(f"no session {session_id} for tenant {tenant}")
         source = await conn.fetchrow(_SOURCE_RUN, session_id, session["active_run_id"])
         if source is None:
-            raise UsageError(f"session {session_id} has no run to reprocess")
+            raise UsageError(f"session {session_id} has no run to reprocess",
+                             code="NO_PREVIOUS_RUN")
         run_config = dict(source["config"] if config is None else config)
         if unless_current:
             existing = await conn.fetchval(
@@ -327,15 +344,22 @@ async def rollback(
     session_id: uuid.UUID,
     to_run: uuid.UUID | None = None,
     requested_by: str = "operator",
+    store: ObjectStore,
 ) -> Rollback:
-    """Point ``session_id`` back at the previous good run (or at ``to_run``)."""
+    """Point ``session_id`` back at the previous good run (or at ``to_run``), once every dataset
+    of that run has been read back from ``store`` and matched its sha256 (module docstring).
+
+    Refusals change nothing: ``NO_PREVIOUS_RUN``, ``RUN_OUTPUTS_REMOVED``,
+    ``ROLLBACK_VERIFICATION_FAILED`` (:class:`UsageError`); a store that cannot be read raises
+    its ``TransientError``."""
     async with conn.transaction():
         session = await conn.fetchrow(_SESSION, session_id, tenant)
         if session is None:
             raise NotFoundError(f"no session {session_id} for tenant {tenant}")
         current = session["active_run_id"]
         if current is None:
-            raise UsageError(f"session {session_id} has no active run to roll back from")
+            raise UsageError(f"session {session_id} has no active run to roll back from",
+                             code="NO_PREVIOUS_RUN")
         if to_run is None:
             to_run = await conn.fetchval(_PREVIOUS_GOOD, session_id, current, list(_GOOD))
             if to_run is None:
@@ -355,6 +379,11 @@ async def rollback(
                     f" ({found['outputs_removed_at']:%Y-%m-%d %H:%M} UTC); reprocess instead",
                     code="RUN_OUTPUTS_REMOVED",
                 )
+        # Checked while the session row is held, so the run verified is the run pointed at and
+        # retention (which holds the row to mark a run) cannot start removing it in between.
+        # The check takes as long as reading the run's files (a fraction of a second for an
+        # hour's session on a local disk); only this session's pointer waits meanwhile.
+        await _verify_outputs(conn, store, to_run)
         await conn.execute(
             _MOVE,
             session_id,
@@ -367,3 +396,29 @@ async def rollback(
             },
         )
     return Rollback(session_id=session_id, from_run=current, to_run=to_run)
+
+
+async def _verify_outputs(conn: Any, store: ObjectStore, run_id: uuid.UUID) -> None:
+    """Raise ``ROLLBACK_VERIFICATION_FAILED`` unless every dataset of ``run_id`` reads back
+    from ``store`` with its recorded sha256."""
+    rows = await conn.fetch(_RUN_DATASETS, run_id)
+    report = await verify_objects(
+        store,
+        [
+            DatasetToCheck(
+                name=r["name"], url=r["storage_url"], sha256=r["content_hash"], rows=r["row_count"]
+            )
+            for r in rows
+        ],
+    )
+    if report.ok:
+        return
+    log.warning("rollback to run %s refused: %s", run_id, "; ".join(report.problems))
+    shown = "; ".join(report.problems[:5])
+    more = f" (+{len(report.problems) - 5} more)" if len(report.problems) > 5 else ""
+    raise UsageError(
+        f"run {run_id} cannot be made active: {len(report.problems)} of its {report.datasets}"
+        f" datasets are missing or do not match their sha256 ({shown}{more}); the pointer was"
+        " not moved - reprocess the session instead",
+        code=codes.ROLLBACK_VERIFICATION_FAILED,
+    )

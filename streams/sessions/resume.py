@@ -16,6 +16,10 @@ job succeeds at once with those datasets (the same immutable files, now recorded
 too) and that job's summary; the stage does not run. A file that is missing or does not verify
 makes the job compute again, into the new run's own directory - nothing is ever overwritten.
 
+Reused files stay where they are: the new run's dataset rows point into the earlier run's
+directory. Retention follows those rows (``streams.retention.batch``): it never removes a
+directory a kept run points into, nor a run an open retry may still reuse.
+
 Which jobs are reused follows from the key: a job downstream of one that is computed again (the
 job that failed, or one whose outputs did not verify) sees other input hashes, hence another
 key, and runs. ``materialise_clickhouse`` and ``publish_session`` always run, since the rows
@@ -54,7 +58,10 @@ SELECT coalesce(array_agg(id ORDER BY depth), '{}') FROM chain
 """
 
 # Succeeded jobs called $2 with key $3 in the runs $1, in the order of $1 (newest run first),
-# each with its recorded datasets. uq_jobs_run_name finds them.
+# each with its recorded datasets. uq_jobs_run_name finds them. Never from a run whose outputs
+# retention has begun to remove (marked before anything goes; streams.retention.batch): its
+# files may be going, and once its dataset rows are gone the job would look like one that
+# produced nothing.
 _EARLIER_JOBS: Final = """
 SELECT j.id, j.run_id, j.output,
        coalesce((SELECT jsonb_agg(jsonb_build_object(
@@ -65,7 +72,7 @@ SELECT j.id, j.run_id, j.output,
                     'time_range_start', d.time_range_start,
                     'time_range_end', d.time_range_end) ORDER BY d.name)
                  FROM derived_datasets d WHERE d.job_id = j.id), '[]'::jsonb) AS datasets
-FROM jobs j
+FROM jobs j JOIN processing_runs r ON r.id = j.run_id AND r.outputs_removed_at IS NULL
 WHERE j.run_id = ANY($1::uuid[]) AND j.name = $2 AND j.state = 'succeeded'
   AND j.idempotency_key = $3
 ORDER BY array_position($1::uuid[], j.run_id)

@@ -16,8 +16,11 @@ loop (``compute="thread"`` keeps them in threads, which tests use for speed).
   In the process pool (pebble's, chosen because it can stop one task's process without
   breaking the pool) that terminates the process computing the stage - its CPU work ends
   within moments and the pool starts a fresh process in its place, so a retry never runs
-  next to a stale attempt. In the thread pool the stage is told through its ``checkpoint``
-  callback, which the long stages call inside their loops. The body reads
+  next to a stale attempt. A pool process also dies with its worker, should the worker be
+  killed outright (``streams.sessions.pool_process``). In the thread pool the stage is told
+  through its ``checkpoint`` callback, which the long stages call inside their loops. The
+  executor declares the job's output directory before the body runs (``ctx.writes_to``), so an
+  attempt whose job ends cancelled or failed leaves nothing behind. The body reads
 the inputs it uses (sha256-verified), runs the stage, writes each output table as Parquet to a
 temporary directory and promotes it atomically; the executor returns a ``JobResult`` whose
 ``DatasetRecord`` list the engine records in the completing transaction.
@@ -46,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import multiprocessing
+import os
 import threading
 import time
 import uuid
@@ -68,6 +72,7 @@ from streams.objects import ObjectStore
 from streams.sessions import artifact_lifecycle
 from streams.sessions.datasets import DatasetFile, idempotency_key, output_prefix
 from streams.sessions.executor_resources import ExecutorResources
+from streams.sessions.pool_process import die_with_parent
 from streams.sessions.resume import Lineages, resume_job
 from streams.sessions.stage_job import InputRef, StageJob, StageRun, run_stage_job
 
@@ -158,11 +163,14 @@ class SessionExecutors(Mapping[str, Executor]):
         """The process pool stage bodies run in (created on first use)."""
         if self._processes is None:
             # spawn: a forked child would inherit the event loop's threads and locks. The
-            # initializer imports every stage in each process before its first job (and in
-            # each process started in place of one stopped with its job).
+            # initializer ties each process's life to this one's (a killed worker must not
+            # leave a stage computing: streams.sessions.pool_process) and imports every stage
+            # before its first job (and in each process started in place of one stopped with
+            # its job).
             self._processes = pebble.ProcessPool(
                 max_workers=self.workers,
-                initializer=_import_stages,
+                initializer=_start_process,
+                initargs=(os.getpid(),),
                 context=multiprocessing.get_context("spawn"),
             )
         return self._processes
@@ -295,6 +303,9 @@ class SessionExecutors(Mapping[str, Executor]):
             )
             if resumed is not None:
                 return resumed
+            # Declared before the body promotes anything there: removed if the job then ends
+            # without success (streams.jobs.unrecorded). Resumed outputs, another run's, are not.
+            ctx.writes_to(self.store.url(spec.prefix))
             run = await self.run_body(spec)
             await self._record_artifacts(ctx, run)
             if run.failure is not None:
@@ -322,6 +333,12 @@ def _factory(path: str) -> Callable[[ExecutorResources], Executor]:
         importlib.import_module(module), name
     )
     return factory
+
+
+def _start_process(worker_pid: int) -> None:
+    """The pool's initializer: die with the worker, then import the stages."""
+    die_with_parent(worker_pid)
+    _import_stages()
 
 
 def _import_stages() -> None:

@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from schemas.errors import unexpected
 from stages.batch.contract import ArtifactBlob, StageInput, StageOutput, StageStopped
 from stages.errors import StageError
 from streams.errors import TidewayError, TransientError
@@ -255,7 +256,7 @@ def run_stage_job(job: StageJob, *, stop: Callable[[], bool] | None = None) -> S
             code="WORKER_RESOURCE", message=repr(exc), retriable=True, source="runtime"
         )
     except Exception as exc:  # a bug in a deterministic stage fails the same way every time
-        failure = StageFailure(
-            code="STAGE_CRASHED", message=f"{type(exc).__name__}: {exc}", retriable=False
-        )
+        # By class and place only: the text of an exception raised on a session's data may
+        # quote it (a coordinate, spec 000 §15), and this message is stored with the attempt.
+        failure = StageFailure(code="STAGE_CRASHED", message=unexpected(exc), retriable=False)
     return StageRun(failure=failure, timings=timings)

@@ -13,8 +13,11 @@ hash that intake uses as the run's idempotency key, so a caller can find and wai
 A refused upload stores nothing: validation fails before promotion - so does the tenant's
 daily quota, which :meth:`StagedUpload.publish` reserves first (:mod:`streams.sessions.quotas`;
 ``QUOTA_EXCEEDED``) - and the temporary files are dropped. When the notice cannot be
-published after promotion, the reservation is given back and the files this upload put
-there are removed again - unless content addressing shares one with someone else: an object
+published after promotion - NATS not connected: nothing was handed over - the reservation is
+given back and the files this upload put there are removed again (a notice that was handed
+over but not acknowledged may still arrive: its files stay, :class:`NoticeInDoubt`, and the
+client's retry of the same upload meets the stored notice) - unless content addressing shares
+one with someone else: an object
 that was already there, one an ``artifacts`` row (an accepted session) refers to, or one another
 upload in this process is still handling. (An identical upload in another process that has
 published but not yet been recorded by intake is not seen; its notice would then be
@@ -42,10 +45,9 @@ from typing import Any
 
 import asyncpg
 import nats
-from nats.js import JetStreamContext
 
 from streams.adapters import postgres
-from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
+from streams.adapters.nats import ONE_SHOT_ATTEMPTS, Nats, connect_nats
 from streams.adapters.outage import describe
 from streams.config import QuotaSettings, Settings
 from streams.errors import TransientError, UsageError
@@ -64,6 +66,7 @@ from streams.sessions.notice import (
 from streams.sessions.tenancy import check_device, check_tenant
 
 __all__ = [
+    "NoticeInDoubt",
     "StagedUpload",
     "UploadReceipt",
     "device_upload",
@@ -137,7 +140,7 @@ class StagedUpload:
 
     async def publish(
         self,
-        js: JetStreamContext,
+        nc: Nats,
         receipt: UploadReceipt,
         notice: SessionNotice,
         *,
@@ -155,12 +158,17 @@ class StagedUpload:
         try:
             await self._commit()
             await publish_notice(
-                js,
+                nc,
                 receipt.subject,
                 notice,
                 msg_id=f"{self._tenant}:{receipt.artifact_set_hash}",
                 traceparent=traceparent,
             )
+        except NoticeInDoubt:
+            # The notice may still be stored: the files and the reservation stay with it
+            # (an upload either becomes a run or is refused with nothing stored).
+            self._published = True
+            raise
         except BaseException:
             if reservation is not None:
                 try:
@@ -312,20 +320,42 @@ def receipt_for(
     )
 
 
+class NoticeInDoubt(TransientError):
+    """The notice was handed to the connection but its acknowledgement never came: it may be
+    stored (a reconnecting client sends what it buffered), so what it names must stay."""
+
+
 async def publish_notice(
-    js: JetStreamContext, subject: str, notice: SessionNotice, *, msg_id: str,
+    nc: Nats, subject: str, notice: SessionNotice, *, msg_id: str,
     traceparent: str | None = None,
 ) -> None:
     """Publish ``notice`` on ``subject`` and wait for the stream's acknowledgement.
 
-    ``traceparent`` (the upload's trace) travels as a header for intake to continue."""
+    ``traceparent`` (the upload's trace) travels as a header for intake to continue.
+
+    Two failures, told apart because they call for opposite clean-ups: a connection that is
+    not connected now refuses at once (``TransientError`` ``NATS_PUBLISH``): nothing was
+    handed over, so nothing of it can arrive later - nats-py would otherwise buffer the
+    notice while it reconnects and send it after the caller has answered 503 and removed
+    the files (issue 27). A publish that was handed over and not acknowledged is
+    :class:`NoticeInDoubt`: it may still arrive, and a retry of the same upload (same
+    ``Nats-Msg-Id``) finds it stored and its run made.
+    """
+    if not nc.is_connected:
+        raise TransientError("cannot publish the session notice: NATS is not connected",
+                             code="NATS_PUBLISH")
     headers = {"Nats-Msg-Id": msg_id}
     if traceparent is not None:
         headers["traceparent"] = traceparent
     try:
-        await js.publish(subject, notice.encode(), headers=headers, timeout=10)
-    except (TimeoutError, nats.errors.Error, OSError) as exc:
-        raise TransientError(f"cannot publish session notice: {exc}", code="NATS_PUBLISH") from exc
+        await nc.jetstream().publish(subject, notice.encode(), headers=headers, timeout=10)
+    except (TimeoutError, nats.errors.TimeoutError) as exc:
+        raise NoticeInDoubt(
+            f"the session notice was sent but not acknowledged ({describe(exc)}); it may "
+            "still arrive: retrying the same upload is safe", code="NATS_PUBLISH") from exc
+    except (nats.errors.Error, OSError) as exc:  # refused: no stream, an API error, no send
+        raise TransientError(f"cannot publish session notice: {describe(exc)}",
+                             code="NATS_PUBLISH") from exc
 
 
 async def upload_files(
@@ -394,7 +424,7 @@ async def _upload_files(
         )
         nc = await connect_nats(settings.nats, name="tideway-upload", attempts=ONE_SHOT_ATTEMPTS)
         try:
-            await staged.publish(nc.jetstream(), receipt, notice, traceparent=traceparent)
+            await staged.publish(nc, receipt, notice, traceparent=traceparent)
         finally:
             await nc.close()
     return receipt
@@ -417,11 +447,12 @@ async def device_upload(
     broker that authenticates devices requires; without it the connection is the process's
     own (a broker without device credentials, or ``nats.open_broker``)."""
     names = Names(namespace=settings.namespace)
-    if secret is None:
-        nc = await connect_nats(settings.nats, name="tideway-device-upload")
+    if secret is None:  # one attempt's worth of retries, as every one-shot command
+        nc = await connect_nats(settings.nats, name="tideway-device-upload",
+                                attempts=ONE_SHOT_ATTEMPTS)
     else:
         nc = await connect_device(settings.nats, tenant=tenant, device=device, secret=secret,
-                                  name="tideway-device-upload")
+                                  name="tideway-device-upload", attempts=ONE_SHOT_ATTEMPTS)
     try:
         js = nc.jetstream()
         bucket = await js.object_store(names.session_bucket)
@@ -432,7 +463,7 @@ async def device_upload(
         subject = names.sessions_subject(tenant, device)
         with tracing.continue_trace("session.device_upload", None,
                                     {"tideway.tenant": tenant}) as trace:
-            await publish_notice(js, subject, notice, msg_id=f"{tenant}:{device}:object:{name}",
+            await publish_notice(nc, subject, notice, msg_id=f"{tenant}:{device}:object:{name}",
                                  traceparent=trace)
     finally:
         await nc.close()

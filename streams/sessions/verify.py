@@ -15,11 +15,16 @@ leaves the session's pointer on the run it had, and the report below is kept in 
 summary under ``verification``. ``tideway runs retry`` then resumes the run
 (``streams.sessions.resume``): outputs that verify are reused, a corrupt one is computed again,
 and the rows are loaded again for the new run.
+
+``rollback`` (``streams.sessions.reprocess``) moves the pointer back to an older run and runs
+the objects half of the same check first (:func:`verify_objects`): the run's files may have
+been damaged or removed since it was published.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +36,13 @@ from streams.errors import PermanentError
 from streams.objects import ObjectStore
 from streams.sessions.materialise import is_materialised, table_name
 
-__all__ = ["DatasetToCheck", "Verification", "VerificationFailed", "verify_run"]
+__all__ = [
+    "DatasetToCheck",
+    "Verification",
+    "VerificationFailed",
+    "verify_objects",
+    "verify_run",
+]
 
 _READERS = 4
 
@@ -91,8 +102,23 @@ async def verify_run(
 ) -> Verification:
     """Check every dataset's bytes and every materialised dataset's rows (see above)."""
     chosen = sorted(datasets, key=lambda d: d.name)
-    problems: list[str] = []
-    # A few files at a time: each is held whole while it is hashed.
+    objects = await verify_objects(store, chosen)
+    started = time.perf_counter()
+    tables, row_problems = await _count_rows(
+        ch, run_id, [d for d in chosen if is_materialised(d.name)]
+    )
+    return dataclasses.replace(
+        objects,
+        tables=tables,
+        problems=objects.problems + tuple(row_problems),
+        count_s=time.perf_counter() - started,
+    )
+
+
+async def verify_objects(store: ObjectStore, datasets: Iterable[DatasetToCheck]) -> Verification:
+    """Read every dataset back from the store and compare its sha256 with the recorded one
+    (a few files at a time: each is held whole while it is hashed)."""
+    chosen = sorted(datasets, key=lambda d: d.name)
     slots = asyncio.Semaphore(_READERS)
 
     async def read_back(d: DatasetToCheck) -> tuple[int, str | None]:
@@ -101,21 +127,15 @@ async def verify_run(
 
     started = time.perf_counter()
     sizes = await asyncio.gather(*(read_back(d) for d in chosen))
-    read_s = time.perf_counter() - started
-    for d, (_size, problem) in zip(chosen, sizes, strict=True):
-        if problem:
-            problems.append(f"{d.name}: {problem}")
-    tables, row_problems = await _count_rows(
-        ch, run_id, [d for d in chosen if is_materialised(d.name)]
-    )
-    problems += row_problems
     return Verification(
         datasets=len(chosen),
         bytes_read=sum(size for size, _ in sizes),
-        tables=tables,
-        problems=tuple(problems),
-        read_s=read_s,
-        count_s=time.perf_counter() - started - read_s,
+        problems=tuple(
+            f"{d.name}: {problem}"
+            for d, (_size, problem) in zip(chosen, sizes, strict=True)
+            if problem
+        ),
+        read_s=time.perf_counter() - started,
     )
 
 

@@ -32,10 +32,12 @@ async def test_starts_everything_unset_and_stops_it(tmp_path: Path, chdb_dsn: st
         assert s.clickhouse() == f"chdb://{tmp_path / 'clickhouse'}"
         assert (tmp_path / "clickhouse").is_dir()
         # Authentication is on: a client without credentials is refused, the operator's key
-        # (the settings `up` hands its commands) is let in.
+        # (the settings `up` hands its commands) is let in. No auth service runs here, so the
+        # server refuses once its callout request goes unanswered: give it that time.
         refused = nats.NATS()
         with pytest.raises(nats.errors.Error, match="Authorization Violation"):
-            await refused.connect(s.nats(), allow_reconnect=False, max_reconnect_attempts=0)
+            await refused.connect(s.nats(), allow_reconnect=False, max_reconnect_attempts=0,
+                                  connect_timeout=15)
         await refused.close()
         assert s.nats.nkey_seed_file is not None
         nc = await nats.connect(s.nats(), nkeys_seed=str(s.nats.nkey_seed_file))

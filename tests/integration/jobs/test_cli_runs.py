@@ -13,11 +13,15 @@ from typing import Any
 
 import asyncpg
 import nats
+import pytest
 from nats.aio.msg import Msg
 
 from stages.jobs.errors import ErrorSource, describe
+from streams.cli.exit_codes import ExitCode
 from streams.config import Settings
-from streams.jobs import queue
+from streams.domain_events import DomainEvents
+from streams.errors import UsageError
+from streams.jobs import queue, run_actions
 from streams.names import Names
 from tests.conftest import REPO_ROOT
 from tests.integration.jobs.conftest import Owner, start_run
@@ -32,6 +36,7 @@ def _env(settings: Settings) -> dict[str, str]:
         "TIDEWAY_POSTGRES_DSN": settings.postgres(),
         "TIDEWAY_NATS_URL": settings.nats(),
         "TIDEWAY_NAMESPACE": settings.namespace,
+        "TIDEWAY_OBJECT_STORE": settings.objects(),
         "TIDEWAY_WORKER__POLL_INTERVAL_S": "0.2",
         "TIDEWAY_WORKER__HEARTBEAT_S": "0.2",
         "COLUMNS": "200",
@@ -190,3 +195,78 @@ async def test_a_run_is_announced_running_when_a_worker_starts_it(
             await asyncio.wait_for(proc.communicate(), 60)
     # Announced once: only the claim that started the run finds it.
     assert [e["type"] for e in heard if e["run_id"] == str(run_id)].count("run.running") == 1
+
+
+async def _snapshot(conn: asyncpg.Connection, run_id: Any, session_id: Any) -> tuple[Any, ...]:
+    """Everything a cancel could rewrite: the run row, its jobs, the session's pointer."""
+    run = await conn.fetchrow("SELECT * FROM processing_runs WHERE id = $1", run_id)
+    jobs = await conn.fetch("SELECT * FROM jobs WHERE run_id = $1 ORDER BY name", run_id)
+    session = await conn.fetchrow(
+        "SELECT active_run_id, status, updated_at, metadata FROM sessions WHERE id = $1",
+        session_id,
+    )
+    return dict(run), [dict(j) for j in jobs], dict(session)
+
+
+async def test_cancelling_an_ended_run_is_refused_and_changes_nothing(
+    settings: Settings, conn: asyncpg.Connection, owner: Owner
+) -> None:
+    """Issue 27 (4): cancel on a succeeded run used to finalise it again - a new
+    ``completed_at``, its features rewritten, ``run.succeeded`` announced again and, after a
+    rollback, the session's pointer moved back to it. An ended run refuses: 409
+    ``RUN_TERMINAL`` over HTTP, exit 1 and the code from the CLI, and nothing changes."""
+    from streams.adapters import postgres
+    from streams.api.keys import create_api_key
+    from streams.objects import ObjectStore
+    from streams.sessions.reprocess import rollback
+    from tests.integration.sessions.test_api import api_client
+
+    first = await start_run(conn, owner)
+    await drive(conn)
+    second = await start_run(conn, owner)
+    await drive(conn)
+    assert await wait_run(conn, second) == "succeeded"
+    # Rolled back: the older run is active, the newer one (succeeded) is not.
+    moved = await rollback(
+        conn, tenant="acme", session_id=owner.session_id,
+        store=ObjectStore(settings.objects()),
+    )  # fmt: skip
+    assert (moved.from_run, moved.to_run) == (second, first)
+    cancelled = await start_run(conn, owner)
+    await queue.cancel_run(conn, cancelled)  # nothing running: cancelled and finalised at once
+    failed = await start_run(conn, owner)
+    broken = describe("PARSE_FAILED", "bad input", retriable=False, source=ErrorSource.STAGE)
+    await drive(conn, {"parse_raw": broken})
+    assert await wait_run(conn, failed) == "failed"
+
+    key = await create_api_key(conn, tenant="acme", name="test")
+    headers = {"Authorization": f"Bearer {key.secret}"}
+    pool = await postgres.create_pool(settings.postgres(), postgres.PoolShape(max_size=2))
+    events = DomainEvents(settings)
+    try:
+        async with hearing(settings, "acme") as heard, api_client(settings, pool) as client:
+            for run_id, status in ((second, "succeeded"), (first, "succeeded"),
+                                   (cancelled, "cancelled"), (failed, "failed")):  # fmt: skip
+                before = await _snapshot(conn, run_id, owner.session_id)
+                assert before[0]["status"] == status and before[0]["completed_at"] is not None
+
+                with pytest.raises(UsageError) as refused:
+                    await run_actions.cancel_run(conn, run_id, events=events)
+                assert refused.value.code == "RUN_TERMINAL" and status in refused.value.message
+
+                code, out, err = await tideway(settings, "runs", "cancel", str(run_id))
+                assert code == ExitCode.ERROR, (out, err)
+                assert "RUN_TERMINAL" in err and status in err
+
+                resp = await client.post(f"/v1/runs/{run_id}/cancel", headers=headers)
+                problem = await resp.json()
+                assert resp.status == 409 and problem["code"] == "RUN_TERMINAL", problem
+
+                assert await _snapshot(conn, run_id, owner.session_id) == before, run_id
+            await asyncio.sleep(0.5)  # what a re-announcement would take to arrive
+        assert heard == []  # nothing announced: nothing happened
+    finally:
+        await events.aclose()
+        await pool.close()
+    pointer = "SELECT active_run_id FROM sessions WHERE id = $1"
+    assert await conn.fetchval(pointer, owner.session_id) == first

@@ -14,17 +14,23 @@ import pytest
 
 from streams.clickhouse import ClickHouse
 from streams.config import Settings
-from streams.errors import UsageError
+from streams.errors import PermanentError, UsageError
+from streams.jobs.enqueue import retry_run
+from streams.jobs.executor import JobContext
+from streams.jobs.model import JobResult
+from streams.names import Names
 from streams.objects import ObjectStore, artifact_key, sha256_hex
 from streams.retention import batch, maintain
 from streams.retention.plan import PlanItem
 from streams.sessions.datasets import read_table
 from streams.sessions.progress import wait_for_run
 from streams.sessions.reprocess import reprocess, rollback
+from streams.sessions.stage_executors import SessionExecutors
 from streams.sessions.tenancy import ensure_device, ensure_tenant
 from streams.sessions.upload import upload_files
 from tests.integration.sessions import conftest as sessions
-from tests.integration.sessions.conftest import running_system
+from tests.integration.sessions.conftest import running_intake, running_system
+from tests.integration.sessions.test_verify import worker
 
 # The session tests' fixtures, used here by name.
 pool = sessions.pool
@@ -129,10 +135,12 @@ async def test_a_superseded_runs_outputs_go_after_the_grace_and_the_active_runs_
     # And the removed run can never be made active again.
     async with pool.acquire() as conn:
         with pytest.raises(UsageError) as named:
-            await rollback(conn, tenant="acme", session_id=receipt.session_id, to_run=old)
+            await rollback(
+                conn, tenant="acme", session_id=receipt.session_id, to_run=old, store=store
+            )
         assert named.value.code == "RUN_OUTPUTS_REMOVED"
         with pytest.raises(UsageError) as previous:
-            await rollback(conn, tenant="acme", session_id=receipt.session_id)
+            await rollback(conn, tenant="acme", session_id=receipt.session_id, store=store)
         assert previous.value.code == "NO_PREVIOUS_RUN"
 
 
@@ -269,3 +277,103 @@ async def test_the_sweeper_takes_only_dead_leftovers_and_a_dry_run_nothing(
     assert len(gone) == 5  # two files in the dead directory
     assert _all(store) == sorted(set(everything) - gone)
     assert store.exists(kept) and store.exists(in_use) and store.list(live_dir)
+
+
+async def _broken(ctx: JobContext, /) -> JobResult:
+    raise PermanentError(f"{ctx.job.name} broke (the test's fault)")
+
+
+async def _verify_all(db: Any, store: ObjectStore, run: uuid.UUID) -> list[str]:
+    """Every dataset of ``run`` read back against its hash; returns their storage URLs."""
+    files = await _datasets(db, run)
+    assert files
+    for f in files:
+        read_table(store, f["storage_url"], sha256=f["content_hash"])
+    return [f["storage_url"] for f in files]
+
+
+async def test_retention_after_a_resumed_retry_keeps_every_file_the_active_run_needs(
+    settings: Settings,
+    pool: Any,
+    nmea_file: Path,
+) -> None:
+    """Issue 27 (3): a retry reuses the outputs of the run it retries (its dataset rows point
+    into that run's directory). Once the retry is active the retried run is superseded, and
+    retention used to remove its whole directory a week later - the active run's datasets
+    with it. Nothing any kept run points at may go; and while a retry waits, the run it
+    will reuse is not removed either."""
+    executors = SessionExecutors(settings, compute="thread")
+    store = ObjectStore(settings.objects())
+    channel = Names(namespace=settings.namespace).jobs_channel
+    later = datetime.now(UTC) + timedelta(seconds=settings.retention.superseded_runs_s) + DAY
+    try:
+        async with running_intake(settings), worker(settings, executors):
+            receipt = await upload_files(settings, tenant="acme", device="d1", paths=[nmea_file])
+            good = await wait_for_run(
+                settings, tenant="acme", artifact_set_hash=receipt.artifact_set_hash, timeout_s=60
+            )
+        assert good.status in {"succeeded", "partial"}, good
+        # A reprocess whose required downsample_L1 fails, and a retry of it, waiting.
+        async with pool.acquire() as conn:
+            failing = await reprocess(
+                conn, tenant="acme", session_id=receipt.session_id, namespace=settings.namespace
+            )
+        async with worker(settings, {**executors, "downsample_L1": _broken}):
+            failed = await wait_for_run(settings, run_id=failing.run_id, timeout_s=60)
+        assert failed.status == "failed", failed
+        failed_files = store.list(f"datasets/{failed.run_id}")
+        assert failed_files
+        async with pool.acquire() as conn:
+            retry = await retry_run(conn, failed.run_id, channel=channel)
+
+        # Past every grace, while the retry waits: the good run (superseded by nothing but
+        # still active) stays, the failed run stays for the retry to reuse.
+        async with pool.acquire() as conn:
+            plan = {i.target: i for i in _mine(await maintain.current_plan(conn, settings, later))}
+        held = plan[f"run {failed.run_id}"]
+        assert (held.action, held.expires_at) == ("keep", None)
+        ran = await maintain.maintain_once(pool, settings, now=later)
+        assert ran is not None and f"run {failed.run_id}" not in {i.target for i in ran.done}
+        assert store.list(f"datasets/{failed.run_id}") == failed_files
+
+        async with worker(settings, executors):
+            resumed = await wait_for_run(settings, run_id=retry.run_id, timeout_s=60)
+        assert resumed.status in {"succeeded", "partial"}, resumed
+        needed = await _verify_all(pool, store, retry.run_id)
+        borrowed = [u for u in needed if f"/datasets/{failed.run_id}/" in u]
+        assert borrowed  # the retry's reused datasets are the failed run's very files
+
+        # The retry is active; the good run and the failed one are superseded. Both go -
+        # rows, ClickHouse rows - but every file the active run points at stays.
+        ran = await maintain.maintain_once(pool, settings, now=later)
+        assert ran is not None and not ran.skipped, ran
+        assert {f"run {good.run_id}", f"run {failed.run_id}"} <= {i.target for i in ran.done}
+        assert store.list(f"datasets/{good.run_id}") == []
+        assert await _datasets(pool, failed.run_id) == []
+        assert await _verify_all(pool, store, retry.run_id) == needed
+        # ... and stays round after round, listed as kept while the retry points into it.
+        ran = await maintain.maintain_once(pool, settings, now=later + DAY)
+        assert ran is not None
+        assert await _verify_all(pool, store, retry.run_id) == needed
+        async with pool.acquire() as conn:
+            plan = {i.target: i for i in _mine(await maintain.current_plan(conn, settings, later))}
+        kept = plan[f"datasets/{failed.run_id}"]
+        assert (kept.tier, kept.action, kept.expires_at) == (batch.ORPHAN_DATASETS, "keep", None)
+
+        # A reprocess supersedes the retry; once the retry's outputs go, nothing points into
+        # the failed run's directory any more and it goes too: nothing is left behind.
+        async with pool.acquire() as conn:
+            newest = await reprocess(
+                conn, tenant="acme", session_id=receipt.session_id, namespace=settings.namespace
+            )
+        async with worker(settings, executors):
+            done = await wait_for_run(settings, run_id=newest.run_id, timeout_s=60)
+        assert done.status in {"succeeded", "partial"}, done
+        for _ in range(2):  # the retry first, then the directory it pointed into
+            ran = await maintain.maintain_once(pool, settings, now=later + DAY)
+            assert ran is not None and not ran.skipped, ran
+        assert await _datasets(pool, retry.run_id) == []
+        assert {k.split("/")[1] for k in store.list("datasets")} == {str(newest.run_id)}
+        await _verify_all(pool, store, newest.run_id)
+    finally:
+        await executors.aclose()

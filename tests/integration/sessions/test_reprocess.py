@@ -7,9 +7,11 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from streams.cli.exit_codes import ExitCode
 from streams.config import Settings
 from streams.errors import NotFoundError, UsageError
 from streams.objects import ObjectStore
@@ -82,8 +84,9 @@ async def test_reprocess_moves_the_pointer_only_on_success_and_rollback_moves_it
     assert failed.jobs["artifact_validate"] == "failed"
     assert await _active(pool, session) == second.run_id
 
+    store = ObjectStore(settings.objects())
     async with pool.acquire() as conn:
-        back = await rollback(conn, tenant="acme", session_id=session)
+        back = await rollback(conn, tenant="acme", session_id=session, store=store)
         history = await conn.fetchval(
             "SELECT metadata -> 'pointer_history' FROM sessions WHERE id = $1", session
         )
@@ -95,15 +98,16 @@ async def test_reprocess_moves_the_pointer_only_on_success_and_rollback_moves_it
     old, new = await _datasets(pool, first.run_id), await _datasets(pool, second.run_id)
     assert set(old) == set(new) and "gnss_L1" in old
     assert old["gnss_L1"]["storage_url"] != new["gnss_L1"]["storage_url"]
-    store = ObjectStore(settings.objects())
     for row in (old["gnss_L1"], new["gnss_L1"]):
         assert read_table(store, row["storage_url"], sha256=row["content_hash"]).num_rows > 0
 
     async with pool.acquire() as conn:
         with pytest.raises(UsageError):  # nothing earlier than the first run
-            await rollback(conn, tenant="acme", session_id=session)
+            await rollback(conn, tenant="acme", session_id=session, store=store)
         with pytest.raises(UsageError):  # the failed run can never be made active
-            await rollback(conn, tenant="acme", session_id=session, to_run=third.run_id)
+            await rollback(
+                conn, tenant="acme", session_id=session, to_run=third.run_id, store=store
+            )
         with pytest.raises(NotFoundError):  # another tenant does not see the session
             await reprocess(conn, tenant="globex", session_id=session)
 
@@ -188,3 +192,81 @@ async def test_backfill_starts_one_low_priority_run_per_stale_session_however_of
             "current",
             "current",
         ]
+
+
+async def _pointer(pool: Any, session_id: uuid.UUID) -> dict[str, Any]:
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT active_run_id, status, updated_at, metadata FROM sessions WHERE id = $1",
+            session_id,
+        )
+    return dict(row)
+
+
+async def test_a_corrupted_or_missing_dataset_blocks_a_rollback(
+    settings: Settings, pool: Any, nmea_file: Path
+) -> None:
+    """Issue 27 (5): rollback re-verifies every dataset of the run it would make active (read
+    back, sha256 against ``content_hash``) before the pointer moves; one byte changed on disk,
+    or a file gone, refuses it - from the engine, the CLI and the API - and changes nothing."""
+    from streams.api.keys import create_api_key
+    from tests.integration.jobs.test_cli_runs import tideway
+    from tests.integration.sessions.test_api import api_client
+
+    async with running_system(settings):
+        receipt = await upload_files(settings, tenant="acme", device="d1", paths=[nmea_file])
+        first = await wait_for_run(
+            settings, tenant="acme", artifact_set_hash=receipt.artifact_set_hash, timeout_s=60
+        )
+        async with pool.acquire() as conn:
+            second = await reprocess(
+                conn, tenant="acme", session_id=receipt.session_id, namespace=settings.namespace
+            )
+        done = await wait_for_run(settings, run_id=second.run_id, timeout_s=60)
+    assert {first.status, done.status} <= {"succeeded", "partial"}
+    session = receipt.session_id
+    store = ObjectStore(settings.objects())
+    old = await _datasets(pool, first.run_id)
+    corrupt = Path(urlsplit(old["gnss_L1"]["storage_url"]).path)
+    missing = Path(urlsplit(old["parse_raw.gnss"]["storage_url"]).path)
+    good_bytes = await asyncio.to_thread(corrupt.read_bytes)
+    gone_bytes = await asyncio.to_thread(missing.read_bytes)
+    damaged = bytearray(good_bytes)
+    damaged[len(damaged) // 2] ^= 0x01  # one bit of one byte, the size unchanged
+    await asyncio.to_thread(corrupt.write_bytes, bytes(damaged))
+    await asyncio.to_thread(missing.unlink)
+    before = await _pointer(pool, session)
+    assert before["active_run_id"] == second.run_id
+
+    async with pool.acquire() as conn:
+        key = await create_api_key(conn, tenant="acme", name="test")
+        for to_run in (None, first.run_id):  # the previous good run, or named
+            with pytest.raises(UsageError) as refused:
+                await rollback(conn, tenant="acme", session_id=session, to_run=to_run,
+                               store=store)  # fmt: skip
+            assert refused.value.code == "ROLLBACK_VERIFICATION_FAILED"
+            message = refused.value.message
+            assert str(first.run_id) in message
+            assert "gnss_L1: CHECKSUM_MISMATCH" in message
+            assert "parse_raw.gnss: OBJECT_MISSING" in message
+    code, out, err = await tideway(
+        settings, "sessions", "rollback", str(session), "--tenant", "acme"
+    )
+    assert code == ExitCode.ERROR, (out, err)
+    assert "ROLLBACK_VERIFICATION_FAILED" in err and "gnss_L1" in err
+    async with api_client(settings, pool) as client:
+        resp = await client.post(
+            f"/v1/sessions/{session}/rollback", json={},
+            headers={"Authorization": f"Bearer {key.secret}"},
+        )  # fmt: skip
+        problem = await resp.json()
+    assert resp.status == 409 and problem["code"] == "ROLLBACK_VERIFICATION_FAILED", problem
+    assert await _pointer(pool, session) == before  # nothing moved, nothing noted
+
+    # Put right, the same rollback goes through.
+    await asyncio.to_thread(corrupt.write_bytes, good_bytes)
+    await asyncio.to_thread(missing.write_bytes, gone_bytes)
+    async with pool.acquire() as conn:
+        back = await rollback(conn, tenant="acme", session_id=session, store=store)
+    assert (back.from_run, back.to_run) == (second.run_id, first.run_id)
+    assert await _active(pool, session) == first.run_id

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import signal
+import sys
+import time
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 
 import psutil
 import pytest
@@ -20,19 +26,21 @@ from stages.batch.synth import synthesize
 from stages.jobs.dag import DEFAULT_DAG, Dep, JobSpec
 from streams.adapters import postgres
 from streams.config import Settings
-from streams.jobs import queue
+from streams.domain_events import DomainEvents
+from streams.jobs import queue, run_actions
 from streams.jobs.executor import JobContext
 from streams.jobs.model import DatasetRecord, JobResult
 from streams.objects import ObjectStore
 from streams.sessions.datasets import write_outputs
 from streams.sessions.stage_executors import SessionExecutors, record_name
+from tests.conftest import REPO_ROOT
 from tests.integration.jobs.conftest import make_owner, start_run
 from tests.integration.jobs.helpers import fast_settings, wait_for, wait_run, workers
 
 
-def _aligned_streams(store: ObjectStore) -> list[DatasetRecord]:
+def _aligned_streams(store: ObjectStore, *, laps: int = 30) -> list[DatasetRecord]:
     """A long session's gnss and imu, stored as ``time_align`` would have left them."""
-    session = synthesize(laps=30, imu_hz=100, gnss_hz=100, seed=3)
+    session = synthesize(laps=laps, imu_hz=100, gnss_hz=100, seed=3)
     tables = {s: canonical.conform(s, t) for s, t in (("gnss", session.gnss),
                                                       ("imu", session.imu))}  # fmt: skip
     outputs = write_outputs(store, "given/time_align", tables=tables, summary={},
@@ -115,3 +123,136 @@ async def test_cancelling_a_run_stops_the_fusion_process(settings: Settings) -> 
     finally:
         await conn.close()
         await table.aclose()
+
+
+@pytest.mark.slow
+async def test_a_cancel_reaches_the_fusion_process_at_once_not_at_a_heartbeat(
+    settings: Settings,
+) -> None:
+    """Issue 27 defect 8: the workers are woken by the cancel itself (a notification on the jobs
+    channel), not left to learn it at their next heartbeat, here ten minutes away. The stopped
+    fusion leaves nothing under the cancelled run."""
+    store = ObjectStore(settings.objects())
+    records = await asyncio.to_thread(partial(_aligned_streams, store, laps=60))
+    upload = store.put("artifacts/session.nmea", b"$GPGGA,stand-in\r\n")
+    fusion = DEFAULT_DAG["fuse_gnss_imu"]
+    dag = {
+        "time_align": JobSpec(name="time_align", job_type="given"),
+        "fuse_gnss_imu": JobSpec(name="fuse_gnss_imu", deps=(Dep(on="time_align"),),
+                                 pool=fusion.pool, heavy=True, retry=fusion.retry,
+                                 critical=False),
+    }  # fmt: skip
+
+    async def given(ctx: JobContext) -> JobResult:
+        return JobResult(datasets=records)
+
+    table = SessionExecutors(settings, compute="process", workers=1)
+    await table.warm_up()
+    [pid] = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
+    conn = await postgres.connect(settings.postgres())
+    events = DomainEvents(settings)
+    try:
+        owner = await make_owner(conn)
+        await conn.execute(
+            "UPDATE artifacts SET storage_url = $2, sha256 = $3 WHERE id = $1",
+            owner.artifact_id, upload.url, upload.sha256,
+        )  # fmt: skip
+        run_id = await start_run(conn, owner, dag=dag, channel=queue.jobs_channel(settings))
+        executors = {"given": given, "fuse_gnss_imu": table["fuse_gnss_imu"]}
+        async with workers(fast_settings(settings, heartbeat_s=600.0), executors):
+            await wait_for(conn, "SELECT state = 'running' FROM jobs WHERE name = $1",
+                           "fuse_gnss_imu", within_s=60)  # fmt: skip
+            busy_from = _cpu_s(pid)
+            await _until(lambda: _cpu_s(pid) >= busy_from + 1.5, within_s=60)
+            asked = time.monotonic()
+            await run_actions.cancel_run(conn, run_id, events=events)  # as the CLI and API do
+            # Fusion would compute for ~10 s more, and the next heartbeat is 10 minutes away.
+            await _until(lambda: _gone(pid), within_s=5)
+            print(f"fusion process gone {time.monotonic() - asked:.3f} s after the cancel")
+            assert await wait_run(conn, run_id) == "cancelled"
+        attempt = await conn.fetchrow(
+            "SELECT a.status, a.error_source FROM job_attempts a "
+            "JOIN jobs j ON j.id = a.job_id WHERE j.name = 'fuse_gnss_imu'"
+        )
+        assert tuple(attempt) == ("cancelled", "operator")
+        assert not list(store.list(f"datasets/{run_id}"))
+    finally:
+        await events.aclose()
+        await conn.close()
+        await table.aclose()
+
+
+def _worker_env(settings: Settings, tmp: Path) -> dict[str, str]:
+    """The environment of a ``tideway worker`` joining this test's services."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEWAY_")}
+    env.update({
+        "TIDEWAY_CONFIG": str(tmp / "absent.toml"),
+        "TIDEWAY_POSTGRES_DSN": settings.postgres(),
+        "TIDEWAY_NATS_URL": settings.nats(),
+        "TIDEWAY_NAMESPACE": settings.namespace,
+        "TIDEWAY_OBJECT_STORE": settings.objects(),
+        "TIDEWAY_CLICKHOUSE_DSN": f"chdb://{tmp / 'worker-chdb'}",
+        "TIDEWAY_DATA_DIR": str(tmp / "worker-data"),
+        "TIDEWAY_WORKER__CONCURRENCY": "1",
+        "TIDEWAY_LOG_LEVEL": "WARNING",
+    })  # fmt: skip
+    return env
+
+
+@pytest.mark.slow
+async def test_a_killed_worker_takes_its_pool_processes_with_it(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Issue 27 defect 7: ``kill -9`` of a ``tideway worker`` computing fusion must not leave
+    its pool process fusing on as an orphan (it did for the rest of the stage, 6-13 s and more,
+    next to the retry once the job was reaped)."""
+    store = ObjectStore(settings.objects())
+    records = await asyncio.to_thread(partial(_aligned_streams, store, laps=60))
+    upload = store.put("artifacts/session.nmea", b"$GPGGA,stand-in\r\n")
+    fusion = DEFAULT_DAG["fuse_gnss_imu"]
+    dag = {
+        "time_align": JobSpec(name="time_align", job_type="given"),
+        "fuse_gnss_imu": JobSpec(name="fuse_gnss_imu", deps=(Dep(on="time_align"),),
+                                 pool=fusion.pool, heavy=True, retry=fusion.retry,
+                                 critical=False),
+    }  # fmt: skip
+
+    async def given(ctx: JobContext) -> JobResult:
+        return JobResult(datasets=records)
+
+    conn = await postgres.connect(settings.postgres())
+    worker: asyncio.subprocess.Process | None = None
+    try:
+        owner = await make_owner(conn)
+        await conn.execute(
+            "UPDATE artifacts SET storage_url = $2, sha256 = $3 WHERE id = $1",
+            owner.artifact_id, upload.url, upload.sha256,
+        )  # fmt: skip
+        await start_run(conn, owner, dag=dag, channel=queue.jobs_channel(settings))
+        async with workers(fast_settings(settings), {"given": given}):
+            await wait_for(conn, "SELECT state = 'queued' FROM jobs WHERE name = $1",
+                           "fuse_gnss_imu", within_s=30)  # fmt: skip
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "streams.cli.main", "worker", "--pool", "heavy",
+            env=_worker_env(settings, tmp_path), cwd=REPO_ROOT,
+        )  # fmt: skip
+        await wait_for(conn, "SELECT state = 'running' FROM jobs WHERE name = $1",
+                       "fuse_gnss_imu", within_s=60)  # fmt: skip
+        pool = psutil.Process(worker.pid).children(recursive=True)
+        assert pool, "the worker has no pool process"
+        # The pool process is fusing, well past reading its inputs.
+        busy = {p.pid: _cpu_s(p.pid) for p in pool}
+        await _until(lambda: any(_cpu_s(pid) >= cpu + 1.5 for pid, cpu in busy.items()),
+                     within_s=60)  # fmt: skip
+        os.kill(worker.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        assert await worker.wait() == -signal.SIGKILL
+        # Fusion alone would compute for ~10 s more here. The bound leaves room for a loaded
+        # machine: the pool processes are killed by the kernel as their parent dies.
+        await _until(lambda: all(_gone(p.pid) for p in pool), within_s=2.0)
+        print(f"pool processes gone {time.monotonic() - killed:.3f} s after kill -9")
+    finally:
+        if worker is not None and worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+        await conn.close()

@@ -121,3 +121,17 @@ def test_the_apis_store_may_not_delete_a_dataset_or_an_archive(tmp_path: Path) -
     assert not full.exists(key)
     full.remove_expired("datasets/run-1")  # retention's store may
     assert not full.exists("datasets/run-1/part.parquet")
+
+
+def test_only_a_jobs_output_directory_is_discarded_as_unrecorded(store: ObjectStore) -> None:
+    """``discard_unrecorded_outputs`` removes ``datasets/<run>/<dir>`` and nothing wider or
+    elsewhere (a whole run, an artifact, a single file deeper down)."""
+    store.put("datasets/run-1/fuse-abc/fused.parquet", b"f")
+    store.put("datasets/run-1/kept-def/laps.parquet", b"k")
+    for wrong in ("datasets/run-1", "datasets", "artifacts/acme/ab/cd", "tmp/x/y",
+                  "datasets/run-1/fuse-abc/fused.parquet", "datasets//fuse-abc"):  # fmt: skip
+        with pytest.raises(ValueError):
+            store.discard_unrecorded_outputs(wrong)
+    store.discard_unrecorded_outputs("datasets/run-1/fuse-abc")
+    store.discard_unrecorded_outputs("datasets/run-1/fuse-abc")  # gone already: a no-op
+    assert store.list("datasets/run-1") == ["datasets/run-1/kept-def/laps.parquet"]

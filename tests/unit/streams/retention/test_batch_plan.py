@@ -73,3 +73,32 @@ def test_deleted_artifacts_wait_for_the_runs_reading_them_and_orphans_for_their_
         "datasets/old": ("drop", NOW - DAY),
         "datasets/new": ("keep", NOW + DAY / 2),
     }
+
+
+def test_a_run_an_open_retry_may_reuse_is_kept_however_old_unless_its_removal_began() -> None:
+    held, begun = uuid.uuid4(), uuid.uuid4()
+    inv = Inventory(
+        runs=(
+            Run(id=held, superseded_at=NOW - 30 * DAY, removing=False, bytes=10, datasets=2,
+                held=True),
+            Run(id=begun, superseded_at=NOW - 30 * DAY, removing=True, bytes=10, datasets=2,
+                held=True),
+        )
+    )  # fmt: skip
+    assert _actions(inv) == {
+        f"run {held}": ("keep", None),
+        f"run {begun}": ("drop", NOW - 23 * DAY),  # marked: nobody reuses it any more
+    }
+
+
+def test_a_directory_a_kept_run_points_into_is_kept_however_old() -> None:
+    inv = Inventory(
+        orphan_datasets=(
+            Stored(key="datasets/pointed", written_at=NOW - 30 * DAY, in_use=True),
+            Stored(key="datasets/free", written_at=NOW - 30 * DAY),
+        ),
+    )
+    assert _actions(inv) == {
+        "datasets/pointed": ("keep", None),
+        "datasets/free": ("drop", NOW - 29 * DAY),
+    }
