@@ -1,6 +1,7 @@
 """Job ``artifact_classify``: which format, variant and streams each artifact holds.
 
-Content decides (see :mod:`stages.batch.formats.sniff`); gzip is looked through. The
+Content decides (see :mod:`stages.batch.formats.sniff`); gzip is looked through, in bounded
+memory (only the sniffed head is kept; limits are enforced while inflating). The
 summary describes the first (primary) artifact at the top level and every artifact under
 ``artifacts``:
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from schemas import error_codes as codes
-from stages.batch.artifact_validate import Limits, plain_bytes
+from stages.batch.artifact_validate import Limits, inspect_blob
 from stages.batch.contract import SessionStageError, StageInput, StageOutput
 from stages.batch.formats.sniff import sniff
 
@@ -39,7 +40,7 @@ def content_type(fmt: str, *, compressed: bool) -> str:
 
 
 def classify(name: str, plain: bytes, compressed: bool) -> dict[str, Any]:
-    """Classify one artifact's decompressed bytes."""
+    """Classify one artifact's decompressed bytes (its head is enough: sniffing reads no more)."""
     found = sniff(plain)
     if found is None:
         raise SessionStageError(
@@ -63,6 +64,8 @@ def run(inp: StageInput) -> StageOutput:
     limits = Limits.from_config(inp.config)
     entries = []
     for blob in inp.artifacts:
-        plain, compressed = plain_bytes(blob, limits)
-        entries.append(classify(blob.name, plain, compressed))
+        # Streams the inflation and keeps only the sniffing head: a gzip bomb stops with
+        # TOO_LARGE holding about 1 MiB beyond the upload, whatever the limit.
+        seen = inspect_blob(blob, limits)
+        entries.append(classify(blob.name, seen.head, seen.compressed))
     return StageOutput(summary={**entries[0], "artifacts": entries})

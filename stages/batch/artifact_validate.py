@@ -3,7 +3,9 @@
 Checks, in order, for every artifact of the run: it is not empty; its stored size is within
 ``config["max_artifact_bytes"]`` (default 256 MiB); its bytes hash to the sha256 recorded at
 upload; it inflates (when gzip) to at most ``config["max_decompressed_bytes"]`` (default
-1 GiB) of non-blank content; and its *content* sniffs as a format we read. The file name is
+1 GiB) of non-blank content; and its *content* sniffs as a format we read. Inflating is
+streamed and counted, never kept: checking a gzip bomb holds about 1 MiB beyond the upload
+itself, whatever the limit (see :mod:`stages.batch.formats.compression`). The file name is
 only compared with the content and reported (``extension_matches``); content decides.
 
 Summary: ``artifacts`` (per artifact: ``name``, ``bytes``, ``sha256``, ``compressed``,
@@ -29,8 +31,8 @@ from stages.batch.contract import (
     StageOutput,
     run_config,
 )
-from stages.batch.formats.compression import unwrap
-from stages.batch.formats.sniff import sniff
+from stages.batch.formats.compression import Inspection, inspect, unwrap
+from stages.batch.formats.sniff import HEAD_BYTES, sniff
 
 DEFAULT_MAX_ARTIFACT_BYTES: Final = RunConfig().max_artifact_bytes
 DEFAULT_MAX_DECOMPRESSED_BYTES: Final = RunConfig().max_decompressed_bytes
@@ -66,32 +68,51 @@ def extension(name: str) -> str:
     return parts[-1] if len(parts) > 1 else ""
 
 
-def plain_bytes(blob: ArtifactBlob, limits: Limits) -> tuple[bytes, bool]:
-    """The decompressed content of ``blob`` and whether it was gzip (size limits enforced)."""
+def _check_stored_size(blob: ArtifactBlob, limits: Limits) -> None:
     if len(blob.data) > limits.max_artifact_bytes:
         raise SessionStageError(
             f"{blob.name}: {len(blob.data)} bytes exceeds {limits.max_artifact_bytes}",
             code=codes.TOO_LARGE,
         )
+
+
+def plain_bytes(blob: ArtifactBlob, limits: Limits) -> tuple[bytes, bool]:
+    """The decompressed content of ``blob`` and whether it was gzip (size limits enforced).
+
+    For readers that need the whole file (``parse_raw``): holds the inflated content, at
+    most ``max_decompressed_bytes`` plus one 1 MiB chunk. The checks use :func:`inspect_blob`.
+    """
+    _check_stored_size(blob, limits)
     return unwrap(blob.data, max_bytes=limits.max_decompressed_bytes)
+
+
+def inspect_blob(blob: ArtifactBlob, limits: Limits) -> Inspection:
+    """Size, sniffing head and blankness of ``blob`` (size limits enforced while inflating).
+
+    Bounded memory whatever the limit: beyond the stored upload (at most
+    ``max_artifact_bytes``), the 64 KiB head and one 1 MiB chunk of inflated output - a
+    gzip bomb stops with ``TOO_LARGE`` without its content ever being held.
+    """
+    _check_stored_size(blob, limits)
+    return inspect(blob.data, max_bytes=limits.max_decompressed_bytes, head_bytes=HEAD_BYTES)
 
 
 def validate(blob: ArtifactBlob, limits: Limits) -> dict[str, Any]:
     """Validate one artifact; returns its summary entry or raises ``SessionStageError``."""
     if not blob.data:
         raise SessionStageError(f"{blob.name}: artifact is empty", code=codes.EMPTY_ARTIFACT)
-    plain, compressed = plain_bytes(blob, limits)
+    seen = inspect_blob(blob, limits)
     digest = hashlib.sha256(blob.data).hexdigest()
     if digest != blob.sha256.strip().lower():
         raise SessionStageError(
             f"{blob.name}: sha256 {digest} does not match the recorded {blob.sha256}",
             code=codes.CHECKSUM_MISMATCH,
         )
-    if not plain.strip():
+    if not seen.has_content:
         raise SessionStageError(
             f"{blob.name}: artifact has no content", code=codes.EMPTY_ARTIFACT
         )
-    found = sniff(plain)
+    found = sniff(seen.head)
     if found is None:
         raise SessionStageError(
             f"{blob.name}: content is not NMEA, GPX, a known CSV layout or Tideway JSON Lines",
@@ -102,8 +123,8 @@ def validate(blob: ArtifactBlob, limits: Limits) -> dict[str, Any]:
         "name": blob.name,
         "bytes": len(blob.data),
         "sha256": digest,
-        "compressed": compressed,
-        "decompressed_bytes": len(plain),
+        "compressed": seen.compressed,
+        "decompressed_bytes": seen.size,
         "sniffed_format": found.format,
         "extension": ext,
         "extension_matches": ext in _EXTENSIONS[found.format],

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -65,6 +66,33 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _fusion_dag(records: list[DatasetRecord]) -> tuple[dict[str, JobSpec], Any]:
+    """A two-job DAG: ``time_align`` hands ``records`` over, fusion computes on them (as the
+    session DAG's fusion job: its pool, retry and heaviness); and the first job's body."""
+    fusion = DEFAULT_DAG["fuse_gnss_imu"]
+    dag = {
+        "time_align": JobSpec(name="time_align", job_type="given"),
+        "fuse_gnss_imu": JobSpec(name="fuse_gnss_imu", deps=(Dep(on="time_align"),),
+                                 pool=fusion.pool, heavy=True, retry=fusion.retry,
+                                 critical=False),
+    }  # fmt: skip
+
+    async def given(ctx: JobContext) -> JobResult:
+        return JobResult(datasets=records)
+
+    return dag, given
+
+
+async def _owner_of(conn: Any, upload: Any) -> Any:
+    """A session owning one artifact: the stand-in ``upload``."""
+    owner = await make_owner(conn)
+    await conn.execute(
+        "UPDATE artifacts SET storage_url = $2, sha256 = $3 WHERE id = $1",
+        owner.artifact_id, upload.url, upload.sha256,
+    )  # fmt: skip
+    return owner
+
+
 async def _until(check: Callable[[], bool], *, within_s: float) -> None:
     async with asyncio.timeout(within_s):
         while True:
@@ -78,27 +106,14 @@ async def test_cancelling_a_run_stops_the_fusion_process(settings: Settings) -> 
     store = ObjectStore(settings.objects())
     records = await asyncio.to_thread(_aligned_streams, store)
     upload = store.put("artifacts/session.nmea", b"$GPGGA,stand-in\r\n")  # read, not used by fusion
-    fusion = DEFAULT_DAG["fuse_gnss_imu"]
-    dag = {
-        "time_align": JobSpec(name="time_align", job_type="given"),
-        "fuse_gnss_imu": JobSpec(name="fuse_gnss_imu", deps=(Dep(on="time_align"),),
-                                 pool=fusion.pool, heavy=True, retry=fusion.retry,
-                                 critical=False),
-    }  # fmt: skip
-
-    async def given(ctx: JobContext) -> JobResult:
-        return JobResult(datasets=records)
+    dag, given = _fusion_dag(records)
 
     table = SessionExecutors(settings, compute="process", workers=1)
     await table.warm_up()
     [pid] = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
     conn = await postgres.connect(settings.postgres())
     try:
-        owner = await make_owner(conn)
-        await conn.execute(
-            "UPDATE artifacts SET storage_url = $2, sha256 = $3 WHERE id = $1",
-            owner.artifact_id, upload.url, upload.sha256,
-        )  # fmt: skip
+        owner = await _owner_of(conn, upload)
         run_id = await start_run(conn, owner, dag=dag, channel=queue.jobs_channel(settings))
         executors = {"given": given, "fuse_gnss_imu": table["fuse_gnss_imu"]}
         async with workers(fast_settings(settings), executors):
@@ -135,16 +150,7 @@ async def test_a_cancel_reaches_the_fusion_process_at_once_not_at_a_heartbeat(
     store = ObjectStore(settings.objects())
     records = await asyncio.to_thread(partial(_aligned_streams, store, laps=60))
     upload = store.put("artifacts/session.nmea", b"$GPGGA,stand-in\r\n")
-    fusion = DEFAULT_DAG["fuse_gnss_imu"]
-    dag = {
-        "time_align": JobSpec(name="time_align", job_type="given"),
-        "fuse_gnss_imu": JobSpec(name="fuse_gnss_imu", deps=(Dep(on="time_align"),),
-                                 pool=fusion.pool, heavy=True, retry=fusion.retry,
-                                 critical=False),
-    }  # fmt: skip
-
-    async def given(ctx: JobContext) -> JobResult:
-        return JobResult(datasets=records)
+    dag, given = _fusion_dag(records)
 
     table = SessionExecutors(settings, compute="process", workers=1)
     await table.warm_up()
@@ -152,11 +158,7 @@ async def test_a_cancel_reaches_the_fusion_process_at_once_not_at_a_heartbeat(
     conn = await postgres.connect(settings.postgres())
     events = DomainEvents(settings)
     try:
-        owner = await make_owner(conn)
-        await conn.execute(
-            "UPDATE artifacts SET storage_url = $2, sha256 = $3 WHERE id = $1",
-            owner.artifact_id, upload.url, upload.sha256,
-        )  # fmt: skip
+        owner = await _owner_of(conn, upload)
         run_id = await start_run(conn, owner, dag=dag, channel=queue.jobs_channel(settings))
         executors = {"given": given, "fuse_gnss_imu": table["fuse_gnss_imu"]}
         async with workers(fast_settings(settings, heartbeat_s=600.0), executors):
@@ -209,25 +211,12 @@ async def test_a_killed_worker_takes_its_pool_processes_with_it(
     store = ObjectStore(settings.objects())
     records = await asyncio.to_thread(partial(_aligned_streams, store, laps=60))
     upload = store.put("artifacts/session.nmea", b"$GPGGA,stand-in\r\n")
-    fusion = DEFAULT_DAG["fuse_gnss_imu"]
-    dag = {
-        "time_align": JobSpec(name="time_align", job_type="given"),
-        "fuse_gnss_imu": JobSpec(name="fuse_gnss_imu", deps=(Dep(on="time_align"),),
-                                 pool=fusion.pool, heavy=True, retry=fusion.retry,
-                                 critical=False),
-    }  # fmt: skip
-
-    async def given(ctx: JobContext) -> JobResult:
-        return JobResult(datasets=records)
+    dag, given = _fusion_dag(records)
 
     conn = await postgres.connect(settings.postgres())
     worker: asyncio.subprocess.Process | None = None
     try:
-        owner = await make_owner(conn)
-        await conn.execute(
-            "UPDATE artifacts SET storage_url = $2, sha256 = $3 WHERE id = $1",
-            owner.artifact_id, upload.url, upload.sha256,
-        )  # fmt: skip
+        owner = await _owner_of(conn, upload)
         await start_run(conn, owner, dag=dag, channel=queue.jobs_channel(settings))
         async with workers(fast_settings(settings), {"given": given}):
             await wait_for(conn, "SELECT state = 'queued' FROM jobs WHERE name = $1",

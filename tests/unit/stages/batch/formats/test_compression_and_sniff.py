@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import random
 
 import pytest
 
@@ -97,3 +98,29 @@ def test_csv_hints_name_streams_and_frame() -> None:
 )
 def test_unsupported_content(data: bytes) -> None:
     assert sniff(data) is None
+
+
+def test_inspect_streams_what_the_checks_need() -> None:
+    plain = b"$GPRMC,1\n" * 200_000  # 1.8 MB: several output chunks and input slices
+    packed = gzip.compress(plain[:700_000]) + b"\0" * 70_000 + gzip.compress(plain[700_000:])
+    seen = compression.inspect(packed, max_bytes=len(plain), head_bytes=100)
+    assert (seen.head, seen.size, seen.has_content, seen.compressed) == (
+        plain[:100], len(plain), True, True
+    )
+    assert b"".join(compression.inflate(packed, max_bytes=len(plain))) == plain
+    blank = compression.inspect(compression.compress(b" \n\t" * 1000), max_bytes=10**6,
+                                head_bytes=10)
+    assert (blank.has_content, blank.size) == (False, 3000)
+    assert not compression.inspect(b"\r\n  ", max_bytes=10, head_bytes=10).has_content
+
+
+@pytest.mark.parametrize("cut", [12, 5_000, 50_000])
+def test_inspect_refuses_truncated_and_oversized_streams(cut: int) -> None:
+    packed = compression.compress(random.Random(27).randbytes(512_000))  # incompressible
+    assert len(packed) > 100_000
+    with pytest.raises(SessionStageError) as err:
+        compression.inspect(packed[:-cut], max_bytes=10**6, head_bytes=10)
+    assert err.value.code == "CORRUPT_ARTIFACT"
+    with pytest.raises(SessionStageError) as err:
+        compression.inspect(packed, max_bytes=511_999, head_bytes=10)
+    assert err.value.code == "TOO_LARGE"
