@@ -192,6 +192,8 @@ jobs = sa.Table(
     sa.Column("deps_pending", sa.Integer, nullable=False, server_default="0"),
     _ts("next_run_at"),
     _ts("locked_at"),
+    # The first claim's instant (spec 004): each later attempt moves locked_at, not this.
+    _ts("started_at"),
     sa.Column("locked_by", sa.Text),
     _ts("heartbeat_at"),
     sa.Column("soft_timeout_s", sa.Float, nullable=False),

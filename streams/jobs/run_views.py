@@ -113,17 +113,14 @@ class JobView:
     max_attempts: int
     locked_by: str | None
     next_run_at: datetime | None
+    started_at: datetime | None
+    """When the first attempt was claimed (spec 004; ``jobs.started_at``)."""
     finished_at: datetime | None
     skip_reason: str | None
     last_error_code: str | None
     last_error_message: str | None
     datasets: tuple[str, ...]
     attempts: tuple[AttemptView, ...]
-
-    @property
-    def started_at(self) -> datetime | None:
-        """When the first attempt started."""
-        return self.attempts[0].started_at if self.attempts else None
 
     @property
     def busy_s(self) -> float:
@@ -207,6 +204,7 @@ async def show_run(conn: Conn, run_id: uuid.UUID, *, tenant_id: uuid.UUID | None
             max_attempts=j["max_attempts"],
             locked_by=j["locked_by"],
             next_run_at=j["next_run_at"],
+            started_at=j["started_at"],
             finished_at=j["finished_at"],
             skip_reason=j["skip_reason"],
             last_error_code=j["last_error_code"],

@@ -123,7 +123,8 @@ chosen AS (
 claimed AS (
     UPDATE jobs j
     SET state = 'running', attempt_count = j.attempt_count + 1, locked_at = p.now,
-        locked_by = $3, heartbeat_at = p.now, next_run_at = NULL, updated_at = p.now
+        locked_by = $3, heartbeat_at = p.now, next_run_at = NULL, updated_at = p.now,
+        started_at = coalesce(j.started_at, p.now)
     FROM chosen c, p
     WHERE j.id = c.id AND j.state = 'queued'
     RETURNING j.id, j.run_id, j.tenant_id, j.name, j.job_type, j.pool, j.critical, j.heavy,

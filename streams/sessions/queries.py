@@ -58,8 +58,7 @@ WHERE r.id = $1 AND r.tenant_id = $2
 
 _RUN_JOBS = """
 SELECT name, job_type, state, critical, pool, attempt_count, max_attempts, skip_reason,
-       last_error_code, last_error_message, created_at, finished_at,
-       (SELECT min(started_at) FROM job_attempts a WHERE a.job_id = j.id) AS started_at
+       last_error_code, last_error_message, created_at, started_at, finished_at
 FROM jobs j WHERE run_id = $1 ORDER BY created_at, name
 """
 

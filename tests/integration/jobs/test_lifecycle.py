@@ -42,22 +42,25 @@ async def test_an_attempt_is_recorded_while_it_runs_and_its_retry_when_scheduled
                               channel=CH)  # fmt: skip
     assert failed.state == "retry_wait" and failed.next_run_at == at(35)
     ended = await conn.fetchrow(
-        "SELECT status, error_sub_type, ended_at, retry_at FROM job_attempts WHERE job_id = $1",
+        "SELECT status, error_sub_type, error_message, ended_at, retry_at FROM job_attempts"
+        " WHERE job_id = $1",
         job.id,
     )
-    assert tuple(ended) == ("failed", "TRANSIENT", at(5), at(35))
+    assert tuple(ended) == ("failed", "TRANSIENT", "store away", at(5), at(35))
 
     await queue.promote(conn, now=at(35), channel=CH)
     [again] = await _claim(conn, 35)
     await queue.complete(conn, again, JobResult(), now=at(36), channel=CH)
     rows = await conn.fetch(
-        "SELECT attempt_number, status, step_type, ended_at, retry_at FROM job_attempts "
-        "ORDER BY attempt_number"
+        "SELECT attempt_number, status, step_type, error_message, ended_at, retry_at"
+        " FROM job_attempts ORDER BY attempt_number"
     )
     assert [tuple(r) for r in rows] == [
-        (1, "failed", "parse_raw", at(5), at(35)),
-        (2, "succeeded", "parse_raw", at(36), None),
+        (1, "failed", "parse_raw", "store away", at(5), at(35)),
+        (2, "succeeded", "parse_raw", None, at(36), None),
     ]
+    # The job records when it first started (spec 004): the retry's claim did not move it.
+    assert await conn.fetchval("SELECT started_at FROM jobs WHERE id = $1", job.id) == at(0)
 
 
 async def test_a_users_cancel_is_recorded_as_the_operators(
