@@ -24,7 +24,7 @@ class and place, since its own text may quote the data that caused it.
 
 from __future__ import annotations
 
-__all__ = ["TidewayError", "unexpected"]
+__all__ = ["TidewayError", "stack", "unexpected"]
 
 
 class TidewayError(Exception):
@@ -65,13 +65,7 @@ def unexpected(exc: BaseException) -> str:
     ``"KeyError at stages.batch.formats.gpx:120 (_point)"``; when the innermost frame is a
     library's, the innermost frame of Tideway's own code follows it (``"..., from ..."``).
     """
-    frames = []
-    tb = exc.__traceback__
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        frames.append((str(tb.tb_frame.f_globals.get("__name__", "?")), tb.tb_lineno,
-                       code.co_name))
-        tb = tb.tb_next
+    frames = _frames(exc)
     name = type(exc).__name__
     if not frames:
         return name
@@ -80,6 +74,34 @@ def unexpected(exc: BaseException) -> str:
     if ours and ours[-1] != frames[-1]:
         where += ", from {}:{} ({})".format(*ours[-1])
     return f"{name} at {where}"
+
+
+def stack(exc: BaseException) -> str:
+    """An exception's stack trace safe to store: its class, then every frame it passed through
+    (module, line and function, outermost first), never its text nor a source line's values.
+
+    For a dead letter's ``stack_trace`` (spec 003): as with :func:`unexpected`, the text of an
+    exception may quote the input it choked on, so only the places are kept::
+
+        KeyError
+          streams.sessions.intake:312 (_attempt)
+          streams.sessions.run_creation:88 (create_run)
+    """
+    lines = [type(exc).__name__]
+    lines.extend("  {}:{} ({})".format(*frame) for frame in _frames(exc))
+    return "\n".join(lines)
+
+
+def _frames(exc: BaseException) -> list[tuple[str, int, str]]:
+    """(module, line, function) of each frame of ``exc``'s traceback, outermost first."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        frames.append((str(tb.tb_frame.f_globals.get("__name__", "?")), tb.tb_lineno,
+                       code.co_name))
+        tb = tb.tb_next
+    return frames
 
 
 _HOUSE = frozenset({"schemas", "stages", "streams"})

@@ -43,7 +43,8 @@ def register(sessions: typer.Typer) -> None:
         )
         print_rows(
             [d.as_dict() for d in found],
-            columns=["id", "tenant", "device", "code", "dead_lettered_at", "message"],
+            columns=["id", "tenant", "device", "code", "error_type", "retry_count",
+                     "dead_lettered_at", "message"],
             title="session dead letters",
             as_json=as_json,
         )

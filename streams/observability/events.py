@@ -117,6 +117,9 @@ class IntakeObserver(Protocol):
         """One notice handled: ``planned`` (a new run), ``duplicate`` (its run existed),
         ``rejected`` (dead-lettered) or ``deferred`` (nak'ed for a later redelivery)."""
 
+    def on_dead_letter(self, *, code: str) -> None:
+        """A notice was dead-lettered (stored in SESSIONS_DLQ) with error ``code``."""
+
 
 class AuthObserver(Protocol):
     """Told about each connection the auth-callout service answers for nats-server and each

@@ -159,6 +159,9 @@ class Metrics:
         self.intake_notices = self._counter(
             "intake_notices_total", "Session notices handled by intake, by outcome.",
             ("outcome",))
+        self.session_dead_letters = self._counter(
+            "session_dead_letters_total", "Session notices intake dead-lettered into "
+            "SESSIONS_DLQ, by error code.", ("code",))
         self.api_requests = self._counter(
             "api_requests_total", "HTTP API requests, by route template, method and status.",
             ("route", "method", "status"))

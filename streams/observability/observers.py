@@ -118,6 +118,9 @@ class IntakeMetrics:
     def on_notice(self, *, outcome: str) -> None:
         self.metrics.intake_notices.labels(outcome).inc()
 
+    def on_dead_letter(self, *, code: str) -> None:
+        self.metrics.session_dead_letters.labels(code).inc()
+
 
 class AuthMetrics:
     """An :class:`~streams.observability.events.AuthObserver`."""

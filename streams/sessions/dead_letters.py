@@ -3,8 +3,11 @@
 Intake dead-letters only a notice that can never succeed as it is (a malformed body, an
 artifact missing from the object store, an invalid run config, a poison notice past
 ``consumer.max_deliver``; see :mod:`streams.sessions.intake`): it publishes
-``{"subject", "code", "message", "notice"}`` on ``dlq.sessions.<tenant>.<device>`` and only
-then terminates the notice. The stream sequence of that message is the dead letter's id.
+``{"subject", "code", "message", "notice"}`` with spec 003's fields (``error_type``,
+``retry_count`` and ``deliveries``, ``first_seen_at``, ``last_seen_at``, ``stack_trace`` where
+there is one) on ``dlq.sessions.<tenant>.<device>`` and only then terminates the notice. The
+stream sequence of that message is the dead letter's id. A dead letter stored before those
+fields existed reads with them empty (``None``).
 
 Unlike ingest's dead letters (rows in Postgres, :mod:`streams.ingest.dlq`), these live in
 JetStream only, so listing reads the stream (``next_by_subj`` from an id on, filtered by
@@ -59,6 +62,18 @@ class DeadNotice:
     notice: str
     """The notice's body as intake received it (text; it may not even be JSON)."""
     dead_lettered_at: str | None
+    error_type: str | None = None
+    """``permanent``: the notice can never succeed as it is; ``transient``: it failed in a way a
+    retry could fix (a bug, a statement Postgres refused) until ``consumer.max_deliver``."""
+    retry_count: int | None = None
+    """Deliveries before the one that dead-lettered it (``deliveries - 1``)."""
+    deliveries: int | None = None
+    first_seen_at: str | None = None
+    """When the notice was stored in SESSIONS (a redriven notice starts again)."""
+    last_seen_at: str | None = None
+    """When intake handled it the last time, the time it was dead-lettered."""
+    stack_trace: str | None = None
+    """Where a bug or a refused statement was raised: class and frames, never the text."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,7 +103,21 @@ def _dead_notice(names: Names, raw: Any) -> DeadNotice:
         message=str(body.get("message", "")),
         notice=str(body.get("notice", "")),
         dead_lettered_at=str(raw.time) if getattr(raw, "time", None) else None,
+        error_type=_text(body.get("error_type")),
+        retry_count=_count(body.get("retry_count")),
+        deliveries=_count(body.get("deliveries")),
+        first_seen_at=_text(body.get("first_seen_at")),
+        last_seen_at=_text(body.get("last_seen_at")),
+        stack_trace=_text(body.get("stack_trace")),
     )
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class _Dlq:

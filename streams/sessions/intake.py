@@ -50,6 +50,7 @@ import random
 import tempfile
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ from nats.js.api import (
 )
 from pydantic import ValidationError
 
-from schemas.errors import unexpected
+from schemas.errors import stack, unexpected
 from schemas.run_config import explain
 from stages.ack_policy import AckDecision, Action, Disposition, budget_spent, decide
 from streams.adapters import postgres
@@ -245,6 +246,9 @@ async def _handle(ctx: _Intake, msg: Msg) -> None:
         await ctx.events.publish(outcome.tenant, "run.pending", run_id=made.run_id,
                                  session_id=made.session_id, status="pending")
     disposition, code, message = outcome.disposition, outcome.code, outcome.message
+    # What the dead letter calls the failure (spec 003): refused for what it is, or a failure
+    # a retry could have fixed that kept failing until the delivery budget ran out.
+    error_type = "permanent" if disposition is Disposition.NEVER_SUCCEEDS else "transient"
     max_deliver = ctx.settings.consumer.max_deliver
     if disposition is Disposition.RETRY and budget_spent(
         delivered=delivered, max_deliver=max_deliver
@@ -253,7 +257,9 @@ async def _handle(ctx: _Intake, msg: Msg) -> None:
         message = f"gave up after {delivered} deliveries: {message}"
     backoff = ctx.settings.retry.redelivery_backoff()
     decision = decide(disposition, delivered=delivered, backoff=backoff, rand=ctx.rand.random)
-    if decision.action is Action.DEAD_LETTER and not await _dead_letter(ctx, msg, code, message):
+    dead = _DeadLetter(code=code, message=message, error_type=error_type, delivered=delivered,
+                       stack_trace=outcome.stack_trace)
+    if decision.action is Action.DEAD_LETTER and not await _dead_letter(ctx, msg, dead):
         # Terminating now would drop the notice: keep it until its dead letter is stored.
         decision = decide(
             Disposition.UNAVAILABLE, delivered=delivered, backoff=backoff, rand=ctx.rand.random
@@ -262,6 +268,8 @@ async def _handle(ctx: _Intake, msg: Msg) -> None:
         log.warning("intake deferred (%s, delivery %d): %s", code, delivered, message)
     await _settle(msg, decision)
     if ctx.observer is not None:
+        if decision.action is Action.DEAD_LETTER:
+            ctx.observer.on_dead_letter(code=code)
         ctx.observer.on_notice(outcome=_outcome_label(decision, outcome))
 
 
@@ -286,6 +294,8 @@ class _Outcome:
     tenant: str = ""
     intake: IntakeResult | None = None
     """Accepted: the session and run."""
+    stack_trace: str | None = None
+    """A bug or a refused statement: where it was raised (:func:`schemas.errors.stack`)."""
 
 
 # asyncpg's ways of saying "not now" rather than "not this notice": the server cannot be
@@ -338,11 +348,13 @@ async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
         if (exc.sqlstate or "")[:2] in postgres.NOT_NOW_CLASSES:
             return _Outcome(disposition=Disposition.UNAVAILABLE, code="PG_UNAVAILABLE",
                             message=f"Postgres: {exc}")
-        return _Outcome(disposition=Disposition.RETRY, code="PG_ERROR", message=f"Postgres: {exc}")
+        return _Outcome(disposition=Disposition.RETRY, code="PG_ERROR", message=f"Postgres: {exc}",
+                        stack_trace=stack(exc))
     except Exception as exc:  # a bug: keep the notice (redelivered) rather than lose it
         log.exception("intake failed on a notice on %s", msg.subject)
         return _Outcome(
-            disposition=Disposition.RETRY, code="INTAKE_CRASHED", message=unexpected(exc)
+            disposition=Disposition.RETRY, code="INTAKE_CRASHED", message=unexpected(exc),
+            stack_trace=stack(exc),
         )
     log.info(
         "intake %s run %s (%s)",
@@ -373,17 +385,41 @@ def _parse_subject(names: Names, subject: str) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
-async def _dead_letter(ctx: _Intake, msg: Msg, code: str, message: str) -> bool:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _DeadLetter:
+    """Why a notice is dead-lettered (spec 003's DLQ fields, with the notice's own code)."""
+
+    code: str
+    message: str
+    error_type: str
+    """``permanent`` (it can never succeed as it is) or ``transient`` (retries ran out)."""
+    delivered: int
+    stack_trace: str | None
+
+
+def _first_seen(msg: Msg) -> datetime:
+    """When the notice was stored in SESSIONS (the stream timestamp every delivery carries)."""
+    stamp = getattr(msg.metadata, "timestamp", None)
+    return stamp.astimezone(UTC) if isinstance(stamp, datetime) else datetime.now(UTC)
+
+
+async def _dead_letter(ctx: _Intake, msg: Msg, dead: _DeadLetter) -> bool:
     """Publish the notice to SESSIONS_DLQ with its reason; whether the stream stored it."""
-    log.error("intake rejected a notice on %s (%s): %s", msg.subject, code, message)
+    log.error("intake rejected a notice on %s (%s): %s", msg.subject, dead.code, dead.message)
     parts = msg.subject.split(".")
     tenant, device = (parts[-2], parts[-1]) if len(parts) >= 2 else ("unknown", "unknown")
     body = orjson.dumps(
         {
             "subject": msg.subject,
-            "code": code,
-            "message": message,
+            "code": dead.code,
+            "message": dead.message,
             "notice": msg.data.decode("utf-8", "replace"),
+            "error_type": dead.error_type,
+            "retry_count": max(dead.delivered - 1, 0),
+            "deliveries": dead.delivered,
+            "first_seen_at": _first_seen(msg).isoformat(),
+            "last_seen_at": datetime.now(UTC).isoformat(),
+            "stack_trace": dead.stack_trace,
         }
     )
     try:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -17,6 +19,8 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from streams.config import Settings
 from streams.names import Names
 from streams.objects import ObjectStore, artifact_key, sha256_hex
+from streams.observability.metrics import Metrics
+from streams.observability.observers import IntakeMetrics
 from streams.sessions.intake import accept_notice
 from streams.sessions.notice import NoticeArtifact, SessionNotice
 from streams.sessions.upload import device_upload, store_file, upload_files
@@ -179,6 +183,11 @@ async def test_a_bad_notice_is_dead_lettered_not_lost(settings: Settings, pool: 
         await _drain(settings)
     assert [b["code"] for b in bodies] == ["BAD_NOTICE", "ARTIFACT_MISSING"]
     assert bodies[0]["notice"] == "{not json"
+    for body in bodies:  # spec 003's fields: refused on the first delivery, no stack to show
+        assert (body["error_type"], body["retry_count"], body["deliveries"]) == ("permanent", 0, 1)
+        assert body["stack_trace"] is None
+        first, last = (datetime.fromisoformat(body[k]) for k in ("first_seen_at", "last_seen_at"))
+        assert first.tzinfo is not None and first <= last
     assert await _runs(pool) == []
 
 
@@ -193,6 +202,7 @@ async def test_a_notice_that_keeps_failing_ends_in_the_dlq(
     from streams.sessions import intake
 
     names = Names(namespace=settings.namespace)
+    metrics = Metrics(process=False)
     await intake.provision_sessions(settings)
     receipt = await upload_files(settings, tenant="acme", device="d9", paths=[nmea_file])
     settings = _quick(settings, max_deliver=2)  # the delivery budget of a RETRY
@@ -207,10 +217,13 @@ async def test_a_notice_that_keeps_failing_ends_in_the_dlq(
             pool=broken,
             store=ObjectStore(settings.objects()),
             js=js,
+            observer=IntakeMetrics(metrics),
         )
         sub = await js.pull_subscribe_bind(names.intake_durable, stream=names.sessions_stream)
         first = (await sub.fetch(1, timeout=5))[0]
         await intake._handle(ctx, first)  # delivery 1: nak with backoff
+        assert metrics.registry.get_sample_value(
+            "tideway_session_dead_letters_total", {"code": "INTAKE_CRASHED"}) is None
         second = (await sub.fetch(1, timeout=10))[0]
         assert second.metadata.num_delivered == 2
         await intake._handle(ctx, second)  # delivery 2 = the last: dead-lettered
@@ -223,6 +236,16 @@ async def test_a_notice_that_keeps_failing_ends_in_the_dlq(
     assert dead["code"] == "INTAKE_CRASHED"
     assert dead["subject"] == receipt.subject
     assert orjson.loads(dead["notice"])["artifacts"][0]["sha256"] == receipt.artifacts[0].sha256
+    # Spec 003's fields: retried once, then given up; the stack is class and places only.
+    assert (dead["error_type"], dead["retry_count"], dead["deliveries"]) == ("transient", 1, 2)
+    first, last = (datetime.fromisoformat(dead[k]) for k in ("first_seen_at", "last_seen_at"))
+    assert first < last  # stored at upload, dead-lettered a redelivery later
+    trace = dead["stack_trace"].splitlines()
+    assert trace[0].isidentifier()  # the exception's class, never its text
+    assert any(line.startswith("  streams.sessions.intake:") for line in trace[1:])
+    assert all(re.fullmatch(r"  [\w.<>]+:\d+ \([\w<>]+\)", line) for line in trace[1:])
+    assert metrics.registry.get_sample_value(
+        "tideway_session_dead_letters_total", {"code": "INTAKE_CRASHED"}) == 1
     assert await _runs(pool) == []
 
 

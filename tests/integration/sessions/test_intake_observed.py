@@ -41,6 +41,8 @@ async def test_notices_are_counted_by_outcome(settings: Settings, tmp_path: Path
                 assert time.monotonic() < deadline, "notices not handled in time"
                 await asyncio.sleep(0.05)
             assert (handled("planned"), handled("rejected"), handled("deferred")) == (1, 1, 0)
+            assert obs.metrics.registry.get_sample_value(
+                "tideway_session_dead_letters_total", {"code": "BAD_NOTICE"}) == 1
             status, body = await asyncio.to_thread(get_json, f"{obs.address}/readyz")
             assert status == 200, body
             assert {c["name"] for c in body["checks"]} == {

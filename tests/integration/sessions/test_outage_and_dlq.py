@@ -239,6 +239,12 @@ async def test_a_notice_that_can_never_succeed_is_listed_shown_and_redriven(
         record = orjson.loads(shown.output)
         assert record["subject"] == names.sessions_subject("acme", "kart-1")
         assert orjson.loads(record["notice"])["artifacts"][0]["sha256"] == ghost.sha256
+        # Spec 003's fields, read back through the CLI.
+        assert (record["error_type"], record["retry_count"], record["deliveries"]) == (
+            "permanent", 0, 1)
+        assert record["stack_trace"] is None  # refused for what it is: no bug to locate
+        assert record["first_seen_at"] <= record["last_seen_at"]
+        assert (rows[0]["error_type"], rows[0]["retry_count"]) == ("permanent", 0)
 
         store_file(ObjectStore(quick.objects()), "acme", path, max_bytes=10**6)  # the fix
         redriven = await _cli("sessions", "dlq", "redrive", str(dead_id), "--json")

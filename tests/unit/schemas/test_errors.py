@@ -1,4 +1,5 @@
-"""``unexpected``: a bug's exception as a message safe to store (class and place, no text)."""
+"""``unexpected`` and ``stack``: a bug's exception as text safe to store (class and places, no
+text)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from schemas.errors import unexpected
+from schemas.errors import stack, unexpected
 from stages.batch.formats.timeparse import iso_to_us
 from stages.ingest.validate import _walk
 
@@ -50,3 +51,15 @@ def test_a_library_error_quoting_its_input_is_not_quoted() -> None:
 
 def test_an_exception_never_raised_is_its_class() -> None:
     assert unexpected(ValueError("-0.987654321")) == "ValueError"
+
+
+def test_a_stack_names_the_class_and_every_frame_never_the_text() -> None:
+    with pytest.raises(RuntimeError) as caught:
+        _walk(_Exploding(), "lat", ("pos", "lat"))
+    trace = stack(caught.value).splitlines()
+    assert trace[0] == "RuntimeError"
+    assert trace[1].startswith("  tests.unit.schemas.test_errors:")  # outermost first
+    assert trace[2].startswith("  stages.ingest.validate:") and trace[2].endswith("(_walk)")
+    assert trace[-1].endswith("(get)")
+    assert "51.123456789" not in stack(caught.value)
+    assert stack(ValueError("-0.987654321")) == "ValueError"

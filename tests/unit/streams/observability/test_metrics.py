@@ -186,6 +186,16 @@ def test_intake_observer_counts_notices_by_outcome() -> None:
     assert _value(metrics, "tideway_intake_notices_total", outcome="duplicate") == 1
 
 
+def test_intake_observer_counts_dead_letters_by_code() -> None:
+    metrics = Metrics(process=False)
+    observer: IntakeObserver = IntakeMetrics(metrics)
+    observer.on_dead_letter(code="BAD_NOTICE")
+    observer.on_dead_letter(code="BAD_NOTICE")
+    observer.on_dead_letter(code="ARTIFACT_MISSING")
+    assert _value(metrics, "tideway_session_dead_letters_total", code="BAD_NOTICE") == 2
+    assert _value(metrics, "tideway_session_dead_letters_total", code="ARTIFACT_MISSING") == 1
+
+
 @pytest.mark.parametrize("module", [
     "streams.observability.events",
     # The engine and the pipeline report through the seam only (issue 13 item 6).
