@@ -757,6 +757,31 @@ class ResolveReport(_Body):
     not_resolved: list[int]
 
 
+class SessionDeadLetterQuery(_Query):
+    """A page of the caller's session dead letters (no filter of its own)."""
+
+
+class SessionDeadLetter(_Body):
+    """A session notice intake dead-lettered (JetStream's ``SESSIONS_DLQ``; never its body)."""
+
+    id: int = Field(description="The dead letter's id: its sequence in the dead-letter stream.")
+    subject: str = Field(description="The notice's original subject.")
+    device: str
+    code: str = Field(description="Why intake refused it (`BAD_NOTICE`, `ARTIFACT_MISSING`...).")
+    message: str
+    error_type: str | None = Field(
+        description="`permanent` (it can never succeed as it is) or `transient` (it kept "
+        "failing until the delivery budget ran out); null for an old dead letter."
+    )
+    retry_count: int | None = Field(description="Deliveries before the one that dead-lettered it.")
+    first_seen_at: datetime | None = Field(description="When the notice was stored.")
+    last_seen_at: datetime | None = Field(description="When it was dead-lettered.")
+
+
+class SessionDeadLetterPage(Page[SessionDeadLetter]):
+    """Session dead letters, oldest first."""
+
+
 # -- fleet ----------------------------------------------------------------------------------
 
 FleetSort = Literal[

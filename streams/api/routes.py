@@ -60,6 +60,8 @@ from schemas.api import (
     SchemaVersion,
     SchemaVersionQuery,
     Session,
+    SessionDeadLetterPage,
+    SessionDeadLetterQuery,
     SessionLaps,
     SessionPage,
     SessionQuery,
@@ -75,6 +77,7 @@ from streams.api import fleet_routes as fleet
 from streams.api import path_params as pp
 from streams.api import registry_routes as reg
 from streams.api import run_routes as runs
+from streams.api import session_dlq_routes as session_dlq
 from streams.api import telemetry_routes as tel
 from streams.api.bodies import query_of, reply
 from streams.api.context import ApiContext, caller_of, context_of
@@ -512,6 +515,10 @@ ROUTES: tuple[Route, ...] = (
     Route(method="POST", path="/v1/dead-letters/{id}/resolve", handler=tel.resolve_dead_letter,
           tag=_DLQ, summary="Close one dead letter with a note", body=ResolveRequest,
           response=ResolveReport, path_types=_DEAD_LETTER, not_found=_NO_DEAD_LETTER),
+    Route(method="GET", path="/v1/session-dead-letters",
+          handler=session_dlq.list_session_dead_letters, tag=_DLQ,
+          summary="Session notices intake dead-lettered, oldest first",
+          query=SessionDeadLetterQuery, response=SessionDeadLetterPage),
     Route(method="GET", path="/v1/events", handler=event_stream.stream_events, tag="events",
           summary="The caller's domain events, live (server-sent events)",
           description=(

@@ -27,6 +27,7 @@ from typing import Any
 
 import nats
 import orjson
+from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
@@ -123,20 +124,22 @@ def _count(value: Any) -> int | None:
 class _Dlq:
     """An open connection to SESSIONS_DLQ for one command."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, nc: NatsClient | None = None) -> None:
         self.names = Names(namespace=settings.namespace)
         self.settings = settings
         self.stream = self.names.sessions_dead_letter_stream
+        self._shared = nc
 
     async def __aenter__(self) -> _Dlq:
-        self.nc = await connect_nats(
+        self.nc = self._shared or await connect_nats(
             self.settings.nats, name="tideway-sessions-dlq", attempts=ONE_SHOT_ATTEMPTS
         )
         self.js: JetStreamContext = self.nc.jetstream()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.nc.close()
+        if self._shared is None:  # a connection of the caller's (the API's) stays open
+            await self.nc.close()
 
     async def next_after(self, after: int, subjects: str) -> DeadNotice | None:
         try:
@@ -162,10 +165,17 @@ def _unavailable(exc: BaseException) -> TransientError:
 
 
 async def list_dead_notices(
-    settings: Settings, *, tenant: str | None = None, after: int = 0, limit: int = 100
+    settings: Settings,
+    *,
+    tenant: str | None = None,
+    after: int = 0,
+    limit: int = 100,
+    nc: NatsClient | None = None,
 ) -> list[DeadNotice]:
-    """Dead-lettered notices, oldest first, with ids above ``after`` (only ``tenant``'s)."""
-    async with _Dlq(settings) as dlq:
+    """Dead-lettered notices, oldest first, with ids above ``after`` (only ``tenant``'s).
+
+    On ``nc`` when given (the API's connection, left open), else on a connection of its own."""
+    async with _Dlq(settings, nc) as dlq:
         subjects = (
             dlq.names.sessions_dead_letter_subject(tenant, "*")
             if tenant

@@ -12,18 +12,21 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import nats
 import pytest
 from aiohttp.test_utils import TestClient
 
 from streams.api.keys import create_api_key
 from streams.config import Settings
 from streams.ingest.fleet import SCHEMA_NAME
+from streams.names import Names
+from streams.sessions.dead_letters import list_dead_notices
 from tests.integration.ingest.conftest import Harness, fleet, good_values, harness
-from tests.integration.sessions.conftest import running_intake
+from tests.integration.sessions.conftest import running_intake, wait_until
 from tests.integration.sessions.test_api import api_client
 from tests.shared_data import data_file
 
-__all__ = ["Seeded", "api_client", "fleet", "harness", "key_headers", "seeded"]
+__all__ = ["Seeded", "api_client", "bad_notice", "fleet", "harness", "key_headers", "seeded"]
 
 Client = TestClient[Any, Any]
 
@@ -63,11 +66,30 @@ async def upload(client: Client, headers: dict[str, str], device: str, path: Pat
     return await resp.json()
 
 
+async def bad_notice(settings: Settings, tenant: str, device: str) -> None:
+    """A notice intake can only dead-letter (not JSON), published for ``tenant``'s ``device``;
+    back once the dead letter is in SESSIONS_DLQ (intake must be running)."""
+    names = Names(namespace=settings.namespace)
+    nc = await nats.connect(settings.nats())
+    try:
+        js = nc.jetstream()
+        await js.publish(names.sessions_subject(tenant, device), b"{not json")
+
+        async def dead_lettered() -> bool:
+            found = await list_dead_notices(settings, tenant=tenant, limit=1000)
+            return any(d.device == device for d in found)
+
+        await wait_until(dead_lettered)
+    finally:
+        await nc.close()
+
+
 @pytest.fixture
 async def seeded(fleet: Harness) -> AsyncIterator[Seeded]:
     """acme: the ingest fleet (schema, devices d1 d2 off bare), one good envelope and two
     malformed ones (dead letters), an uploaded session whose run intake has made (no worker
-    runs, so it stays pending) and a credential of d1. globex: a key and nothing else."""
+    runs, so it stays pending), a session notice intake dead-lettered (kart-2) and a
+    credential of d1. globex: a key and nothing else."""
     good_seq = await fleet.publish("d1", {"ts": 1_000, "seq": 1, "values": good_values()})
     await fleet.publish("d1", None, raw=b"not json 1")
     await fleet.publish("d2", None, raw=b"not json 2")
@@ -84,6 +106,7 @@ async def seeded(fleet: Harness) -> AsyncIterator[Seeded]:
     async with running_intake(fleet.settings), api_client(fleet.settings, pool) as client:
         receipt = await upload(client, acme, "kart-1", nmea)
         assert receipt["run_id"], receipt
+        await bad_notice(fleet.settings, "acme", "kart-2")
         groups = await (await client.get("/v1/dead-letter-groups", headers=acme)).json()
         issued = await client.post("/v1/devices/d1/credentials", headers=acme)
         assert issued.status == 201, await issued.text()

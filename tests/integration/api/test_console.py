@@ -259,6 +259,10 @@ def triage(p: Person, s: Seeded) -> None:
     (group,) = p.all("#dlq-rows tr[data-group]")
     assert group.find_element(By.CSS_SELECTOR, ".dlq-count").text == "2"
     assert "not json" in group.text  # the sample payload
+    # Beside them, the session notice intake dead-lettered (SESSIONS_DLQ).
+    p.find("#session-dlq-rows tr[data-session-dead-letter]")  # it comes after the groups
+    (session_dead,) = p.all("#session-dlq-rows tr[data-session-dead-letter]")
+    assert "kart-2" in session_dead.text and "BAD_NOTICE" in session_dead.text
     p.shot("dead-letters")
     group.find_element(By.CSS_SELECTOR, ".dlq-redrive").click()
     # Malformed envelopes cannot be redriven: the page says so and the group stays open.

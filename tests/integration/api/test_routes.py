@@ -8,7 +8,7 @@ from typing import Any
 
 from streams.config import Settings
 from streams.ingest.fleet import SCHEMA_NAME
-from tests.integration.api.conftest import Client, Seeded, api_client, key_headers
+from tests.integration.api.conftest import Client, Seeded, api_client, bad_notice, key_headers
 from tests.integration.ingest.conftest import Harness, good_values
 
 
@@ -207,3 +207,24 @@ async def test_redrive_a_group_publishes_its_dead_letters(
         assert (await (await client.get("/v1/dead-letter-groups", headers=acme)).json())[
             "items"
         ] == []
+
+
+async def test_session_dead_letters_are_the_callers_only(seeded: Seeded, fleet: Harness) -> None:
+    """Notices intake dead-lettered (SESSIONS_DLQ): acme lists its own, never globex's."""
+    client, acme, globex = seeded.client, seeded.acme, seeded.globex
+    await bad_notice(fleet.settings, "globex", "rival-1")
+    await bad_notice(fleet.settings, "acme", "kart-3")
+    ours = await _all_pages(client, "/v1/session-dead-letters?limit=1", acme)
+    assert [d["device"] for d in ours] == ["kart-2", "kart-3"]  # oldest first, by id
+    assert ours[0]["id"] < ours[1]["id"]
+    for dead in ours:
+        assert dead["code"] == "BAD_NOTICE" and dead["message"], dead
+        assert dead["subject"].endswith(f".acme.{dead['device']}")
+        assert (dead["error_type"], dead["retry_count"]) == ("permanent", 0)
+        assert dead["first_seen_at"] <= dead["last_seen_at"]
+        assert "notice" not in dead and "stack_trace" not in dead
+    theirs = await (await client.get("/v1/session-dead-letters", headers=globex)).json()
+    assert [d["device"] for d in theirs["items"]] == ["rival-1"]
+    # A cursor of globex's id on acme's list still reads acme's subjects only.
+    every = await (await client.get("/v1/session-dead-letters", headers=acme)).json()
+    assert "rival-1" not in {d["device"] for d in every["items"]}

@@ -1,5 +1,5 @@
 // Dead letters, triaged: grouped by error signature; redrive or resolve a whole group at once.
-import { api, h, table, state, when, notice, act } from "../app.js";
+import { api, h, table, state, when, notice, act, documented } from "../app.js";
 
 function report(r) {
   return `Redrive: ${r.completed} completed, ${r.failed} failed, ${r.not_redrivable} not redrivable` +
@@ -22,6 +22,21 @@ export async function listGroups(view) {
   view.append(h("h1", {}, "Dead letters"),
     h("p", { class: "muted" }, "Grouped by error signature: reason code, failing stage, schema version."),
     h("div", { class: "filters" }, which), t);
+  if (await documented("/v1/session-dead-letters")) view.append(await sessionDeadLetters());
+}
+
+/** Session notices intake dead-lettered (JetStream's SESSIONS_DLQ), oldest first. */
+async function sessionDeadLetters() {
+  const page = await api("/v1/session-dead-letters?limit=200");
+  const rows = page.items.map((d) => h("tr", { "data-session-dead-letter": d.id },
+    h("td", {}, d.device), h("td", {}, d.code), h("td", {}, d.message),
+    h("td", {}, when(d.last_seen_at))));
+  if (!rows.length) rows.push(h("tr", {}, h("td", { colspan: 4, class: "muted" }, "No session dead letters.")));
+  return h("section", { id: "session-dlq" },
+    h("h2", {}, "Session dead letters"),
+    h("p", { class: "muted" }, "Session notices intake could not accept (tideway sessions dlq redrive)."),
+    table(["device", "code", "message", "when"], rows, { id: "session-dlq-rows" }),
+    page.next ? h("p", { class: "muted" }, "Showing the oldest 200.") : null);
 }
 
 function groupRow(g, which, reload) {
