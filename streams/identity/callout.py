@@ -299,9 +299,16 @@ class AuthService:
                     reply = await self.control.request(
                         f"$SYS.REQ.SERVER.{c.server_id}.KICK", orjson.dumps({"cid": c.cid}),
                         timeout=2)
-                except (*CONNECTION_ERRORS, TimeoutError):
-                    return False
-                return b'"error"' not in reply.data
+                except (*CONNECTION_ERRORS, TimeoutError) as exc:
+                    refused = f"no answer ({type(exc).__name__})"
+                else:
+                    if b'"error"' not in reply.data:
+                        return True
+                    refused = reply.data.decode(errors="replace")[:200]
+            # A connection that should be closed and is not: say so (the sweep tries again).
+            log.warning("auth: could not disconnect connection %d on %s: %s", c.cid,
+                        c.server_id, refused)
+            return False
 
         return sum(await asyncio.gather(*(one(c) for c in connections)))
 
@@ -433,8 +440,8 @@ async def run_auth(settings: Settings, *, stop: asyncio.Event,
                    hooks: ProcessHooks | None = None) -> None:
     """Serve authorization requests until ``stop`` is set."""
     issuer = _read_seed(settings.auth.issuer_seed_file, "auth.issuer_seed_file")
-    control_seed = _read_seed(settings.auth.control_seed_file, "auth.control_seed_file")
-    del control_seed  # read to fail early with the setting's name; nats-py reads the file
+    # Read now to fail early with the setting's name (nats-py reads the file itself later).
+    _read_seed(settings.auth.control_seed_file, "auth.control_seed_file")
     pool = await postgres.create_pool(settings.postgres(), postgres.streaming_pool(8))
     nc = control = None
     try:
