@@ -52,14 +52,15 @@ _PERSIST_US = 1_000
 
 @dataclass(frozen=True, slots=True)
 class Prebuilt:
-    """Everything the full pipeline writes for the data set, one entry per envelope."""
+    """Everything the full pipeline writes for the data set, one entry per envelope (stage
+    passes: one row per batch since migration 0019, keyed by the batch's first envelope)."""
 
     keys: list[str]
     receipts: list[str]
     messages: list[str]
     key_lines: list[str]
     telemetry: list[str]
-    passes: list[str]
+    passes: dict[int, list[str]]
     hot: list[HotItem]
     analytics: pa.Table
 
@@ -75,7 +76,7 @@ async def prebuild(pipeline: Pipeline, names: Names, tenant: str,
     async with pipeline.resources.pool.acquire() as conn:
         gen = await conn.fetchval(sql.CURRENT_GENERATION)
     telemetry: list[str] = []
-    passes: list[str] = []
+    passes: dict[int, list[str]] = {}
     hot: list[HotItem] = []
     tables = []
     published = PublishOutcome(duration_us=_PUBLISH_US, hot_state_written=True,
@@ -105,7 +106,7 @@ async def prebuild(pipeline: Pipeline, names: Names, tenant: str,
         messages.extend(rec.messages)
         key_lines.extend(rec.keys)
         telemetry.extend(rec.telemetry)
-        passes.extend(rec.stage_pass_lines(_PERSIST_US))
+        passes[start] = rec.stage_pass_lines(_PERSIST_US)
         hot.extend(pipeline.publisher.hot_items(evaluations))
         tables.append(pipeline.analytics.rows(evaluations))
     return Prebuilt(keys, receipts, messages, key_lines, telemetry, passes, hot,
@@ -159,15 +160,19 @@ async def write_ceiling(settings: Settings, names: Names, tenant: str,
                     await copy_lines(conn, sql.KEYS, sql.KEY_COPY, built.key_lines[rows])
                     await copy_lines(conn, sql.TELEMETRY, sql.TELEMETRY_COPY,
                                      built.telemetry[rows])
+                    # The pass rows of the prebuilt batches that begin in this fetch.
                     await copy_lines(conn, sql.STAGE_PASSES, sql.STAGE_PASS_COPY,
-                                     built.passes[rows])
+                                     [line for first, lines in built.passes.items()
+                                      if start <= first < start + len(msgs)
+                                      for line in lines])
                 await acknowledge(nc, msgs, (ACK,) * len(msgs))
 
         started, before = time.perf_counter(), cpu.sample()
         await asyncio.gather(*(work(f) for f in fetchers))
         elapsed = time.perf_counter() - started
         busy = cpu.busy_percent(before, cpu.sample())
-        written = await _count(resources, len(built.keys))
+        written = await _count(resources, len(built.keys),
+                               sum(len(lines) for lines in built.passes.values()))
     finally:
         for fetcher in fetchers:
             await fetcher.stop()
@@ -176,12 +181,14 @@ async def write_ceiling(settings: Settings, names: Names, tenant: str,
             "rows_written": written, "cpu_busy_percent": busy}
 
 
-async def _count(resources: Resources, expected: int) -> dict[str, int]:
-    """The rows the run wrote, checked against what it should have written."""
+async def _count(resources: Resources, envelopes: int, passes: int) -> dict[str, int]:
+    """The rows the run wrote, checked against what it should have written (a message and a
+    telemetry row per envelope, the stage-pass rows of every batch)."""
+    expected = {sql.MESSAGES: envelopes, sql.TELEMETRY: envelopes, sql.STAGE_PASSES: passes}
     counts = {}
     async with resources.pool.acquire() as conn:
-        for table in (sql.MESSAGES, sql.TELEMETRY, sql.STAGE_PASSES):
+        for table in expected:
             counts[table] = await conn.fetchval(f"SELECT count(*) FROM {table}")
-    if any(c != expected for c in counts.values()):
-        raise RuntimeError(f"the write ceiling wrote {counts}, expected {expected} of each")
+    if counts != expected:
+        raise RuntimeError(f"the write ceiling wrote {counts}, expected {expected}")
     return counts
