@@ -93,6 +93,8 @@ async def tideway_round(workers: int, jobs: int, per_run: int, concurrency: int)
         total = await enqueue(dsn, jobs, per_run)
         settings = Settings(
             postgres_dsn=dsn,
+            # The workers relay the runs' domain events to NATS, as in a deployment.
+            nats_url=os.environ.get("TIDEWAY_BENCH_NATS_URL", "nats://127.0.0.1:4222"),
             namespace="bench",
             worker=WorkerSettings(
                 concurrency=min(concurrency, 64), poll_interval_s=0.5, heartbeat_s=5.0,

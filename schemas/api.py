@@ -757,6 +757,18 @@ class ResolveReport(_Body):
     not_resolved: list[int]
 
 
+class EventStreamQuery(BaseModel):
+    """Where ``GET /v1/events`` starts (the ``Last-Event-ID`` header wins over it)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    last_event_id: int | None = Field(
+        None, ge=0, le=2**63 - 1,
+        description="Resume after this event (its SSE `id`): every later event the stream "
+        "holds comes first, in order. For clients that cannot send the `Last-Event-ID` header.",
+    )
+
+
 class SessionDeadLetterQuery(_Query):
     """A page of the caller's session dead letters (no filter of its own)."""
 

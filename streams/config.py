@@ -376,6 +376,27 @@ class ApiSettings(_Group):
     )
 
 
+class EventSettings(_Group):
+    """Domain events: the Postgres outbox and the EVENTS stream it is relayed to."""
+
+    max_age_s: float = Field(
+        7 * 24 * 3600.0, gt=0,
+        description="How long the EVENTS stream keeps an event (how far back a client that "
+        "reconnects with Last-Event-ID can catch up).",
+    )
+    outbox_keep_s: float = Field(
+        24 * 3600.0, ge=0,
+        description="How long a relayed event stays in the Postgres outbox before the relay "
+        "deletes it.",
+    )
+    relay_poll_s: float = Field(
+        1.0, gt=0,
+        description="How often the relay looks for events when no notification woke it "
+        "(a worker that is not the relay's leader tries to become it this often).",
+    )
+    relay_batch: int = Field(500, ge=1, le=10_000, description="Events relayed per round.")
+
+
 #: Names the requirement documents give to Tideway settings, accepted as aliases. Each maps an
 #: environment variable to its ``(group, field)``; the ``TIDEWAY_`` name wins when both are set.
 SPEC_ALIASES: dict[str, tuple[str, str]] = {
@@ -449,6 +470,7 @@ class Settings(BaseSettings):
     observability: ObservabilitySettings = ObservabilitySettings()
     nats: NatsSettings = NatsSettings()
     auth: AuthSettings = AuthSettings()
+    events: EventSettings = EventSettings()
 
     @model_validator(mode="after")
     def _check_dedupe_horizon(self) -> Settings:

@@ -95,12 +95,22 @@ class Names:
         """Postgres LISTEN/NOTIFY channel that wakes idle workers."""
         return self._p("tideway_jobs").lower()
 
-    # -- domain events (core NATS, streams.domain_events) --------------------------------
+    # -- domain events (the EVENTS stream, streams.domain_events) ---------------------------
+    @property
+    def events_stream(self) -> str:
+        """Domain events relayed from the Postgres outbox (``events.<tenant>.<kind>``)."""
+        return self._p("EVENTS")
+
+    @property
+    def events_subjects(self) -> str:
+        """Every tenant's domain events."""
+        return self._s("events.>")
+
     def event_subject(self, tenant: str, kind: str) -> str:
         """``events.<tenant>.<kind>``: ``session.published``, ``run.<state>``."""
         return self._s(f"events.{tenant}.{kind}")
 
-    def events_subjects(self, tenant: str) -> str:
+    def tenant_events_subjects(self, tenant: str) -> str:
         """Every domain event of one tenant."""
         return self._s(f"events.{tenant}.>")
 

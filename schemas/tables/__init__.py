@@ -8,7 +8,7 @@ them all on ``metadata``.
 from __future__ import annotations
 
 # Imported for the side effect of registering each area's tables on ``metadata``.
-from schemas.tables import ingest, jobs, registry, retention  # noqa: F401
+from schemas.tables import events, ingest, jobs, registry, retention  # noqa: F401
 from schemas.tables.base import metadata
 
 __all__ = ["metadata"]

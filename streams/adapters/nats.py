@@ -27,6 +27,9 @@ from typing import Any, Final
 
 from nats import errors as nats_errors
 from nats.aio.client import Client as Nats
+from nats.js import JetStreamContext
+from nats.js.api import StreamConfig
+from nats.js.errors import NotFoundError
 
 from streams.adapters.outage import Outage, describe
 from streams.config import NatsSettings, mask_url
@@ -34,7 +37,7 @@ from streams.errors import ConfigError, TransientError
 
 __all__ = [
     "CONNECTION_ERRORS", "CONNECT_TIMEOUT", "ONE_SHOT_ATTEMPTS", "RECONNECT_WAIT", "Nats",
-    "connect_nats", "security_options",
+    "connect_nats", "ensure_stream", "security_options",
 ]
 
 log = logging.getLogger(__name__)
@@ -233,3 +236,15 @@ def _refusal(exc: BaseException) -> ConfigError | None:
                            " (nats.tls_cert, nats.tls_key)",
                            code="NATS_TLS_REFUSED")
     return None
+
+
+async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    """Create the stream ``config`` names, or bring an existing one up to ``config``
+    (idempotent: every process that provisions may run it; data stays in place)."""
+    assert config.name is not None
+    try:
+        await js.stream_info(config.name)
+    except NotFoundError:
+        await js.add_stream(config)
+        return
+    await js.update_stream(config)

@@ -1,17 +1,21 @@
 """``GET /v1/events``: the caller's domain events as server-sent events (``text/event-stream``).
 
-The handler subscribes to ``events.<tenant>.>`` on the API's NATS connection - the caller's
-tenant, from its key, so a stream can only ever carry its own tenant's events - and forwards
-each as one SSE message whose ``event`` is the type (``run.succeeded``) and whose ``data`` is
-the JSON body (see :mod:`streams.domain_events`). A comment line is sent every 15 s so proxies
-keep the connection open; the stream ends when the client goes, the API stops, or the key
-that opened it is revoked (checked every :data:`KEY_CHECK_S` seconds).
+The handler reads the EVENTS stream (:mod:`streams.domain_events`: events written by Postgres in
+the transaction of each change, relayed to JetStream) through an ordered JetStream consumer
+filtered to ``events.<tenant>.>`` - the caller's tenant, from its key, so a stream can only
+ever carry its own tenant's events - and forwards each as one SSE message whose ``id`` is the
+event's stream sequence, ``event`` its type (``run.succeeded``) and ``data`` its JSON body. A
+client that reconnects with ``Last-Event-ID`` (the header, or ``?last_event_id=`` for clients
+that cannot set headers) gets every event after that one that the stream still holds
+(``events.max_age_s``), then the live ones; without it, only events from now on. A comment
+line is sent every 15 s so proxies keep the connection open; the stream ends when the client
+goes, the API stops, or the key that opened it is revoked (checked every :data:`KEY_CHECK_S`
+seconds).
 
 aiohttp-sse (aio-libs) writes the SSE framing, the keep-alive pings and notices a client that
-has gone; a hand-written ``StreamResponse`` would redo exactly that. Events are hints (core NATS,
-at most once): a client reconnecting after a gap re-reads what it shows; ``Last-Event-ID`` is
-not replayed. A browser's ``EventSource`` cannot send an ``Authorization`` header: a page reads
-the stream with ``fetch`` (which can), as the API accepts keys only in headers.
+has gone; a hand-written ``StreamResponse`` would redo exactly that. A browser's
+``EventSource`` cannot send an ``Authorization`` header: a page reads the stream with ``fetch``
+(which can), as the API accepts keys only in headers.
 """
 
 from __future__ import annotations
@@ -26,23 +30,45 @@ import orjson
 from aiohttp import web
 from aiohttp_sse import sse_response
 from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError as StreamNotFound
 
+from schemas.api import EventStreamQuery
+from streams.api.bodies import query_of
 from streams.api.context import caller_of, context_of
 from streams.api.request_id import HEADER, REQUEST_ID
-from streams.errors import TransientError
+from streams.domain_events import ensure_events_stream
+from streams.errors import TransientError, UsageError
 from streams.names import Names
 
 __all__ = ["setup", "stream_events"]
 
 log = logging.getLogger(__name__)
 
-_BACKLOG: Final = 1000  # events held for a slow client before newer ones are dropped
+_BACKLOG: Final = 1000  # events held for a slow client before its stream is ended
 _POLL_S: Final = 1.0  # how often a quiet stream checks that it should go on
 _CLOSING = web.AppKey("events_closing", asyncio.Event)
 KEY_CHECK_S: Final = 2.0
 """How often an open stream checks that its API key is not revoked: a revocation ends the
 streams it opened within this (plus one poll)."""
 _KEY_VALID: Final = "SELECT revoked_at IS NULL FROM api_keys WHERE id = $1"
+_IDLE_HEARTBEAT_S: Final = 5.0
+
+
+def _last_event_id(request: web.Request) -> int | None:
+    """The sequence the client saw last: ``Last-Event-ID``, else ``?last_event_id=``."""
+    raw = request.headers.get("Last-Event-ID")
+    if raw is None or raw == "":
+        return query_of(request, EventStreamQuery).last_event_id
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise UsageError(f"Last-Event-ID {raw[:40]!r}: the id of an event this stream sent")
+    return int(raw)
+
+
+def _consumer(last: int | None) -> ConsumerConfig:
+    if last is None:
+        return ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+    return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=last + 1)
 
 
 async def _key_valid(pool: Any, key_id: Any) -> bool:
@@ -71,19 +97,38 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     closing = request.app[_CLOSING]
     queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=_BACKLOG)
 
+    behind = asyncio.Event()
+
     async def on_event(msg: Msg) -> None:
-        if queue.full():
-            log.warning("event stream of %s is behind; an event was dropped", caller.tenant)
+        if queue.full():  # end the stream: the client reconnects from the last id it got
+            behind.set()
             return
         queue.put_nowait(msg)
 
-    subject = Names(namespace=ctx.settings.namespace).events_subjects(caller.tenant)
-    subscription = await ctx.nats.subscribe(subject, cb=on_event)
+    last = _last_event_id(request)
+    names = Names(namespace=ctx.settings.namespace)
+    js = ctx.nats.jetstream()
+
+    async def subscribe() -> Any:
+        return await js.subscribe(
+            names.tenant_events_subjects(caller.tenant), stream=names.events_stream,
+            cb=on_event, ordered_consumer=True, config=_consumer(last),
+            idle_heartbeat=_IDLE_HEARTBEAT_S,
+        )  # fmt: skip
+
     try:
-        await ctx.nats.flush()  # subscribed before the client hears "connected"
+        subscription = await subscribe()
+    except StreamNotFound:  # no relay has run yet: the stream is made by whoever comes first
+        await ensure_events_stream(js, ctx.settings)
+        subscription = await subscribe()
+    try:
         async with sse_response(request, headers={HEADER: request[REQUEST_ID]}) as stream:
             checked = time.monotonic()
             while stream.is_connected() and not closing.is_set():
+                if behind.is_set() and queue.empty():
+                    log.warning("event stream of %s fell behind; closed for the client to "
+                                "resume from its last event", caller.tenant)
+                    break
                 if time.monotonic() - checked >= KEY_CHECK_S:
                     checked = time.monotonic()
                     if not await _key_valid(ctx.pool, caller.key_id):
@@ -95,7 +140,8 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
                     continue
                 kind = orjson.loads(msg.data).get("type", "message")
                 try:
-                    await stream.send(msg.data.decode(), event=kind)
+                    await stream.send(msg.data.decode(), id=str(msg.metadata.sequence.stream),
+                                      event=kind)
                 except ConnectionError:
                     break
         return stream

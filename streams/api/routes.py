@@ -34,6 +34,7 @@ from schemas.api import (
     DeviceQuery,
     DeviceSeries,
     DeviceSeriesQuery,
+    EventStreamQuery,
     FleetLive,
     FleetQuery,
     FleetReport,
@@ -522,10 +523,13 @@ ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/v1/events", handler=event_stream.stream_events, tag="events",
           summary="The caller's domain events, live (server-sent events)",
           description=(
-              "One SSE message per event: `event` is its type (`session.published`, "
-              "`run.<state>`), `data` its JSON body. Hints for live views, at most once: "
-              "re-read the resource after a gap. See docs/api.md."
+              "One SSE message per event: `id` its sequence in the EVENTS stream, `event` its "
+              "type (`session.published`, `run.<state>`), `data` its JSON body. Events are "
+              "written in the transaction of the change they announce (an outbox) and "
+              "delivered at least once, in commit order per run and session. Send "
+              "`Last-Event-ID` (or `last_event_id`) to resume after a gap. See docs/api.md."
           ),
+          query=EventStreamQuery,
           content={"text/event-stream": {"schema": {"type": "string"}}}),
     Route(method="GET", path="/v1/messages/{id}", handler=tel.explain_message, tag="envelopes",
           summary="Explain one envelope (by id, dedupe key or digest)",

@@ -25,7 +25,6 @@ from streams.api.bodies import body_of, query_of, reply
 from streams.api.context import caller_of, context_of
 from streams.api.inputs import path_uuid
 from streams.api.pages import decode_cursor, instant, page_of
-from streams.domain_events import DomainEvents
 from streams.jobs import queue, run_actions
 from streams.jobs.run_views import RunRow, list_runs, show_run
 from streams.sessions import queries
@@ -40,12 +39,6 @@ __all__ = [
     "retry_run",
     "rollback_session",
 ]
-
-
-def _events(request: web.Request) -> DomainEvents:
-    """Domain events on the API's NATS connection (see streams.domain_events)."""
-    ctx = context_of(request)
-    return DomainEvents(ctx.settings, nc=ctx.nats)
 
 
 def _key(row: RunRow) -> tuple[str, str]:
@@ -80,10 +73,10 @@ async def get_run_dag(request: web.Request) -> web.Response:
 
 
 async def cancel_run(request: web.Request) -> web.Response:
-    caller, run_id = caller_of(request), path_uuid(request)
-    async with context_of(request).pool.acquire() as conn:
+    ctx, caller, run_id = context_of(request), caller_of(request), path_uuid(request)
+    async with ctx.pool.acquire() as conn:
         await queries.check_run(conn, caller.tenant_id, run_id)
-        done = await run_actions.cancel_run(conn, run_id, events=_events(request))
+        done = await run_actions.cancel_run(conn, run_id, channel=queue.jobs_channel(ctx.settings))
     return reply(
         CancelResult(
             run_id=done.run_id,
@@ -101,7 +94,6 @@ async def retry_run(request: web.Request) -> web.Response:
         new = await run_actions.retry_run(
             conn,
             run_id,
-            events=_events(request),
             requested_by=f"api:{caller.key_id}",
             channel=queue.jobs_channel(ctx.settings),
             default_attempts=ctx.settings.retry.job_max_attempts,
@@ -125,7 +117,6 @@ async def reprocess_session(request: web.Request) -> web.Response:
             priority=body.priority,
             namespace=ctx.settings.namespace,
             default_attempts=ctx.settings.retry.job_max_attempts,
-            events=_events(request),
         )
     return reply(RunStarted(run_id=new.run_id, created=new.created), status=202)
 

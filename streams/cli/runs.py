@@ -24,7 +24,6 @@ from streams.adapters import postgres
 from streams.adapters.postgres import Conn
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.config import load_settings
-from streams.domain_events import DomainEvents
 from streams.errors import NotFoundError, UsageError
 from streams.jobs import queue, run_actions
 from streams.jobs.run_views import JobView, RunView, list_runs, show_run
@@ -116,11 +115,11 @@ def cancel_command(run_id: str = typer.Argument(..., help="The run's id.")) -> N
 
     async def main() -> queue.CancelSummary:
         conn = await postgres.connect(settings.postgres())
-        events = DomainEvents(settings)  # run.cancelled, as the API's cancel announces it
         try:
-            return await run_actions.cancel_run(conn, _uuid(run_id, "run"), events=events)
+            return await run_actions.cancel_run(
+                conn, _uuid(run_id, "run"), channel=queue.jobs_channel(settings)
+            )
         finally:
-            await events.aclose()
             await conn.close()
 
     summary = asyncio.run(main())
@@ -142,15 +141,13 @@ def retry_command(
 
     async def main() -> queue.EnqueuedRun:
         conn = await postgres.connect(settings.postgres())
-        events = DomainEvents(settings)  # the new run's run.pending
         try:
             return await run_actions.retry_run(
-                conn, _uuid(run_id, "run"), events=events, requested_by=requested_by,
+                conn, _uuid(run_id, "run"), requested_by=requested_by,
                 channel=queue.jobs_channel(settings),
                 default_attempts=settings.retry.job_max_attempts,
             )  # fmt: skip
         finally:
-            await events.aclose()
             await conn.close()
 
     new = asyncio.run(main())
@@ -181,7 +178,6 @@ def backfill_command(
 
     async def main() -> tuple[list[BackfillItem], Counter[str]]:
         conn = await postgres.connect(settings.postgres())
-        events = DomainEvents(settings)  # each new run's run.pending
         try:
             with _progress(as_json) as bar:
                 task = bar.add_task("sessions", total=None)
@@ -193,7 +189,6 @@ def backfill_command(
                     conn, scope, dry_run=dry_run, priority=priority, requested_by=requested_by,
                     namespace=settings.namespace,
                     default_attempts=settings.retry.job_max_attempts, on_item=advance,
-                    events=events,
                 )  # fmt: skip
                 bar.update(task, total=len(items), completed=len(items))
                 started = [i.run_id for i in items if i.action == "started" and i.run_id]
@@ -201,7 +196,6 @@ def backfill_command(
                 if wait and started:
                     ended = await _follow(conn, started, bar)
         finally:
-            await events.aclose()
             await conn.close()
         return items, ended
 

@@ -272,7 +272,6 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JSON_OPTION,
     ) -> None:
         """Start a new run with the current versions; the session switches only if it succeeds."""
-        from streams.domain_events import DomainEvents
         from streams.sessions.reprocess import reprocess
 
         owner, sid = _tenant(tenant), _uuid(session)
@@ -280,15 +279,10 @@ def register(app: typer.Typer) -> None:
         new_config = _config(config) if config else None
 
         async def start(conn: Any) -> EnqueuedRun:
-            events = DomainEvents(settings)  # the new run's run.pending, as from the API
-            try:
-                return await reprocess(
-                    conn, tenant=owner, session_id=sid, config=new_config, requested_by="cli",
-                    namespace=settings.namespace,
-                    default_attempts=settings.retry.job_max_attempts, events=events,
-                )  # fmt: skip
-            finally:
-                await events.aclose()
+            return await reprocess(
+                conn, tenant=owner, session_id=sid, config=new_config, requested_by="cli",
+                namespace=settings.namespace, default_attempts=settings.retry.job_max_attempts,
+            )  # fmt: skip
 
         enqueued = _with_conn(start)
         if not as_json:

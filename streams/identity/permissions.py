@@ -61,7 +61,7 @@ def role_permissions(role: Role, names: Names) -> dict[str, Any]:
     sessions = [names.sessions_stream, names.sessions_dead_letter_stream]
     bucket = names.session_bucket
     objects = [f"OBJ_{bucket}"]
-    events = names.subject("events.>")
+    events = names.events_subjects
     inbox = ["_INBOX.>"]
     streams: list[str]
     publish: list[str]
@@ -77,17 +77,18 @@ def role_permissions(role: Role, names: Names) -> dict[str, Any]:
         publish = [names.dead_letter_subjects]
     elif role == "intake":
         streams = [*sessions, *objects]
-        publish = [names.sessions_dead_letter_subjects, events, f"$O.{bucket}.>"]
+        publish = [names.sessions_dead_letter_subjects, f"$O.{bucket}.>"]
     elif role == "worker":
-        streams = []
+        # The event relay: publishes the outbox to the EVENTS stream (and provisions it).
+        streams = [names.events_stream]
         publish = [events]
     elif role == "api":
         # Uploads (a session notice), redrives (an envelope back on its subject), the dead
-        # letter and message views (messages by sequence), the event stream (subscribe).
-        streams = [*telemetry, *sessions, *objects]
+        # letter and message views (messages by sequence), the event stream (an ordered
+        # consumer of EVENTS, delivered to an inbox).
+        streams = [*telemetry, *sessions, *objects, names.events_stream]
         publish = [names.subject("telemetry.>"), names.subject("sessions.>"),
-                   names.subject("dlq.>"), events, f"$O.{bucket}.>"]
-        subscribe = [*inbox, events]
+                   names.subject("dlq.>"), f"$O.{bucket}.>"]
     else:  # pragma: no cover - Role is a closed set
         raise ValueError(role)
     api = [*_ALWAYS, *(s for stream in streams for s in _stream_api(stream))]

@@ -29,9 +29,8 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import NotFoundError
 
-from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
+from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats, ensure_stream
 from streams.config import Settings
 from streams.ingest.analytics import Analytics
 from streams.names import Names
@@ -99,21 +98,11 @@ def ingest_consumer(settings: Settings, names: Names) -> ConsumerConfig:
     )
 
 
-async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
-    assert config.name is not None
-    try:
-        await js.stream_info(config.name)
-    except NotFoundError:
-        await js.add_stream(config)
-        return
-    await js.update_stream(config)
-
-
 async def provision_nats(js: JetStreamContext, settings: Settings) -> None:
     """Create or update the streams and the shared consumer."""
     names = Names(namespace=settings.namespace)
-    await _ensure_stream(js, telemetry_stream(settings, names))
-    await _ensure_stream(js, dead_letter_stream(settings, names))
+    await ensure_stream(js, telemetry_stream(settings, names))
+    await ensure_stream(js, dead_letter_stream(settings, names))
     await js.add_consumer(names.telemetry_stream, ingest_consumer(settings, names))
 
 

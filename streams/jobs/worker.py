@@ -8,8 +8,9 @@ One worker process runs up to ``concurrency`` jobs at a time on one event loop:
   their contexts in two more, and starts one task per job. It then sleeps until a ``NOTIFY`` on
   the jobs channel (sent by the transaction that made jobs runnable, so an idle worker starts
   within milliseconds), until a slot frees, or for ``poll_interval_s`` (the fallback when a
-  notification is missed). The runs a claim started are announced (``run.running``) in the
-  background once it has committed, as finished runs are (``streams.domain_events``).
+  notification is missed). A run's state changes are announced by the database itself, in
+  the transaction that makes them (``streams.domain_events``); the worker also runs the relay
+  that moves those events to NATS (one worker relays at a time).
 - **Execute.** One task per job awaits its executor. A watchdog checks every 50 ms for jobs
   past their soft timeout and cancels them: a retriable failure (attempt ``timed_out``).
   ``Cancelled`` from a checkpoint acknowledges the cancellation; any other exception is
@@ -75,7 +76,7 @@ from stages.jobs.job_state import JobState
 from streams.adapters import postgres
 from streams.adapters.postgres import Conn
 from streams.config import Settings
-from streams.domain_events import DomainEvents
+from streams.domain_events import EventRelay
 from streams.errors import TidewayError
 from streams.jobs import queue, unrecorded
 from streams.jobs.executor import Cancelled, Executor, JobContext
@@ -196,7 +197,6 @@ class _Worker:
         self.hooks = hooks
         self.observer: JobObserver | None = hooks.jobs if hooks is not None else None
         self.beat: Heartbeat | None = None
-        self.events = DomainEvents(settings)  # run.<state> events, after each commit
         self.store: ObjectStore | None = None  # for removing unrecorded outputs (on first use)
         self.discarding: set[asyncio.Task[None]] = set()
 
@@ -214,8 +214,12 @@ class _Worker:
             # indexes every sample_interval_s; dashboards take max() over workers.
             self.hooks.sample_job_queue(self.db)
             self.beat = self.hooks.heartbeat("worker-claim")
+        relay = EventRelay(self.settings, self.db,
+                           observer=self.hooks.relay if self.hooks is not None else None)
+        relay_stop = asyncio.Event()  # the relay outlives the drain: its last runs' events
         helpers = [
             asyncio.create_task(self._flush_loop(), name="flush"),
+            asyncio.create_task(relay.run(relay_stop, listener=listener), name="event-relay"),
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
             asyncio.create_task(self._maintain_loop(), name="maintain"),
             asyncio.create_task(self._watchdog_loop(), name="watchdog"),
@@ -230,12 +234,13 @@ class _Worker:
         finally:
             await self.done.put(None)
             await asyncio.gather(helpers[0], return_exceptions=True)
-            for task in helpers[1:]:
+            relay_stop.set()
+            await asyncio.gather(helpers[1], return_exceptions=True)
+            for task in helpers[2:]:
                 task.cancel()
-            await asyncio.gather(*helpers[1:], return_exceptions=True)
+            await asyncio.gather(*helpers[2:], return_exceptions=True)
             await asyncio.gather(*self.discarding, return_exceptions=True)
             await listener.close()
-            await self.events.aclose()
             await self.db.close()
             log.info("worker %s stopped", self.id)
 
@@ -274,12 +279,6 @@ class _Worker:
                 heavy_max_running=self.cfg.heavy_max_running,
                 max_active_runs=self.max_active_runs,
             )
-        # run.running for the runs this claim started, looked up in the background (one
-        # statement per claimed batch, never on the claim path): a run starts with its first
-        # claim, which takes only jobs never claimed before.
-        self.events.runs_started_soon(
-            self.db, {c.job.run_id: c.job.locked_at for c in contexts if c.job.attempt == 1}
-        )
         now = asyncio.get_running_loop().time()
         for ctx in contexts:
             entry = _Running(job=ctx.job, ctx=ctx, deadline=now + ctx.job.soft_timeout_s,
@@ -465,7 +464,6 @@ class _Worker:
             if self.observer is not None:
                 self.observer.on_run_finished(status=run.status,
                                               upload_to_publish_s=run.upload_to_publish_s)
-        self.events.runs_changed_soon(self.db, [(run.run_id, run.status) for run in runs])
 
     async def _fail(
         self, entry: _Running, error: AttemptFailure, *, timed_out: bool = False

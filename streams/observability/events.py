@@ -145,6 +145,17 @@ class RetentionObserver(Protocol):
         or ``failed`` (nothing dropped: the partition was kept)."""
 
 
+class RelayObserver(Protocol):
+    """Told what the domain-event relay does (``streams.domain_events.relay``)."""
+
+    def on_relayed(self, *, delays_s: Sequence[float]) -> None:
+        """A round published these events; each one's delay from its change to the stream's
+        acknowledgement."""
+
+    def on_backlog(self, *, age_s: float) -> None:
+        """After each round: the age of the oldest event not yet relayed (0: none)."""
+
+
 class ProcessHooks(Protocol):
     """What a long-running component (ingest, intake, worker, API) reports to its process.
 
@@ -174,6 +185,10 @@ class ProcessHooks(Protocol):
     @property
     def auth(self) -> AuthObserver:
         """Told about each authorization request and forced disconnect."""
+
+    @property
+    def relay(self) -> RelayObserver:
+        """Told about each round of the domain-event relay."""
 
     def ready(self, component: str, *checks: Check) -> None:
         """``component`` is connected: from now on ``/readyz`` runs ``checks`` for it."""

@@ -29,6 +29,7 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 JOB_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 UPLOAD_TO_PUBLISH_BUCKETS = (1.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 API_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+RELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 30.0, 300.0)
 AUTH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 """An authorization answer takes about a millisecond when idle; nats-server gives up after
 its auth timeout (2 s by default)."""
@@ -145,6 +146,16 @@ class Metrics:
         self.runs_finished = self._counter(
             "runs_finished_total", "Processing runs that reached a final status, by status.",
             ("status",))
+        # -- domain events (streams.domain_events) ------------------------------------------
+        self.events_relayed = self._counter(
+            "events_relayed_total", "Domain events the relay published from the Postgres "
+            "outbox to the EVENTS stream.")
+        self.event_relay_delay = self._histogram(
+            "event_relay_delay_seconds", "Time from the change an event announces to the "
+            "EVENTS stream acknowledging it.", buckets=RELAY_BUCKETS)
+        self.event_relay_lag = self._gauge(
+            "event_relay_lag_seconds", "Age of the oldest domain event not yet relayed to "
+            "the EVENTS stream (0: none waiting; sampled after each relay round).")
 
         # -- retention ----------------------------------------------------------------------
         self.retention_archives = self._counter(

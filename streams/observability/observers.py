@@ -7,6 +7,8 @@ metrics, so a process can create one per component and share the registry.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from streams.observability.events import NO_ERROR, IngestBatchStats, JobEvent
@@ -137,3 +139,18 @@ class AuthMetrics:
 
     def on_unauthenticated(self, *, messages: int) -> None:
         self.metrics.unauthenticated_messages.inc(messages)
+
+
+class RelayMetrics:
+    """A :class:`~streams.observability.events.RelayObserver`."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def on_relayed(self, *, delays_s: Sequence[float]) -> None:
+        self.metrics.events_relayed.inc(len(delays_s))
+        for delay in delays_s:
+            self.metrics.event_relay_delay.observe(max(delay, 0.0))
+
+    def on_backlog(self, *, age_s: float) -> None:
+        self.metrics.event_relay_lag.set(age_s)

@@ -32,6 +32,7 @@ from streams.observability.observers import (
     IngestMetrics,
     IntakeMetrics,
     JobMetrics,
+    RelayMetrics,
     RetentionMetrics,
 )
 from streams.observability.probes import ProbeServer
@@ -66,6 +67,7 @@ class ProcessObservability:
         self.intake = IntakeMetrics(self.metrics)
         self.retention = RetentionMetrics(self.metrics)
         self.auth = AuthMetrics(self.metrics)
+        self.relay = RelayMetrics(self.metrics)
         self.components = tuple(components)
         self._waiting = set(components)
         self.probes = ProbeServer(

@@ -73,10 +73,9 @@ from schemas.errors import stack, unexpected
 from schemas.run_config import explain
 from stages.ack_policy import AckDecision, Action, Disposition, budget_spent, decide
 from streams.adapters import postgres
-from streams.adapters.nats import CONNECTION_ERRORS, ONE_SHOT_ATTEMPTS, connect_nats
+from streams.adapters.nats import CONNECTION_ERRORS, ONE_SHOT_ATTEMPTS, connect_nats, ensure_stream
 from streams.adapters.outage import Outage, wait_out
 from streams.config import Settings
-from streams.domain_events import DomainEvents
 from streams.errors import PermanentError, TransientError, UsageError
 from streams.names import Names
 from streams.objects import ObjectStore, artifact_key
@@ -104,7 +103,7 @@ async def provision_sessions(settings: Settings) -> None:
     try:
         js = nc.jetstream()
         replicas = settings.stream.replicas
-        await _ensure_stream(
+        await ensure_stream(
             js,
             StreamConfig(
                 name=names.sessions_stream,
@@ -116,7 +115,7 @@ async def provision_sessions(settings: Settings) -> None:
                 num_replicas=replicas,
             ),
         )
-        await _ensure_stream(
+        await ensure_stream(
             js,
             StreamConfig(
                 name=names.sessions_dead_letter_stream,
@@ -155,13 +154,6 @@ async def provision_sessions(settings: Settings) -> None:
         await nc.close()
 
 
-async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
-    try:
-        await js.add_stream(config)
-    except nats.js.errors.BadRequestError:
-        await js.update_stream(config)  # exists with other settings: bring it up to date
-
-
 @dataclass(frozen=True, kw_only=True)
 class _Intake:
     settings: Settings
@@ -172,8 +164,6 @@ class _Intake:
     rand: random.Random = field(default_factory=random.Random)
     """The draws of the nak delays' jitter (pass a seeded one to pin them)."""
     observer: IntakeObserver | None = None
-    events: DomainEvents | None = None
-    """Where the runs intake makes are announced (``run.pending``)."""
 
 
 async def run_intake(
@@ -215,7 +205,6 @@ async def run_intake(
         ctx = _Intake(
             settings=settings, names=names, pool=pool, store=store, js=js,
             observer=hooks.intake if hooks is not None else None,
-            events=DomainEvents(settings, nc=nc),
         )
         while not stop.is_set():
             if beat is not None:
@@ -240,11 +229,6 @@ async def _handle(ctx: _Intake, msg: Msg) -> None:
     """Handle one notice, then settle it as :mod:`stages.ack_policy` decides."""
     delivered = msg.metadata.num_delivered or 1
     outcome = await _attempt(ctx, msg)
-    if outcome.created and outcome.intake is not None and ctx.events is not None:
-        # The run's transaction has committed (a notice redelivered later is no new run).
-        made = outcome.intake
-        await ctx.events.publish(outcome.tenant, "run.pending", run_id=made.run_id,
-                                 session_id=made.session_id, status="pending")
     disposition, code, message = outcome.disposition, outcome.code, outcome.message
     # What the dead letter calls the failure (spec 003): refused for what it is, or a failure
     # a retry could have fixed that kept failing until the delivery budget ran out.

@@ -9,7 +9,9 @@ the upstream summaries into one run summary (stored in
 laps (count, best lap), segments (corners, straights, jumps), fusion health, the materialised
 ClickHouse tables and the datasets. The engine then finalises the run in the same
 completion transaction and - the run having ended succeeded or partial - moves the session's
-active pointer to it and marks the session query-ready (blue/green, ``reprocess``).
+active pointer to it and marks the session query-ready (blue/green, ``reprocess``); the
+pointer's move writes ``session.published`` in that transaction (:mod:`streams.domain_events`),
+so no event announces a run whose completion was then refused.
 
 Job states say whether a feature's job *ran*; the content says whether it *found* anything. A
 lap detector that succeeds on a road that never closes found no laps (``TRACK_NOT_CLOSED``).
@@ -26,7 +28,6 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from streams.clickhouse import ClickHouse
-from streams.domain_events import session_published
 from streams.jobs.executor import Executor, JobContext
 from streams.jobs.model import JobResult
 from streams.sessions.executor_resources import ExecutorResources
@@ -134,8 +135,6 @@ def publish_executor(executors: ExecutorResources) -> Executor:
         ctx.checkpoint()
         summary = {**run_summary(ctx), "verification": report.as_json()}
         await pool.execute(_SET_SUMMARY, ctx.job.run_id, summary)
-        await session_published(executors.settings, pool, tenant_id=ctx.job.tenant_id,
-                                session_id=ctx.session_id, run_id=ctx.job.run_id)
         return JobResult(summary=summary)
 
     return execute

@@ -36,7 +36,6 @@ from typing import Any, Final, Literal
 from schemas import error_codes as codes
 from stages.jobs.planner import plan_run
 from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
-from streams.domain_events import DomainEvents
 from streams.errors import NotFoundError, UsageError
 from streams.jobs.enqueue import EnqueuedRun, enqueue_run
 from streams.names import Names
@@ -210,13 +209,12 @@ async def reprocess(
     default_attempts: int = DEFAULT_MAX_ATTEMPTS,
     action: Literal["reprocess", "backfill"] = "reprocess",
     unless_current: bool = False,
-    events: DomainEvents | None = None,
 ) -> EnqueuedRun:
     """Start a new run of ``session_id`` with the current versions (blue/green, see above).
 
     ``unless_current``: when the session already has a run at the current versions with the
-    same config and artifacts, start nothing and return that run (``created=False``).
-    ``events``: where a new run is announced (``run.pending``) once committed."""
+    same config and artifacts, start nothing and return that run (``created=False``). The
+    new run's ``run.pending`` is written with it (:mod:`streams.domain_events`)."""
     versions = current_versions()
     async with conn.transaction():
         session = await conn.fetchrow(_SESSION, session_id, tenant)
@@ -262,8 +260,6 @@ async def reprocess(
                 "by": requested_by,
             },
         )
-    if enqueued.created and events is not None:
-        await events.runs_changed(conn, {enqueued.run_id: "pending"})
     return enqueued
 
 
@@ -277,12 +273,10 @@ async def backfill(
     namespace: str = "",
     default_attempts: int = DEFAULT_MAX_ATTEMPTS,
     on_item: Callable[[BackfillItem, int, int], None] | None = None,
-    events: DomainEvents | None = None,
 ) -> list[BackfillItem]:
     """Reprocess every session of ``scope`` not yet at the current versions (see above).
 
-    ``on_item(item, done, total)`` is called after each session (progress); ``events``:
-    where each new run is announced (``run.pending``)."""
+    ``on_item(item, done, total)`` is called after each session (progress)."""
     versions = current_versions()
     rows = await conn.fetch(
         _BACKFILL_SESSIONS,
@@ -323,7 +317,6 @@ async def backfill(
                 default_attempts=default_attempts,
                 action="backfill",
                 unless_current=True,
-                events=events,
             )
             item = BackfillItem(
                 **base,

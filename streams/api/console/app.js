@@ -94,12 +94,14 @@ export async function act(button, fn) {
 // -- live events: fetch streaming of /v1/events (EventSource cannot send the key header) --------
 
 let events = null;
+let lastEventId = null; // the stream sequence of the last event heard: a reconnect resumes after it
 
 function dispatch(block) {
   let type = "message";
   const data = [];
   for (const line of block.split("\n")) {
     if (line.startsWith("event:")) type = line.slice(6).trim();
+    else if (line.startsWith("id:")) lastEventId = line.slice(3).trim();
     else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
   }
   if (!data.length) return; // a keep-alive comment
@@ -112,13 +114,12 @@ async function streamEvents(signal) {
   const live = document.getElementById("live");
   while (!signal.aborted) {
     try {
-      const resp = await fetch("/v1/events", {
-        headers: { Authorization: `Bearer ${sessionStorage.getItem(KEY)}`, Accept: "text/event-stream" },
-        signal,
-      });
+      const headers = { Authorization: `Bearer ${sessionStorage.getItem(KEY)}`, Accept: "text/event-stream" };
+      if (lastEventId) headers["Last-Event-ID"] = lastEventId; // what happened while away comes first
+      const resp = await fetch("/v1/events", { headers, signal });
       if (!resp.ok) throw new Error(`events: HTTP ${resp.status}`);
       live.textContent = "live"; live.classList.add("on");
-      // Events are hints delivered at most once: after a gap, pages re-read what they show.
+      // Pages re-read what they show on (re)connecting; the events missed meanwhile follow.
       window.dispatchEvent(new CustomEvent("tideway:event", { detail: { type: "reconnected", body: {} } }));
       const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = "";
@@ -209,6 +210,7 @@ function signOut() {
   sessionStorage.removeItem(KEY);
   if (events) events.abort();
   events = null;
+  lastEventId = null;
   showSignIn();
 }
 

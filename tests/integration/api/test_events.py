@@ -1,6 +1,7 @@
-"""Domain events over real NATS, to browsers over server-sent events: a tenant's stream carries
-its own events - from the API's run actions, from ``publish_session`` and from the worker as a
-run ends - and never another tenant's."""
+"""Domain events from the Postgres outbox through the EVENTS stream to browsers over server-sent
+events: a tenant's stream carries its own events - of runs made by intake, changed by the API's
+run actions and by workers, of sessions published - and never another tenant's; a client that
+reconnects with ``Last-Event-ID`` gets what it missed."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from aiohttp import ClientResponse
 
 from streams.api.context import CONTEXT
 from streams.config import Settings
-from streams.domain_events import DomainEvents
 from streams.sessions.progress import wait_for_run
 from tests.integration.api.conftest import Client, Seeded, api_client, key_headers, upload
+from tests.integration.domain_events import relaying
 from tests.integration.sessions.conftest import running_system
+from tests.shared_data import data_file
 
 
 class Listener:
@@ -27,19 +29,23 @@ class Listener:
     def __init__(self, resp: ClientResponse) -> None:
         self.resp = resp
         self.events: list[tuple[str, dict[str, Any]]] = []
+        self.ids: list[int] = []
         self.task = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
-        event, data = "message", ""
+        event, data, id_ = "message", "", ""
         async for raw in self.resp.content:
             line = raw.decode().rstrip("\r\n")
             if line.startswith("event:"):
                 event = line[6:].strip()
+            elif line.startswith("id:"):
+                id_ = line[3:].strip()
             elif line.startswith("data:"):
                 data += line[5:].strip()
             elif not line and data:
                 self.events.append((event, orjson.loads(data)))
-                event, data = "message", ""
+                self.ids.append(int(id_))
+                event, data, id_ = "message", "", ""
 
     async def wait_for(self, kind: str, within: float = 60.0) -> dict[str, Any]:
         deadline = asyncio.get_running_loop().time() + within
@@ -52,7 +58,10 @@ class Listener:
 
 
 @contextlib.asynccontextmanager
-async def listening(client: Client, headers: dict[str, str]) -> AsyncIterator[Listener]:
+async def listening(client: Client, headers: dict[str, str], *, last_event_id: int | None = None
+                    ) -> AsyncIterator[Listener]:
+    if last_event_id is not None:
+        headers = {**headers, "Last-Event-ID": str(last_event_id)}
     resp = await client.get("/v1/events", headers=headers)
     assert resp.status == 200 and resp.content_type == "text/event-stream"
     assert resp.headers["X-Request-Id"]
@@ -67,7 +76,9 @@ async def listening(client: Client, headers: dict[str, str]) -> AsyncIterator[Li
 
 async def test_each_tenant_hears_only_its_own_events(seeded: Seeded) -> None:
     client = seeded.client
-    async with listening(client, seeded.acme) as acme, listening(client, seeded.globex) as gx:
+    settings = _settings_of(client)
+    async with relaying(settings, drain=True), listening(client, seeded.acme) as acme, \
+            listening(client, seeded.globex) as gx:
         resp = await client.post(f"/v1/runs/{seeded.run_id}/cancel", headers=seeded.acme)
         assert resp.status == 200
         cancelled = await acme.wait_for("run.cancelled")
@@ -76,14 +87,14 @@ async def test_each_tenant_hears_only_its_own_events(seeded: Seeded) -> None:
         retried = await (await client.post(f"/v1/runs/{seeded.run_id}/retry",
                                            headers=seeded.acme)).json()  # fmt: skip
         assert (await acme.wait_for("run.pending"))["run_id"] == retried["run_id"]
-        # An event of globex's reaches globex's stream and not acme's.
-        events = DomainEvents(_settings_of(client))
-        await events.publish("globex", "run.failed", run_id="r-of-globex")
-        await events.aclose()
-        assert (await gx.wait_for("run.failed"))["run_id"] == "r-of-globex"
+        # A run of globex's (its upload, made by intake) reaches globex's stream, not acme's.
+        receipt = await upload(client, seeded.globex, "gx-1",
+                               data_file("nmea", "ublox-zed-f9p-nmea.log"))
+        made = await gx.wait_for("run.pending")
+        assert made["run_id"] == receipt["run_id"] and made["tenant"] == "globex"
         await asyncio.sleep(0.3)  # give a leaked event the time to arrive
     assert all(data["tenant"] == "acme" for _, data in acme.events)
-    assert [e for e, _ in gx.events] == ["run.failed"]
+    assert [e for e, _ in gx.events] == ["run.pending"]
 
 
 def _settings_of(client: Client) -> Settings:
@@ -112,8 +123,13 @@ async def test_a_published_session_and_its_finished_run_are_announced(
             finished = await heard.wait_for(f"run.{final.status}")
             assert finished["run_id"] == receipt["run_id"]
             await asyncio.sleep(0.3)
-            # Announced once (events from two processes keep no order between them).
-            assert [e for e, _ in heard.events].count("run.running") == 1
+            # Each change announced once, in the order it committed (one run's changes lock
+            # its row, so their outbox ids - and stream sequences - follow commit order).
+            of_run = [e for e, d in heard.events
+                      if d["run_id"] == receipt["run_id"] and e.startswith("run.")]
+            assert of_run == ["run.pending", "run.running", f"run.{final.status}"]
+            assert [e for e, _ in heard.events].count("session.published") == 1
+            assert heard.ids == sorted(heard.ids) and len(set(heard.ids)) == len(heard.ids)
         assert other.events == []
 
 
@@ -127,21 +143,51 @@ async def test_revoking_a_key_ends_the_streams_it_opened(seeded: Seeded, pool: A
         key = await create_api_key(conn, tenant="acme", name="to-revoke")
     headers = {"Authorization": f"Bearer {key.secret}"}
     client = seeded.client
-    events = DomainEvents(_settings_of(client))
-    try:
-        async with listening(client, headers) as doomed, listening(client, seeded.acme) as kept:
-            await events.publish("acme", "run.failed", run_id="before")
-            assert (await doomed.wait_for("run.failed"))["run_id"] == "before"
-            async with pool.acquire() as conn:
-                await revoke_api_key(conn, tenant="acme", key_id=key.id)
-            started = asyncio.get_running_loop().time()
-            await asyncio.wait_for(doomed.task, KEY_CHECK_S + 3)  # the server ended it
-            ended = asyncio.get_running_loop().time() - started
-            await events.publish("acme", "run.failed", run_id="after")
-            assert (await kept.wait_for("run.failed"))["run_id"] == "before"
+    async with relaying(_settings_of(client), drain=True), listening(client, headers) as doomed, \
+            listening(client, seeded.acme) as kept:
+        resp = await client.post(f"/v1/runs/{seeded.run_id}/cancel", headers=seeded.acme)
+        assert resp.status == 200
+        assert (await doomed.wait_for("run.cancelled"))["run_id"] == seeded.run_id
+        async with pool.acquire() as conn:
+            await revoke_api_key(conn, tenant="acme", key_id=key.id)
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(doomed.task, KEY_CHECK_S + 3)  # the server ended it
+        ended = asyncio.get_running_loop().time() - started
+        resp = await client.post(f"/v1/runs/{seeded.run_id}/retry", headers=seeded.acme)
+        retried = (await resp.json())["run_id"]
+        assert (await kept.wait_for("run.pending"))["run_id"] == retried
+        await asyncio.sleep(0.3)
+        assert [e for e, _ in kept.events] == ["run.cancelled", "run.pending"]
+    assert [e for e, _ in doomed.events] == ["run.cancelled"]
+    assert ended <= KEY_CHECK_S + 3
+
+
+async def test_a_client_that_reconnects_with_last_event_id_gets_what_it_missed(
+    seeded: Seeded,
+) -> None:
+    """Issue 27: events were hints on core NATS, lost for a client that was away. Now a
+    client reconnecting with the id of the last event it saw gets every later one, in order,
+    and none twice."""
+    client = seeded.client
+    async with relaying(_settings_of(client), drain=True):
+        async with listening(client, seeded.acme) as first:
+            await client.post(f"/v1/runs/{seeded.run_id}/cancel", headers=seeded.acme)
+            await first.wait_for("run.cancelled")
+        [seen] = first.ids
+        # Away: a retry is made and cancelled (two events the client did not hear).
+        retried = (await (await client.post(f"/v1/runs/{seeded.run_id}/retry",
+                                            headers=seeded.acme)).json())["run_id"]
+        await client.post(f"/v1/runs/{retried}/cancel", headers=seeded.acme)
+        async with listening(client, seeded.acme, last_event_id=seen) as back:
+            await back.wait_for("run.cancelled")
             await asyncio.sleep(0.3)
-            assert [d["run_id"] for _, d in kept.events] == ["before", "after"]
-        assert [d["run_id"] for _, d in doomed.events] == ["before"]
-        assert ended <= KEY_CHECK_S + 3
-    finally:
-        await events.aclose()
+        assert [(e, d["run_id"]) for e, d in back.events] == [
+            ("run.pending", retried), ("run.cancelled", retried)]
+        assert back.ids[0] > seen and back.ids == sorted(back.ids)
+        # Without the header: only what happens from now on (nothing here).
+        async with listening(client, seeded.acme) as fresh:
+            await asyncio.sleep(0.5)
+        assert fresh.events == []
+        resp = await client.get("/v1/events", headers={**seeded.acme, "Last-Event-ID": "x1"})
+        problem = await resp.json()
+        assert resp.status == 400 and "Last-Event-ID" in problem["detail"], problem

@@ -70,6 +70,8 @@ REFUSED: dict[str, list[str]] = {
         "DELETE FROM jobs",
         "TRUNCATE api_keys",
         "UPDATE api_keys SET revoked_at = now()",
+        "SELECT count(*) FROM event_outbox",
+        "INSERT INTO event_outbox (tenant_id, kind) VALUES (gen_random_uuid(), 'run.failed')",
     ],
     "ingest": [
         "SELECT count(*) FROM jobs",
@@ -87,6 +89,7 @@ REFUSED: dict[str, list[str]] = {
         "SELECT count(*) FROM device_telemetry_logs",
         "DELETE FROM sessions",
         "UPDATE dead_letters SET state = 'resolved'",
+        "INSERT INTO event_outbox (tenant_id, kind) VALUES (gen_random_uuid(), 'run.failed')",
     ],
     "worker": [
         "SELECT count(*) FROM dead_letters",
@@ -94,6 +97,9 @@ REFUSED: dict[str, list[str]] = {
         "DELETE FROM jobs",
         "SELECT count(*) FROM ingestion_messages",
         "UPDATE devices SET active = false",
+        # The relay reads, stamps and deletes events; only the database writes them.
+        "INSERT INTO event_outbox (tenant_id, kind) VALUES (gen_random_uuid(), 'run.failed')",
+        "UPDATE event_outbox SET kind = 'run.succeeded'",
     ],
     "auth": [
         "SELECT count(*) FROM api_keys",
@@ -222,6 +228,15 @@ async def test_a_session_goes_through_intake_worker_and_api_each_as_its_role(
                 assert not failed, failed
                 ok = [k for k, a in answers.items() if a.status < 300]
                 assert len(ok) >= len(answers) - 3, {k: a.status for k, a in answers.items()}
+                # Every change's event - the intake's, the worker's, the API's - was relayed
+                # to NATS by the worker's relay, as the worker role.
+                unrelayed = "SELECT count(*) FROM event_outbox WHERE relayed_at IS NULL"
+                for _ in range(200):
+                    if await pg_pool.fetchval(unrelayed) == 0:
+                        break
+                    await asyncio.sleep(0.05)
+                assert await pg_pool.fetchval(unrelayed) == 0
+                assert await pg_pool.fetchval("SELECT count(*) FROM event_outbox") >= 6
             finally:
                 stop.set()
                 await asyncio.wait_for(task, 30)

@@ -3,27 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
-import nats
 import pytest
-from nats.aio.msg import Msg
 
 from stages.jobs.errors import ErrorSource, describe
 from streams.cli.exit_codes import ExitCode
 from streams.config import Settings
-from streams.domain_events import DomainEvents
 from streams.errors import UsageError
 from streams.jobs import queue, run_actions
-from streams.names import Names
 from tests.conftest import REPO_ROOT
+from tests.integration.domain_events import heard_event, hearing
 from tests.integration.jobs.conftest import Owner, start_run
 from tests.integration.jobs.helpers import drive, wait_run
 
@@ -119,33 +114,6 @@ async def test_worker_command_runs_jobs_and_stops_on_sigterm(
     assert workers == 1
 
 
-@contextlib.asynccontextmanager
-async def hearing(settings: Settings, tenant: str) -> AsyncIterator[list[dict[str, Any]]]:
-    """The tenant's domain events, on real NATS, as they arrive."""
-    heard: list[dict[str, Any]] = []
-
-    async def on_event(msg: Msg) -> None:
-        heard.append(json.loads(msg.data))
-
-    nc = await nats.connect(settings.nats())
-    try:
-        await nc.subscribe(Names(namespace=settings.namespace).events_subjects(tenant),
-                           cb=on_event)  # fmt: skip
-        await nc.flush()
-        yield heard
-    finally:
-        await nc.close()
-
-
-async def _heard(heard: list[dict[str, Any]], kind: str, run_id: Any) -> dict[str, Any]:
-    for _ in range(200):
-        for event in heard:
-            if event["type"] == kind and event["run_id"] == str(run_id):
-                return event
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no {kind} for run {run_id}; heard {heard}")
-
-
 async def test_runs_changed_from_the_cli_are_announced_like_the_apis(
     settings: Settings, conn: asyncpg.Connection, owner: Owner
 ) -> None:
@@ -155,23 +123,23 @@ async def test_runs_changed_from_the_cli_are_announced_like_the_apis(
     async with hearing(settings, "acme") as heard:
         code, _, err = await tideway(settings, "runs", "cancel", str(run_id))
         assert code == 0, err
-        cancelled = await _heard(heard, "run.cancelled", run_id)
+        cancelled = await heard_event(heard, "run.cancelled", run_id)
         assert cancelled["status"] == "cancelled" and cancelled["tenant"] == "acme"
         assert cancelled["session_id"] == str(owner.session_id)
 
         code, _, err = await tideway(settings, "runs", "retry", str(run_id))
         assert code == 0, err
         retry_id = await conn.fetchval("SELECT id FROM processing_runs WHERE retry_of = $1", run_id)
-        assert (await _heard(heard, "run.pending", retry_id))["status"] == "pending"
+        assert (await heard_event(heard, "run.pending", retry_id))["status"] == "pending"
 
         code, _, err = await tideway(settings, "runs", "cancel", str(retry_id))
         assert code == 0, err
-        await _heard(heard, "run.cancelled", retry_id)
+        await heard_event(heard, "run.cancelled", retry_id)
         code, out, err = await tideway(
             settings, "sessions", "reprocess", str(owner.session_id), "--tenant", "acme", "--json"
         )
         assert code == 0, err
-        await _heard(heard, "run.pending", json.loads(out)["run_id"])
+        await heard_event(heard, "run.pending", json.loads(out)["run_id"])
 
 
 async def test_a_run_is_announced_running_when_a_worker_starts_it(
@@ -186,10 +154,10 @@ async def test_a_run_is_announced_running_when_a_worker_starts_it(
         try:
             run_id = await start_run(conn, owner, channel=queue.jobs_channel(settings))
             assert await wait_run(conn, run_id, within_s=60) == "succeeded"
-            running = await _heard(heard, "run.running", run_id)
+            running = await heard_event(heard, "run.running", run_id)
             assert running["status"] == "running"
             assert running["session_id"] == str(owner.session_id)
-            await _heard(heard, "run.succeeded", run_id)
+            await heard_event(heard, "run.succeeded", run_id)
         finally:
             proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(proc.communicate(), 60)
@@ -242,7 +210,6 @@ async def test_cancelling_an_ended_run_is_refused_and_changes_nothing(
     key = await create_api_key(conn, tenant="acme", name="test")
     headers = {"Authorization": f"Bearer {key.secret}"}
     pool = await postgres.create_pool(settings.postgres(), postgres.PoolShape(max_size=2))
-    events = DomainEvents(settings)
     try:
         async with hearing(settings, "acme") as heard, api_client(settings, pool) as client:
             for run_id, status in ((second, "succeeded"), (first, "succeeded"),
@@ -251,7 +218,7 @@ async def test_cancelling_an_ended_run_is_refused_and_changes_nothing(
                 assert before[0]["status"] == status and before[0]["completed_at"] is not None
 
                 with pytest.raises(UsageError) as refused:
-                    await run_actions.cancel_run(conn, run_id, events=events)
+                    await run_actions.cancel_run(conn, run_id, channel=queue.jobs_channel(settings))
                 assert refused.value.code == "RUN_TERMINAL" and status in refused.value.message
 
                 code, out, err = await tideway(settings, "runs", "cancel", str(run_id))
@@ -266,7 +233,6 @@ async def test_cancelling_an_ended_run_is_refused_and_changes_nothing(
             await asyncio.sleep(0.5)  # what a re-announcement would take to arrive
         assert heard == []  # nothing announced: nothing happened
     finally:
-        await events.aclose()
         await pool.close()
     pointer = "SELECT active_run_id FROM sessions WHERE id = $1"
     assert await conn.fetchval(pointer, owner.session_id) == first

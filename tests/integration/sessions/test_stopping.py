@@ -27,7 +27,6 @@ from stages.batch.synth import synthesize
 from stages.jobs.dag import DEFAULT_DAG, Dep, JobSpec
 from streams.adapters import postgres
 from streams.config import Settings
-from streams.domain_events import DomainEvents
 from streams.jobs import queue, run_actions
 from streams.jobs.executor import JobContext
 from streams.jobs.model import DatasetRecord, JobResult
@@ -156,7 +155,6 @@ async def test_a_cancel_reaches_the_fusion_process_at_once_not_at_a_heartbeat(
     await table.warm_up()
     [pid] = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
     conn = await postgres.connect(settings.postgres())
-    events = DomainEvents(settings)
     try:
         owner = await _owner_of(conn, upload)
         run_id = await start_run(conn, owner, dag=dag, channel=queue.jobs_channel(settings))
@@ -167,7 +165,8 @@ async def test_a_cancel_reaches_the_fusion_process_at_once_not_at_a_heartbeat(
             busy_from = _cpu_s(pid)
             await _until(lambda: _cpu_s(pid) >= busy_from + 1.5, within_s=60)
             asked = time.monotonic()
-            await run_actions.cancel_run(conn, run_id, events=events)  # as the CLI and API do
+            await run_actions.cancel_run(  # as the CLI and API do
+                conn, run_id, channel=queue.jobs_channel(settings))
             # Fusion would compute for ~10 s more, and the next heartbeat is 10 minutes away.
             await _until(lambda: _gone(pid), within_s=5)
             print(f"fusion process gone {time.monotonic() - asked:.3f} s after the cancel")
@@ -179,7 +178,6 @@ async def test_a_cancel_reaches_the_fusion_process_at_once_not_at_a_heartbeat(
         assert tuple(attempt) == ("cancelled", "operator")
         assert not list(store.list(f"datasets/{run_id}"))
     finally:
-        await events.aclose()
         await conn.close()
         await table.aclose()
 

@@ -1,0 +1,302 @@
+"""The relay: from the Postgres outbox to the EVENTS stream, in order, at least once.
+
+Every worker runs one (:meth:`EventRelay.run`); one of them leads. The leader holds the
+session advisory lock :data:`LEADER_LOCK` on its LISTEN connection (a direct connection, as
+LISTEN needs one, so PgBouncer in transaction mode does not get in the way); the others try
+to take it every ``events.relay_poll_s`` and otherwise do nothing - they do not even wake on
+the outbox's notifications. A leader whose process or connection dies loses the lock with
+its connection, and another worker leads within a poll. Each round also takes the
+transaction advisory lock :data:`ROUND_LOCK`, so two rounds never overlap even while a lost
+leader's last round is still finishing. A round, in one transaction:
+
+1. ``pg_try_advisory_xact_lock``: another round running now means nothing to do;
+2. the oldest :attr:`~streams.config.EventSettings.relay_batch` events not yet relayed;
+3. each published to JetStream in turn, waiting for its acknowledgement (the stream stored
+   it), with ``Nats-Msg-Id`` = the outbox id;
+4. those acknowledged stamped ``relayed_at``; commit.
+
+A publish that fails (NATS down, the stream missing) ends the round after stamping what went
+out; the rest waits for the next round, so nothing is skipped and the order holds. Published
+one at a time: pipelining the publishes would let a later event be stored before an earlier
+one whose acknowledgement was lost and that is sent again (bench/event_relay.py: the
+sequential relay moves about 5,000 events a second, far above what runs produce).
+
+The leader runs a round when the outbox triggers notify ``tideway_events`` and every
+``events.relay_poll_s`` in any case. Every round reports the age of the oldest event not yet
+relayed (``tideway_event_relay_lag_seconds``; 0 from the workers that do not lead) and each
+relayed event's delay from its change to its acknowledgement; relayed events are deleted
+after ``events.outbox_keep_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import asyncpg
+from nats import errors as nats_errors
+from nats.js import errors as js_errors
+
+from streams.adapters import postgres
+from streams.adapters.nats import CONNECTION_ERRORS, ONE_SHOT_ATTEMPTS, Nats, connect_nats
+from streams.adapters.outage import Outage
+from streams.config import Settings
+from streams.domain_events.stream import (
+    CHANNEL,
+    ensure_events_stream,
+    event_body,
+    message_id,
+)
+from streams.errors import TransientError
+from streams.names import Names
+
+if TYPE_CHECKING:
+    from streams.observability.events import RelayObserver
+
+__all__ = ["LEADER_LOCK", "ROUND_LOCK", "EventRelay", "RelayRound"]
+
+log = logging.getLogger(__name__)
+
+LEADER_LOCK: Final = 6075895573793102
+"""The session advisory lock the leading relay holds (...101 serialises the job claims)."""
+ROUND_LOCK: Final = 6075895573793103
+"""The transaction advisory lock each relay round holds."""
+
+PUBLISH_TIMEOUT_S: Final = 2.0
+CLEANUP_EVERY_S: Final = 60.0
+
+_TAKE_LEAD: Final = "SELECT pg_try_advisory_lock($1)"
+_STOP_LEADING: Final = "SELECT pg_advisory_unlock($1)"
+_ROUND: Final = "SELECT pg_try_advisory_xact_lock($1)"
+_PENDING: Final = """
+SELECT o.id, o.kind, o.run_id, o.session_id, o.fields, o.created_at, t.name AS tenant
+FROM event_outbox o JOIN tenants t ON t.id = o.tenant_id
+WHERE o.relayed_at IS NULL
+ORDER BY o.id
+LIMIT $1
+"""
+_STAMP: Final = """
+UPDATE event_outbox SET relayed_at = clock_timestamp() WHERE id = ANY($1::bigint[])
+"""
+_BACKLOG: Final = """
+SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8
+FROM event_outbox WHERE relayed_at IS NULL
+"""
+_CLEANUP: Final = """
+DELETE FROM event_outbox
+WHERE relayed_at < clock_timestamp() - make_interval(secs => $1::float8)
+"""
+
+_PG_ERRORS: Final = (*postgres.UNREACHABLE, asyncpg.PostgresError, asyncpg.InterfaceError,
+                     TransientError, TimeoutError)
+_NATS_ERRORS: Final = (*CONNECTION_ERRORS, nats_errors.Error, js_errors.Error)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RelayRound:
+    """What one round did."""
+
+    leader: bool
+    """Whether this round held :data:`ROUND_LOCK` (``False``: another round is running)."""
+    relayed: int = 0
+    """Events published and stamped."""
+    more: bool = False
+    """A full batch went out: more are probably waiting (the next round starts at once)."""
+    failed: str | None = None
+    """Why publishing stopped early (NATS unreachable...), else ``None``."""
+
+
+class EventRelay:
+    """Relays one database's outbox to the EVENTS stream (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        pool: asyncpg.Pool,
+        *,
+        nc: Nats | None = None,
+        observer: RelayObserver | None = None,
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.names = Names(namespace=settings.namespace)
+        self.observer = observer
+        self._nc = nc
+        self._owned = nc is None
+        self._provisioned = False
+        self._wake = asyncio.Event()
+        self._nats_outage = Outage("nats (event relay)")
+        self._pg_outage = Outage("postgres (event relay)")
+        self._cleaned = 0.0
+
+    # -- one round --------------------------------------------------------------------------
+    async def relay_round(self) -> RelayRound:
+        """Relay what is waiting, if this relay gets the lock (see the module docstring)."""
+        nc = await self._client()
+        js = nc.jetstream()
+        if not self._provisioned:
+            await ensure_events_stream(js, self.settings)
+            self._provisioned = True
+        batch = self.settings.events.relay_batch
+        delays: list[float] = []
+        failed: str | None = None
+        async with self.pool.acquire() as conn, conn.transaction():
+            if not await conn.fetchval(_ROUND, ROUND_LOCK):
+                return RelayRound(leader=False)
+            rows = await conn.fetch(_PENDING, batch)
+            done: list[int] = []
+            for row in rows:
+                try:
+                    await js.publish(
+                        self.names.event_subject(row["tenant"], row["kind"]),
+                        event_body(row),
+                        timeout=PUBLISH_TIMEOUT_S,
+                        stream=self.names.events_stream,
+                        headers={"Nats-Msg-Id": message_id(self.names, row["id"])},
+                    )
+                except _NATS_ERRORS as exc:
+                    if isinstance(exc, nats_errors.NoRespondersError | js_errors.NotFoundError):
+                        self._provisioned = False  # the stream went: make it again next round
+                    failed = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                    self._nats_outage.failed(exc)
+                    break
+                done.append(row["id"])
+                delays.append(time.time() - row["created_at"].timestamp())
+            if done:
+                await conn.execute(_STAMP, done)
+            if time.monotonic() - self._cleaned >= CLEANUP_EVERY_S:
+                await conn.execute(_CLEANUP, self.settings.events.outbox_keep_s)
+                self._cleaned = time.monotonic()
+        if failed is None:
+            self._nats_outage.recovered()
+        if self.observer is not None and delays:
+            self.observer.on_relayed(delays_s=delays)
+        return RelayRound(leader=True, relayed=len(done),
+                          more=failed is None and len(rows) == batch, failed=failed)
+
+    async def backlog_age_s(self) -> float:
+        """Seconds since the oldest event not yet relayed was written (0: none waiting)."""
+        return float(await self.pool.fetchval(_BACKLOG))
+
+    # -- the loop ---------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event, *, listener: asyncpg.Connection | None = None
+                  ) -> None:
+        """Relay until ``stop`` is set, while this relay leads: a round on each notification
+        and every poll; otherwise try to become the leader every poll.
+
+        ``listener``: a connection of the caller's that stays open (the worker's LISTEN
+        connection, never pooled) to hear the outbox channel on and to hold the leader's
+        lock; without one, or once it is lost, the relay opens its own."""
+        own: asyncpg.Connection | None = None
+        leading: asyncpg.Connection | None = None  # the connection holding LEADER_LOCK
+        poll = self.settings.events.relay_poll_s
+        if listener is not None:
+            await listener.add_listener(CHANNEL, self._notified)
+        try:
+            while not stop.is_set():
+                conn = listener if listener is not None and not listener.is_closed() else None
+                if conn is None:
+                    if own is None or own.is_closed():
+                        own = await self._listen()
+                    conn = own
+                if leading is not None and leading.is_closed():
+                    leading = None  # the lock went with its connection
+                if leading is None and conn is not None and await self._take_lead(conn):
+                    leading = conn
+                self._wake.clear()
+                if leading is not None:
+                    if await self._round():
+                        continue
+                elif self.observer is not None:
+                    self.observer.on_backlog(age_s=0.0)  # the leader reports the backlog
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(poll):
+                        if leading is not None:
+                            await _first(self._wake.wait(), stop.wait())
+                        else:
+                            await stop.wait()
+        finally:
+            if listener is not None and not listener.is_closed():
+                with contextlib.suppress(Exception):
+                    await listener.remove_listener(CHANNEL, self._notified)
+                if leading is listener:
+                    with contextlib.suppress(Exception):
+                        await listener.execute(_STOP_LEADING, LEADER_LOCK)
+            if own is not None and not own.is_closed():
+                with contextlib.suppress(Exception):
+                    await own.close()
+            await self.aclose()
+
+    def _notified(self, *_: Any) -> None:
+        self._wake.set()
+
+    async def _take_lead(self, conn: asyncpg.Connection) -> bool:
+        try:
+            return bool(await conn.fetchval(_TAKE_LEAD, LEADER_LOCK))
+        except _PG_ERRORS as exc:
+            self._pg_outage.failed(exc)
+            return False
+
+    async def _round(self) -> bool:
+        """One round and the lag report; ``True`` when the next one should start at once."""
+        try:
+            await self._client()
+        except (*_NATS_ERRORS, TransientError) as exc:  # NATS_UNAVAILABLE: not connected yet
+            self._nats_outage.failed(exc)
+            return False
+        try:
+            result = await self.relay_round()
+            # A round that took all it found leaves nothing older behind (what arrived
+            # meanwhile is the next round's); otherwise ask how old the backlog is.
+            age = await self.backlog_age_s() if result.failed or result.more else 0.0
+        except _PG_ERRORS as exc:
+            self._pg_outage.failed(exc)
+            return False
+        except _NATS_ERRORS as exc:  # provisioning the stream
+            self._nats_outage.failed(exc)
+            return False
+        self._pg_outage.recovered()
+        if self.observer is not None:
+            self.observer.on_backlog(age_s=age)
+        return result.more
+
+    async def _listen(self) -> asyncpg.Connection | None:
+        """A connection listening on the outbox channel (``None`` while Postgres is down:
+        the poll carries on alone)."""
+        try:
+            conn = await postgres.connect(
+                self.settings.postgres(), limits=self.settings.postgres_timeouts
+            )
+            await conn.add_listener(CHANNEL, self._notified)
+        except _PG_ERRORS as exc:
+            self._pg_outage.failed(exc)
+            return None
+        return conn
+
+    async def _client(self) -> Nats:
+        if self._nc is None:
+            self._nc = await connect_nats(
+                self.settings.nats, name="tideway-event-relay", attempts=ONE_SHOT_ATTEMPTS
+            )
+        return self._nc
+
+    async def aclose(self) -> None:
+        """Close the NATS connection if this relay opened it."""
+        if self._owned and self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.close()
+            self._nc = None
+
+
+async def _first(*waits: Any) -> None:
+    """Return when the first of ``waits`` (coroutines) finishes; cancel the others."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
