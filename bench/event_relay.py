@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
@@ -38,6 +39,7 @@ from typing import Any  # noqa: E402
 import nats  # noqa: E402
 import numpy as np  # noqa: E402
 import orjson  # noqa: E402
+from bench_pg import ADMIN_DSN, fresh_database  # noqa: E402
 
 from streams import migrate  # noqa: E402
 from streams.adapters import postgres  # noqa: E402
@@ -45,13 +47,6 @@ from streams.config import EventSettings, Settings, mask_url  # noqa: E402
 from streams.domain_events import EventRelay  # noqa: E402
 from streams.names import Names  # noqa: E402
 
-_SOCKET_DIR = "/var/run/postgresql"
-_DEFAULT_DSN = (
-    f"postgresql://postgres@/postgres?host={_SOCKET_DIR}"
-    if os.path.exists(f"{_SOCKET_DIR}/.s.PGSQL.5432")
-    else "postgresql://postgres@127.0.0.1:5432/postgres"
-)
-ADMIN_DSN = os.environ.get("TIDEWAY_BENCH_POSTGRES_DSN", _DEFAULT_DSN)
 NATS_URL = os.environ.get("TIDEWAY_BENCH_NATS_URL", "nats://127.0.0.1:4222")
 RESULTS = ROOT / "bench" / "results" / "event_relay.json"
 
@@ -71,8 +66,7 @@ SELECT $1, $2, repeat('0', 64), 'b', 'b', '{}'::jsonb, 0, 0 FROM generate_series
 
 
 async def _database() -> tuple[str, str]:
-    name = f"tw_bench_relay_{uuid.uuid4().hex[:6]}"
-    dsn = await postgres.create_database(ADMIN_DSN, name)
+    name, dsn = await fresh_database("relay")
     await asyncio.to_thread(migrate.upgrade, dsn)
     return name, dsn
 
@@ -114,11 +108,15 @@ async def live_round(rate: int, seconds: float) -> dict[str, Any]:
     pool = await postgres.create_pool(dsn, postgres.PoolShape(max_size=4))
     relay = EventRelay(settings, pool)
     lags: list[float] = []
+    total = int(rate * seconds)
+    heard_all = asyncio.Event()
     nc = await nats.connect(NATS_URL)
 
     async def on_event(msg: Any) -> None:
         at = datetime.fromisoformat(orjson.loads(msg.data)["at"]).timestamp()
         lags.append(time.time() - at)
+        if len(lags) >= total:
+            heard_all.set()
 
     stop = asyncio.Event()
     try:
@@ -126,7 +124,6 @@ async def live_round(rate: int, seconds: float) -> dict[str, Any]:
         await nc.subscribe(Names(namespace=namespace).events_subjects, cb=on_event)
         await nc.flush()
         task = asyncio.create_task(relay.run(stop))
-        total = int(rate * seconds)
         started = time.perf_counter()
         for i in range(total):  # one change per transaction, paced to the offered rate
             await pool.execute(_RUNS, owner["tenant_id"], owner["id"], 1)
@@ -134,9 +131,8 @@ async def live_round(rate: int, seconds: float) -> dict[str, Any]:
             if ahead > 0:
                 await asyncio.sleep(ahead)
         offered = total / (time.perf_counter() - started)
-        deadline = time.perf_counter() + 30
-        while len(lags) < total and time.perf_counter() < deadline:
-            await asyncio.sleep(0.05)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(heard_all.wait(), 30)
         stop.set()
         await task
         assert len(lags) == total, (len(lags), total)

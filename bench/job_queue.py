@@ -29,8 +29,9 @@ import os  # noqa: E402
 import platform  # noqa: E402
 import resource  # noqa: E402
 import time  # noqa: E402
-import uuid  # noqa: E402
 from typing import Any  # noqa: E402
+
+from bench_pg import ADMIN_DSN, fresh_database  # noqa: E402
 
 from stages.jobs.dag import JobSpec  # noqa: E402
 from stages.jobs.planner import plan_run  # noqa: E402
@@ -42,21 +43,7 @@ from streams.jobs.executor import noop  # noqa: E402
 from streams.jobs.model import RunVersions  # noqa: E402
 from streams.jobs.worker import run_worker  # noqa: E402
 
-# A co-located Postgres is reached over its Unix socket when there is one (loopback TCP costs
-# the client a kernel round of its own per message); both systems always share one DSN.
-_SOCKET_DIR = "/var/run/postgresql"
-_DEFAULT_DSN = (
-    f"postgresql://postgres@/postgres?host={_SOCKET_DIR}"
-    if os.path.exists(f"{_SOCKET_DIR}/.s.PGSQL.5432")
-    else "postgresql://postgres@127.0.0.1:5432/postgres"
-)
-ADMIN_DSN = os.environ.get("TIDEWAY_BENCH_POSTGRES_DSN", _DEFAULT_DSN)
 RESULTS = ROOT / "bench" / "results" / "queue.json"
-
-
-async def fresh_database(tag: str) -> tuple[str, str]:
-    name = f"tw_bench_{tag}_{uuid.uuid4().hex[:6]}"
-    return name, await postgres.create_database(ADMIN_DSN, name)
 
 
 async def enqueue(dsn: str, jobs: int, per_run: int) -> int:
