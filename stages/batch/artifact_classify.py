@@ -14,29 +14,22 @@ CSV aux columns, JSONL topics). Unrecognised content raises ``UNSUPPORTED_FORMAT
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from schemas import error_codes as codes
 from stages.batch.artifact_validate import Limits, inspect_blob
 from stages.batch.contract import SessionStageError, StageInput, StageOutput
+from stages.batch.formats import REGISTRY
 from stages.batch.formats.sniff import sniff
-
-# The media type each format is stored as (gzip wraps any of them). NMEA has no registered
-# type of its own: it is plain ASCII text. FIT's is IANA-registered (vnd.ant.fit).
-_MEDIA_TYPES: Final = {
-    "nmea": "text/plain",
-    "gpx": "application/gpx+xml",
-    "csv": "text/csv",
-    "jsonl": "application/x-ndjson",
-    "fit": "application/vnd.ant.fit",
-}
 
 
 def content_type(fmt: str, *, compressed: bool) -> str:
-    """The media type of an artifact of format ``fmt`` as stored (``artifacts.content_type``)."""
+    """The media type of an artifact of format ``fmt`` as stored (``artifacts.content_type``):
+    the format's ``media_type``, gzip when compressed (it wraps any of them)."""
     if compressed:
         return "application/gzip"
-    return _MEDIA_TYPES.get(fmt, "application/octet-stream")
+    spec = REGISTRY.get(fmt)
+    return spec.media_type if spec is not None else "application/octet-stream"
 
 
 def classify(name: str, plain: bytes, compressed: bool) -> dict[str, Any]:

@@ -31,18 +31,12 @@ from stages.batch.contract import (
     StageOutput,
     run_config,
 )
+from stages.batch.formats import REGISTRY
 from stages.batch.formats.compression import Inspection, inspect, unwrap
 from stages.batch.formats.sniff import HEAD_BYTES, sniff
 
 DEFAULT_MAX_ARTIFACT_BYTES: Final = RunConfig().max_artifact_bytes
 DEFAULT_MAX_DECOMPRESSED_BYTES: Final = RunConfig().max_decompressed_bytes
-_EXTENSIONS: Final = {
-    "nmea": {"nmea", "log", "txt", "nma"},
-    "gpx": {"gpx", "xml"},
-    "csv": {"csv", "txt"},
-    "jsonl": {"jsonl", "ndjson", "json", "log"},
-    "fit": {"fit"},
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +121,7 @@ def validate(blob: ArtifactBlob, limits: Limits) -> dict[str, Any]:
         "decompressed_bytes": seen.size,
         "sniffed_format": found.format,
         "extension": ext,
-        "extension_matches": ext in _EXTENSIONS[found.format],
+        "extension_matches": ext in REGISTRY[found.format].extensions,
     }
 
 

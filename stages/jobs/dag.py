@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from schemas import error_codes as codes
+from stages.batch.formats import BAD_INPUT as FORMAT_BAD_INPUT
 from stages.errors import StageError
 from stages.jobs.gating import Gate
 from stages.jobs.retry import RetryPolicy
@@ -41,14 +42,12 @@ from stages.jobs.run_state import Feature
 POOLS: Final = ("io", "cpu", "heavy")
 VERSION_GROUPS: Final = ("parser", "pipeline", "fusion")
 
-# Codes a retry cannot fix: the input itself is the problem (spec 000 §7.1, §9.1).
-_BAD_INPUT: Final = frozenset(
+# Codes a retry cannot fix: the input itself is the problem (spec 000 §7.1, §9.1). Each format
+# declares its own (``FormatSpec.bad_input``: FIT_CORRUPT, NO_SESSION_DATE, ...).
+_BAD_INPUT: Final = FORMAT_BAD_INPUT | frozenset(
     {
         codes.UNSUPPORTED_FORMAT,
         codes.CORRUPT_ARTIFACT,
-        codes.FIT_CORRUPT,
-        codes.FIT_NOT_ACTIVITY,
-        codes.NO_SESSION_DATE,
         codes.CHECKSUM_MISMATCH,
         codes.SCHEMA_MISMATCH,
         codes.TOO_LARGE,

@@ -32,7 +32,6 @@ T = TypeVar("T")
 
 JSON_OPTION: Any = typer.Option(False, "--json", help="Print JSON.")
 TENANT_OPTION: Any = typer.Option(None, "--tenant", help="Tenant (default: default_tenant).")
-FORMATS = ("nmea", "gpx", "csv", "jsonl", "fit")
 
 
 def _with_conn(work: Callable[[Any], Awaitable[T]]) -> T:
@@ -340,8 +339,8 @@ def register(app: typer.Typer) -> None:
         from stages.batch import formats
         from stages.batch.synth import synthesize
 
-        if fmt not in FORMATS:
-            raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
+        if fmt not in formats.FORMATS:
+            raise UsageError(f"--format must be one of {', '.join(formats.FORMATS)}")
         session = synthesize(laps=laps, imu_hz=imu_hz, gnss_hz=gnss_hz, seed=seed,
                              pit_lap=pit_lap, closed=not open_road, flat=flat)
         data = formats.write(fmt, {"gnss": session.gnss, "imu": session.imu},

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+from collections.abc import Mapping
 from typing import Final
 
 import numpy as np
@@ -52,8 +53,9 @@ from stages.batch.formats.csv_layout import (
 )
 from stages.batch.formats.csv_writer import write
 from stages.batch.formats.parsed import ParsedSession
+from stages.batch.formats.spec import FormatSpec, Head, Sniffed, dateless
 
-__all__ = ["read", "write"]
+__all__ = ["SPEC", "read", "sniff", "write"]
 
 
 def _load(data: bytes, names: list[str], layout: Layout) -> pa.Table:
@@ -290,3 +292,47 @@ def _aux(table: pa.Table, aux_cols: dict[str, str]) -> pa.Table:
     if not parts:
         return canonical.empty(canonical.AUX)
     return pa.concat_tables(parts).sort_by([("ts", "ascending")])
+
+
+def sniff(head: Head) -> Sniffed | None:
+    """A text head is CSV when its header matches a known layout (:mod:`.csv_layout`)."""
+    if head.shape != "text":
+        return None
+    names = header(head.body)
+    layout = detect_layout(names)
+    if layout is None:
+        return None
+    streams: tuple[str, ...] = ()
+    gnss_cols = {src for src, (s, _, _) in layout.columns.items() if s == "gnss"}
+    if gnss_cols & set(names):
+        streams += ("gnss",)
+    imu_src = {src for src, (s, _, _) in layout.columns.items() if s == "imu"}
+    if imu_src <= set(names) and len(imu_src) == len(IMU_COLS):
+        streams += ("imu",)
+    aux = [n for n in names if n.startswith(AUX_PREFIX)] + [
+        n for n in names if n in layout.columns and layout.columns[n][0] == "aux"
+    ]
+    if aux:
+        streams += ("aux",)
+    return Sniffed(
+        format="csv",
+        variant=layout.name,
+        streams=streams,
+        imu_frame=layout.imu_frame if "imu" in streams else None,
+        hints={"columns": len(names), "aux_columns": aux},
+    )
+
+
+def _write(streams: Mapping[str, pa.Table], /, *, variant: str | None) -> bytes:
+    return write(streams, layout=variant or CANONICAL)
+
+
+SPEC: Final = FormatSpec(
+    name="csv",
+    media_type="text/csv",
+    extensions=frozenset({"csv", "txt"}),
+    sniff=sniff,
+    sniff_priority=50,  # after NMEA, which reads text heads too
+    read=dateless(read),
+    write=_write,
+)

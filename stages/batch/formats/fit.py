@@ -49,8 +49,9 @@ from schemas.errors import unexpected
 from stages.batch import canonical
 from stages.batch.contract import SessionStageError
 from stages.batch.formats.parsed import ParsedSession
+from stages.batch.formats.spec import FormatSpec, Head, Sniffed, dateless, one_layout
 
-__all__ = ["FIT_SIGNATURE", "is_fit", "read", "write"]
+__all__ = ["FIT_SIGNATURE", "SPEC", "is_fit", "read", "sniff", "write"]
 
 FIT_SIGNATURE: Final = b".FIT"
 FIT_EPOCH: Final = dt.datetime(1989, 12, 31, tzinfo=dt.UTC)
@@ -239,3 +240,22 @@ def write(streams: Mapping[str, pa.Table]) -> bytes:
         ) from None
     written: bytes = fit_writer.write(streams)
     return written
+
+
+def sniff(head: Head) -> Sniffed | None:
+    """A FIT header, whatever else the head looks like; variant names the header size."""
+    if not is_fit(head.raw):
+        return None
+    return Sniffed(format="fit", variant=f"header{head.raw[0]}", streams=("gnss", "aux"))
+
+
+SPEC: Final = FormatSpec(
+    name="fit",
+    media_type="application/vnd.ant.fit",  # IANA-registered
+    extensions=frozenset({"fit"}),
+    sniff=sniff,
+    sniff_priority=10,
+    read=dateless(read),
+    write=one_layout(write),
+    bad_input=frozenset({codes.FIT_CORRUPT, codes.FIT_NOT_ACTIVITY}),
+)

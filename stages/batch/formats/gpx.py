@@ -17,6 +17,7 @@ spelling. A UTF-16 GPX parses to the same samples as its UTF-8 twin.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from schemas import error_codes as codes
 from stages.batch import canonical
 from stages.batch.contract import SessionStageError
 from stages.batch.formats.parsed import ParsedSession
+from stages.batch.formats.spec import FormatSpec, Head, Sniffed, dateless, one_layout
 from stages.batch.formats.timeparse import iso_to_us, us_to_iso
 
 GPX_NS: Final = "http://www.topografix.com/GPX/1/1"
@@ -43,6 +45,7 @@ _EXT_CHANNELS: Final = {
 _EXT_ORDER: Final = ("atemp", "wtemp", "hr", "cad")  # the XSD's sequence order
 _FIX_QUALITY: Final = {"2d": 1, "3d": 1, "dgps": 2, "pps": 3}
 _GNSS_NUMBERS: Final = ("alt_m", "speed_mps", "course_deg", "hdop")
+_GPX_VERSION: Final = re.compile(rb"<gpx\b[^>]*\bversion\s*=\s*[\"']([0-9.]+)[\"']")
 
 
 def _local(tag: str) -> str:
@@ -195,3 +198,29 @@ def write(streams: Mapping[str, pa.Table]) -> bytes:
         out.append("".join(parts))
     out.append("</trkseg></trk>\n</gpx>\n")
     return "".join(out).encode()
+
+
+def sniff(head: Head) -> Sniffed | None:
+    """An XML head is GPX when a ``<gpx`` root element is present (any encoding: see
+    :mod:`.sniff`); variant is the GPX version, TrackPointExtension announces AUX."""
+    if head.shape != "xml" or b"<gpx" not in head.body:
+        return None
+    version = _GPX_VERSION.search(head.body)
+    tpx = b"TrackPointExtension" in head.body
+    return Sniffed(
+        format="gpx",
+        variant=version.group(1).decode() if version else None,
+        streams=("gnss", "aux") if tpx else ("gnss",),
+        hints={"garmin_trackpoint_extension": tpx},
+    )
+
+
+SPEC: Final = FormatSpec(
+    name="gpx",
+    media_type="application/gpx+xml",
+    extensions=frozenset({"gpx", "xml"}),
+    sniff=sniff,
+    sniff_priority=20,
+    read=dateless(read),
+    write=one_layout(write),
+)

@@ -35,9 +35,10 @@ from stages.batch import canonical
 from stages.batch.contract import SessionStageError
 from stages.batch.formats.jsonl_writer import write
 from stages.batch.formats.parsed import ParsedSession
+from stages.batch.formats.spec import FormatSpec, Head, Sniffed, dateless, one_layout
 from stages.batch.formats.timeparse import any_to_us
 
-__all__ = ["read", "write"]
+__all__ = ["SPEC", "read", "sniff", "write"]
 
 _GNSS_COLS: Final = tuple(canonical.CANONICAL_UNITS[canonical.GNSS])
 _IMU_COLS: Final = tuple(canonical.CANONICAL_UNITS[canonical.IMU])
@@ -212,3 +213,40 @@ def _aux(rows: pa.Table, counts: Counter[str]) -> pa.Table:
     if not pieces:
         return canonical.empty(canonical.AUX)
     return canonical.conform(canonical.AUX, pa.concat_tables(pieces).sort_by("ts"))
+
+
+def sniff(head: Head) -> Sniffed | None:
+    """A ``{`` head is JSON Lines when its complete lines (up to 200) are objects with ``ts``
+    and ``topic``; the topics announce the streams."""
+    if head.shape != "json":
+        return None
+    lines = head.body.split(b"\n")
+    complete = lines[:-1] if len(lines) > 1 else lines
+    topics: set[str] = set()
+    for line in complete[:200]:
+        if not line.strip():
+            continue
+        try:
+            env = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(env, dict) or "ts" not in env or "topic" not in env:
+            return None
+        topics.add(str(env["topic"]))
+    if not topics:
+        return None
+    streams: tuple[str, ...] = tuple(s for s in ("gnss", "imu") if s in topics)
+    if topics - {"gnss", "imu"}:
+        streams += ("aux",)
+    return Sniffed(format="jsonl", streams=streams, hints={"topics": sorted(topics)})
+
+
+SPEC: Final = FormatSpec(
+    name="jsonl",
+    media_type="application/x-ndjson",
+    extensions=frozenset({"jsonl", "ndjson", "json", "log"}),
+    sniff=sniff,
+    sniff_priority=30,
+    read=dateless(read),
+    write=one_layout(write),
+)

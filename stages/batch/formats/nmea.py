@@ -31,6 +31,7 @@ Speed is returned in knots (``units`` says so); ``normalise_units`` converts it.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any, Final
 
 import pyarrow as pa
@@ -38,15 +39,17 @@ import pyarrow as pa
 from schemas import error_codes as codes
 from stages.batch import canonical
 from stages.batch.contract import SessionStageError
-from stages.batch.formats.nmea_sentences import Epoch, Reader, scan
+from stages.batch.formats.nmea_sentences import BANG_SENTENCE, Epoch, Reader, scan
 from stages.batch.formats.nmea_writer import write
 from stages.batch.formats.parsed import ParsedSession
+from stages.batch.formats.spec import FormatSpec, Head, Sniffed, one_layout
 
-__all__ = ["read", "write"]
+__all__ = ["SPEC", "read", "sniff", "write"]
 
 _EPOCH_ORDINAL: Final = dt.date(1970, 1, 1).toordinal()
 _DAY_US: Final = 86_400_000_000
 _HALF_DAY_US: Final = _DAY_US // 2
+_SENTENCE: Final = re.compile(rb"\$(?:([A-Z]{2})([A-Z]{3})|P[A-Z0-9]+),")
 
 
 def _resolve_dates(epochs: list[Epoch], session_date: dt.date | None, *, needed: bool) -> str:
@@ -137,3 +140,57 @@ def read(data: bytes, *, session_date: dt.date | None = None) -> ParsedSession:
         stats=stats,
     )
 
+
+def sniff(head: Head) -> Sniffed | None:
+    """A text (or NUL-padded) head is NMEA when at least one line holds a ``$ttsss,`` sentence
+    and most non-comment lines hold a ``$`` or ``!`` sentence (AIS ``!AIVDM``/``!AIVDO``)."""
+    if head.shape not in ("text", "binary"):
+        return None
+    talkers: set[str] = set()
+    kinds: set[str] = set()
+    sentences = other = comments = bang = dollar = 0
+    for line in head.body.split(b"\n")[:2000]:
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith(b"#"):
+            comments += 1
+            continue
+        match = _SENTENCE.search(line)
+        if match is None:
+            if BANG_SENTENCE.search(line):
+                sentences += 1  # AIS and other "!" sentences: NMEA, no fix of their own
+                bang += 1
+                continue
+            other += 1
+            continue
+        sentences += 1
+        dollar += 1
+        if match.group(1):
+            talkers.add(match.group(1).decode())
+            kinds.add(match.group(2).decode())
+    if dollar == 0 or other > sentences:
+        return None
+    return Sniffed(
+        format="nmea",
+        variant="0183",
+        streams=("gnss",),
+        hints={
+            "talkers": sorted(talkers),
+            "sentences": sorted(kinds),
+            "comment_lines": comments,
+            "bang_sentences": bang,
+        },
+    )
+
+
+SPEC: Final = FormatSpec(
+    name="nmea",
+    media_type="text/plain",  # NMEA has no registered type of its own: it is ASCII text
+    extensions=frozenset({"nmea", "log", "txt", "nma"}),
+    sniff=sniff,
+    sniff_priority=40,
+    read=read,
+    write=one_layout(write),
+    bad_input=frozenset({codes.NO_SESSION_DATE}),
+)
