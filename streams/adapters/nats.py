@@ -13,7 +13,9 @@ traceback; here the losses, failed attempts and recoveries go to an
 :class:`~streams.adapters.outage.Outage` instead (one WARNING when the connection is lost, one
 INFO when it is back). A connection that cannot be made at all is a ``TransientError``
 ``NATS_UNAVAILABLE``. Only :mod:`streams.ingest.fetch` reaches into nats-py's internals; this
-module uses its public API.
+module uses its public API. :data:`Nats`, :data:`Msg` and :data:`JetStreamContext` name
+nats-py's types for the code that holds them; its exceptions are named in
+:mod:`streams.adapters.errors`.
 """
 
 from __future__ import annotations
@@ -27,16 +29,18 @@ from typing import Any, Final
 
 from nats import errors as nats_errors
 from nats.aio.client import Client as Nats
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
+from streams.adapters.errors import NATS_UNREACHABLE
 from streams.adapters.outage import Outage, describe
 from streams.config import NatsSettings, mask_url
 from streams.errors import ConfigError, TransientError
 
 __all__ = [
-    "CONNECTION_ERRORS", "CONNECT_TIMEOUT", "ONE_SHOT_ATTEMPTS", "RECONNECT_WAIT", "Nats",
+    "CONNECT_TIMEOUT", "ONE_SHOT_ATTEMPTS", "RECONNECT_WAIT", "JetStreamContext", "Msg", "Nats",
     "connect_nats", "ensure_stream", "security_options",
 ]
 
@@ -46,16 +50,6 @@ RECONNECT_WAIT: Final = 0.5
 """Seconds between reconnect attempts to a server that is down."""
 CONNECT_TIMEOUT: Final = 2
 """Seconds one connect attempt may take."""
-
-CONNECTION_ERRORS: Final = (
-    OSError, asyncio.TimeoutError, nats_errors.StaleConnectionError,
-    nats_errors.ConnectionClosedError, nats_errors.NoServersError,
-    nats_errors.OutboundBufferLimitError, nats_errors.ProtocolError,
-    nats_errors.ConnectionReconnectingError,
-)
-"""What nats-py reports while a server is unreachable, restarting or dropping the connection:
-expected during any outage, so they mark the outage instead of logging a traceback each."""
-
 
 class _QuietTlsEof(logging.Filter):
     """Drops asyncio's "returning true from eof_received() has no effect when using ssl".
@@ -163,7 +157,7 @@ async def connect_nats(nats: NatsSettings, *, name: str, trusted_subjects: bool 
             # Raised inside nats-py's connect loop, which ends it: retrying would only be
             # refused again, for ever in a long-running process.
             raise refusal from exc
-        if isinstance(exc, CONNECTION_ERRORS):
+        if isinstance(exc, NATS_UNREACHABLE):
             if not nc.is_closed:  # closing on purpose: what the socket says then is no outage
                 tracker.failed(exc)
         elif isinstance(exc, nats_errors.Error):  # one nats-py names: say it, no traceback

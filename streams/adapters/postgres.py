@@ -14,10 +14,10 @@ workers, executors) get their time limits from the ``postgres_timeouts`` setting
 attempt given up after ``connect_s``, so a server that hangs costs a retry, not a stuck process.
 
 A server that cannot be reached (refused, reset, shutting down, starting up) is a
-``TransientError`` with code ``PG_UNAVAILABLE`` (:func:`unavailable`), whether the pool or the
-connection is being opened. What a statement's failure means is decided by the code that ran
-it: the ingest recorder (``streams.ingest.recorder``) and the job engine (``streams.jobs.txn``)
-translate SQLSTATEs for their own transactions.
+``TransientError`` with code ``PG_UNAVAILABLE`` (:func:`streams.adapters.errors.pg_unavailable`),
+whether the pool or the connection is being opened. What a statement's failure means is
+classified in :mod:`streams.adapters.errors`. :data:`Pool` and :data:`Connection` name
+asyncpg's types for the code that holds them, so that only the adapters import asyncpg.
 """
 
 from __future__ import annotations
@@ -33,19 +33,19 @@ import asyncpg
 import orjson
 from asyncpg.pool import PoolConnectionProxy
 
+from streams.adapters.errors import PG_UNREACHABLE, pg_unavailable
 from streams.config import PostgresTimeoutSettings
-from streams.errors import TransientError
 
 __all__ = [
     "API_POOL",
     "CONNECT_TIMEOUT",
     "EXECUTOR_POOL",
     "INTAKE_POOL",
-    "NOT_NOW_CLASSES",
     "STATEMENT_CACHE",
-    "UNREACHABLE",
     "WORKER_POOL",
     "Conn",
+    "Connection",
+    "Pool",
     "PoolShape",
     "batch_pool",
     "connect",
@@ -55,35 +55,20 @@ __all__ = [
     "drop_database",
     "split_dsn",
     "streaming_pool",
-    "unavailable",
     "with_database",
 ]
 
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 """A connection made by :func:`connect` or acquired from a pool made by :func:`create_pool`."""
+Pool: TypeAlias = asyncpg.Pool
+"""A pool made by :func:`create_pool`."""
+Connection: TypeAlias = asyncpg.Connection
+"""A connection made by :func:`connect` (one of its own: LISTEN, a session lock)."""
 
 STATEMENT_CACHE: Final = 100
 """Prepared statements kept per connection (asyncpg's default, stated once here)."""
 CONNECT_TIMEOUT: Final = 60.0
 """Seconds to establish one connection (asyncpg's default, stated once here)."""
-
-UNREACHABLE: Final = (
-    OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
-    asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
-)
-"""What asyncpg raises when the server cannot be reached now: refused or lost connections,
-a server that is starting up (``57P03``) or shutting down (``57P01``, ``57P02``)."""
-
-NOT_NOW_CLASSES: Final = ("08", "40", "53", "57", "58")
-"""SQLSTATE classes that mean "try again later": connection exception, transaction rollback
-(serialization failure, deadlock), insufficient resources, operator intervention, system
-error. Both JetStream consumers defer on them (ingest's recorder, session intake)."""
-
-
-def unavailable(exc: BaseException) -> TransientError:
-    """``exc`` (one of :data:`UNREACHABLE`) as ``TransientError`` ``PG_UNAVAILABLE``."""
-    return TransientError(f"cannot connect to Postgres: {exc}", code="PG_UNAVAILABLE")
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PoolShape:
@@ -201,8 +186,8 @@ async def connect(dsn: str, *, limits: PostgresTimeoutSettings | None = None
             dsn, timeout=timeout, statement_cache_size=cache,
             command_timeout=None if limits is None else limits.command_s,
         )
-    except UNREACHABLE as exc:
-        raise unavailable(exc) from exc
+    except PG_UNREACHABLE as exc:
+        raise pg_unavailable(exc) from exc
     await _init_connection(conn)
     return conn
 
@@ -222,16 +207,16 @@ async def create_pool(dsn: str, shape: PoolShape) -> asyncpg.Pool:
             command_timeout=shape.command_timeout,
             server_settings=dict(shape.server_settings) or None,
         )
-    except UNREACHABLE as exc:
-        raise unavailable(exc) from exc
+    except PG_UNREACHABLE as exc:
+        raise pg_unavailable(exc) from exc
     assert pool is not None
     if shape.min_size == 0:
         try:
             async with pool.acquire():  # connect once now: a server that is down is found here
                 pass
-        except UNREACHABLE as exc:
+        except PG_UNREACHABLE as exc:
             await pool.close()
-            raise unavailable(exc) from exc
+            raise pg_unavailable(exc) from exc
     return pool
 
 

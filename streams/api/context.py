@@ -7,9 +7,9 @@ from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
-from nats.aio.client import Client as NatsClient
 
 from schemas.api import Problem
+from streams.adapters.nats import Nats
 from streams.api.keys import Caller
 from streams.api.tenant_db import TenantPool
 from streams.config import Settings
@@ -33,7 +33,7 @@ class ApiContext:
     settings: Settings
     pool: Any
     store: ObjectStore
-    nats: NatsClient
+    nats: Nats
     tenant_bound: bool = True
     """Requests' statements carry their tenant for row-level security (always, but for
     ``bench/console.py``'s baseline, which measures what that costs)."""

@@ -25,15 +25,14 @@ import logging
 import time
 from typing import Any, Final
 
-import asyncpg
 import orjson
 from aiohttp import web
 from aiohttp_sse import sse_response
-from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError as StreamNotFound
 
 from schemas.api import EventStreamQuery
+from streams.adapters.errors import JsNotFound, PgError
+from streams.adapters.nats import Msg
 from streams.api.bodies import query_of
 from streams.api.context import caller_of, context_of
 from streams.api.request_id import HEADER, REQUEST_ID
@@ -77,7 +76,7 @@ async def _key_valid(pool: Any, key_id: Any) -> bool:
     try:
         async with pool.acquire() as conn:
             return bool(await conn.fetchval(_KEY_VALID, key_id))
-    except (OSError, TimeoutError, asyncpg.PostgresError, TransientError):
+    except (OSError, TimeoutError, PgError, TransientError):
         return True
 
 
@@ -118,7 +117,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
 
     try:
         subscription = await subscribe()
-    except StreamNotFound:  # no relay has run yet: the stream is made by whoever comes first
+    except JsNotFound:  # no relay has run yet: the stream is made by whoever comes first
         await ensure_events_stream(js, ctx.settings)
         subscription = await subscribe()
     try:

@@ -17,7 +17,6 @@ import logging
 from typing import Any
 
 from aiohttp import web
-from nats.errors import Error as NatsError
 
 from schemas.api import (
     ConsumerPending,
@@ -32,6 +31,7 @@ from schemas.api import (
     RecentMessage,
 )
 from streams import registry
+from streams.adapters.errors import NatsError
 from streams.adapters.redis import redis_client
 from streams.api.bodies import query_of, reply
 from streams.api.context import caller_of, context_of

@@ -71,7 +71,7 @@ from schemas.api import (
     UploadForm,
     UploadReceipt,
 )
-from streams.adapters import postgres
+from streams.adapters.errors import PG_UNREACHABLE
 from streams.api import credential_routes as cred
 from streams.api import event_stream
 from streams.api import fleet_routes as fleet
@@ -333,7 +333,7 @@ async def _check_priority(ctx: ApiContext, tenant_id: uuid.UUID, priority: int) 
         async with ctx.pool.acquire() as conn:
             await check_priority(conn, tenant_id=tenant_id, priority=priority,
                                  limits=ctx.settings.quotas)
-    except (*postgres.UNREACHABLE, TimeoutError, TransientError):
+    except (*PG_UNREACHABLE, TimeoutError, TransientError):
         if priority > ctx.settings.quotas.max_priority:
             raise UsageError(
                 f"priority {priority} is above the maximum of "
@@ -349,7 +349,7 @@ async def _wait_for_run(pool: Any, tenant_id: uuid.UUID, key: str) -> uuid.UUID 
         try:
             async with pool.acquire() as conn:
                 found = await queries.run_id_by_key(conn, tenant_id, key)
-        except (*postgres.UNREACHABLE, TimeoutError, TransientError):
+        except (*PG_UNREACHABLE, TimeoutError, TransientError):
             return None
         if found is not None or time.monotonic() >= deadline:
             return found

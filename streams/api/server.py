@@ -27,6 +27,7 @@ from aiohttp.typedefs import Middleware
 
 from schemas import error_codes as codes
 from streams.adapters import postgres
+from streams.adapters.errors import PG_UNREACHABLE
 from streams.adapters.nats import connect_nats
 from streams.api import routes
 from streams.api.context import CONTEXT, ApiContext, error_response, http_code, set_caller
@@ -77,7 +78,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _problem(request, 429, exc.code, exc.message)
     except UsageError as exc:
         return _problem(request, 409 if exc.code in _CONFLICTS else 400, exc.code, exc.message)
-    except (*postgres.UNREACHABLE, TransientError) as exc:
+    except (*PG_UNREACHABLE, TransientError) as exc:
         return _unavailable(request, request.app[CONTEXT], exc)
     except TidewayError as exc:
         return _problem(request, 422, exc.code, exc.message)
@@ -122,7 +123,7 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         async with ctx.pool.acquire() as conn:
             caller = await authenticate(conn, secret)
-    except (*postgres.UNREACHABLE, TimeoutError, TransientError) as exc:
+    except (*PG_UNREACHABLE, TimeoutError, TransientError) as exc:
         # Postgres cannot say: a key verified lately goes on (streams.api.key_cache).
         caller = keys.recent(secret)
         if caller is None:
@@ -141,7 +142,7 @@ def _unavailable(request: web.Request, ctx: ApiContext, exc: BaseException) -> w
     if isinstance(exc, TransientError):
         code, message = exc.code, exc.message
     else:
-        code, message = "PG_UNAVAILABLE", "Postgres is unavailable; retry later"
+        code, message = codes.PG_UNAVAILABLE, "Postgres is unavailable; retry later"
     log.warning("API dependency unavailable: %s", code)
     return _problem(request, 503, code, message,
                     headers={"Retry-After": str(ctx.settings.api.retry_after_s)})

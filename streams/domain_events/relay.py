@@ -37,13 +37,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-import asyncpg
-from nats import errors as nats_errors
-from nats.js import errors as js_errors
-
 from streams.adapters import postgres
-from streams.adapters.nats import CONNECTION_ERRORS, ONE_SHOT_ATTEMPTS, Nats, connect_nats
+from streams.adapters.errors import NATS_FAILURES, PG_CLOSED, PgError, stream_gone
+from streams.adapters.nats import ONE_SHOT_ATTEMPTS, Nats, connect_nats
 from streams.adapters.outage import Outage
+from streams.adapters.postgres import Connection, Pool
 from streams.config import Settings
 from streams.domain_events.stream import (
     CHANNEL,
@@ -91,9 +89,7 @@ DELETE FROM event_outbox
 WHERE relayed_at < clock_timestamp() - make_interval(secs => $1::float8)
 """
 
-_PG_ERRORS: Final = (*postgres.UNREACHABLE, asyncpg.PostgresError, asyncpg.InterfaceError,
-                     TransientError, TimeoutError)
-_NATS_ERRORS: Final = (*CONNECTION_ERRORS, nats_errors.Error, js_errors.Error)
+_PG_ERRORS: Final = (*PG_CLOSED, PgError, TransientError, TimeoutError)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,7 +112,7 @@ class EventRelay:
     def __init__(
         self,
         settings: Settings,
-        pool: asyncpg.Pool,
+        pool: Pool,
         *,
         nc: Nats | None = None,
         observer: RelayObserver | None = None,
@@ -158,8 +154,8 @@ class EventRelay:
                         stream=self.names.events_stream,
                         headers={"Nats-Msg-Id": message_id(self.names, row["id"])},
                     )
-                except _NATS_ERRORS as exc:
-                    if isinstance(exc, nats_errors.NoRespondersError | js_errors.NotFoundError):
+                except NATS_FAILURES as exc:
+                    if stream_gone(exc):
                         self._provisioned = False  # the stream went: make it again next round
                     failed = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                     self._nats_outage.failed(exc)
@@ -183,7 +179,7 @@ class EventRelay:
         return float(await self.pool.fetchval(_BACKLOG))
 
     # -- the loop ---------------------------------------------------------------------------
-    async def run(self, stop: asyncio.Event, *, listener: asyncpg.Connection | None = None
+    async def run(self, stop: asyncio.Event, *, listener: Connection | None = None
                   ) -> None:
         """Relay until ``stop`` is set, while this relay leads: a round on each notification
         and every poll; otherwise try to become the leader every poll.
@@ -191,8 +187,8 @@ class EventRelay:
         ``listener``: a connection of the caller's that stays open (the worker's LISTEN
         connection, never pooled) to hear the outbox channel on and to hold the leader's
         lock; without one, or once it is lost, the relay opens its own."""
-        own: asyncpg.Connection | None = None
-        leading: asyncpg.Connection | None = None  # the connection holding LEADER_LOCK
+        own: Connection | None = None
+        leading: Connection | None = None  # the connection holding LEADER_LOCK
         poll = self.settings.events.relay_poll_s
         if listener is not None:
             await listener.add_listener(CHANNEL, self._notified)
@@ -234,7 +230,7 @@ class EventRelay:
     def _notified(self, *_: Any) -> None:
         self._wake.set()
 
-    async def _take_lead(self, conn: asyncpg.Connection) -> bool:
+    async def _take_lead(self, conn: Connection) -> bool:
         try:
             return bool(await conn.fetchval(_TAKE_LEAD, LEADER_LOCK))
         except _PG_ERRORS as exc:
@@ -245,7 +241,7 @@ class EventRelay:
         """One round and the lag report; ``True`` when the next one should start at once."""
         try:
             await self._client()
-        except (*_NATS_ERRORS, TransientError) as exc:  # NATS_UNAVAILABLE: not connected yet
+        except (*NATS_FAILURES, TransientError) as exc:  # NATS_UNAVAILABLE: not connected yet
             self._nats_outage.failed(exc)
             return False
         try:
@@ -256,7 +252,7 @@ class EventRelay:
         except _PG_ERRORS as exc:
             self._pg_outage.failed(exc)
             return False
-        except _NATS_ERRORS as exc:  # provisioning the stream
+        except NATS_FAILURES as exc:  # provisioning the stream
             self._nats_outage.failed(exc)
             return False
         self._pg_outage.recovered()
@@ -264,7 +260,7 @@ class EventRelay:
             self.observer.on_backlog(age_s=age)
         return result.more
 
-    async def _listen(self) -> asyncpg.Connection | None:
+    async def _listen(self) -> Connection | None:
         """A connection listening on the outbox channel (``None`` while Postgres is down:
         the poll carries on alone)."""
         try:

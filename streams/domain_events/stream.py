@@ -6,10 +6,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
-from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
-from streams.adapters.nats import ensure_stream
+from streams.adapters.nats import JetStreamContext, ensure_stream
 from streams.config import Settings
 from streams.names import Names
 

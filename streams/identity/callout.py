@@ -36,11 +36,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-import asyncpg
 import orjson
 
 from streams.adapters import postgres
-from streams.adapters.nats import CONNECTION_ERRORS, Nats, connect_nats
+from streams.adapters.errors import NATS_UNREACHABLE, PgError
+from streams.adapters.nats import Nats, connect_nats
+from streams.adapters.postgres import Pool
 from streams.config import Settings
 from streams.errors import ConfigError, TransientError
 from streams.identity import credentials, tokens
@@ -120,7 +121,7 @@ class _Lookups:
     rather than a thousand (and the pool a few dozen acquire/reset cycles). A lone request
     still gets its own query at once."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.running = 0
         self.waiting: list[tuple[str, str, asyncio.Future[credentials.Verdict]]] = []
@@ -159,7 +160,7 @@ class _Lookups:
 class AuthService:
     """Answers authorization requests and closes connections that lost their right."""
 
-    def __init__(self, settings: Settings, *, pool: asyncpg.Pool, nc: Nats, control: Nats,
+    def __init__(self, settings: Settings, *, pool: Pool, nc: Nats, control: Nats,
                  issuer: bytes, observer: AuthObserver | None = None) -> None:
         self.settings = settings
         self.names = Names(namespace=settings.namespace)
@@ -201,7 +202,7 @@ class AuthService:
         answer = tokens.authorization_response(
             self.signer, user_nkey=request.user_nkey, server_id=request.server_id,
             jwt=user_jwt or "", error="" if user_jwt else "not authorized")
-        with contextlib.suppress(*CONNECTION_ERRORS):
+        with contextlib.suppress(*NATS_UNREACHABLE):
             await msg.respond(answer)
         result = "granted" if user_jwt else "refused"
         self.observer.on_request(result=result, reason=reason,
@@ -219,7 +220,7 @@ class AuthService:
             return None, "no_credentials"
         try:
             verdict = await self._lookups.verify(request.username, request.password)
-        except (TimeoutError, TransientError, OSError, asyncpg.PostgresError) as exc:
+        except (TimeoutError, TransientError, OSError, PgError) as exc:
             log.warning("auth: cannot check a credential now: %s", type(exc).__name__)
             return None, "unavailable"
         if not verdict.ok:
@@ -299,7 +300,7 @@ class AuthService:
                     reply = await self.control.request(
                         f"$SYS.REQ.SERVER.{c.server_id}.KICK", orjson.dumps({"cid": c.cid}),
                         timeout=2)
-                except (*CONNECTION_ERRORS, TimeoutError) as exc:
+                except (*NATS_UNREACHABLE, TimeoutError) as exc:
                     refused = f"no answer ({type(exc).__name__})"
                 else:
                     if b'"error"' not in reply.data:
@@ -384,7 +385,7 @@ async def _listen(service: AuthService, dsn: str, stop: asyncio.Event) -> None:
                 await service.disconnect(batch, why="notified")
                 await asyncio.sleep(RECHECK_S)
                 await service.disconnect(batch, why="notified")
-            except (*CONNECTION_ERRORS, TimeoutError) as exc:
+            except (*NATS_UNREACHABLE, TimeoutError) as exc:
                 log.warning("auth: cannot disconnect %s now: %r", sorted(batch), exc)
 
     runner = asyncio.create_task(worker())
@@ -412,8 +413,8 @@ async def _sweeps(service: AuthService, interval: float, stop: asyncio.Event) ->
     while not await _wait(stop, interval):
         try:
             await service.sweep()
-        except (*CONNECTION_ERRORS, TimeoutError, TransientError, OSError,
-                asyncpg.PostgresError) as exc:
+        except (*NATS_UNREACHABLE, TimeoutError, TransientError, OSError,
+                PgError) as exc:
             log.warning("auth: sweep skipped: %r", exc)
 
 
@@ -465,7 +466,7 @@ async def run_auth(settings: Settings, *, stop: asyncio.Event,
         try:
             await stop.wait()
         finally:
-            with contextlib.suppress(*CONNECTION_ERRORS):
+            with contextlib.suppress(*NATS_UNREACHABLE):
                 await sub.unsubscribe()
             await service.drain()
             for task in (listener, sweeper):
@@ -474,7 +475,7 @@ async def run_auth(settings: Settings, *, stop: asyncio.Event,
     finally:
         for client in (nc, control):
             if client is not None:
-                with contextlib.suppress(*CONNECTION_ERRORS):
+                with contextlib.suppress(*NATS_UNREACHABLE):
                     await client.close()
         await pool.close()
 

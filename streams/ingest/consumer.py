@@ -30,13 +30,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-import asyncpg
-
 from schemas.error_codes import INTERNAL_ERROR
 from stages.ack_policy import Disposition, decide
 from stages.ingest.ingress import Receipt
 from streams.adapters import postgres
 from streams.adapters.outage import Outages, describe, wait_out
+from streams.adapters.postgres import Pool
 from streams.config import Settings
 from streams.errors import TransientError
 from streams.ingest.fetch import Fetcher, acknowledge, receipt_of
@@ -116,8 +115,8 @@ async def run_consumer(
 
 
 @contextlib.asynccontextmanager
-async def _maintenance_pool(settings: Settings, pool: asyncpg.Pool
-                            ) -> AsyncIterator[asyncpg.Pool]:
+async def _maintenance_pool(settings: Settings, pool: Pool
+                            ) -> AsyncIterator[Pool]:
     """The pool partition maintenance uses: ``pool`` itself, or a small one of the
     maintenance role's (``postgres_maintenance_dsn``: it owns the partitioned tables, which
     the ingest role must not)."""

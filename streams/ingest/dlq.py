@@ -37,6 +37,7 @@ from stages.ingest.ingress import DecodedEnvelope, Receipt, SubjectParts, key_ha
 from stages.ingest.plan import PUBLISH_FAILED, pass_lines, publish_failures
 from stages.ingest.processing_state import ProcessingState
 from stages.ingest.status import Status
+from streams.adapters.errors import PG_FAILURES, translate_pg
 from streams.adapters.postgres import Conn
 from streams.config import Settings
 from streams.errors import NotFoundError, TidewayError, UsageError
@@ -44,7 +45,7 @@ from streams.ingest import sql
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotState
 from streams.ingest.publish import Publisher
-from streams.ingest.recorder import PG_FAILURES, copy_lines, translate
+from streams.ingest.recorder import copy_lines
 from streams.ingest.registry_cache import RegistryCache
 from streams.ingest.resources import Resources
 
@@ -193,7 +194,7 @@ async def resolve_dead_letters(conn: Conn, *, note: str, ids: list[int] | None =
     try:
         rows = await conn.fetch(sql.DEAD_LETTER_RESOLVE, ids or None, code, tenant, note)
     except PG_FAILURES as exc:
-        raise translate(exc) from exc
+        raise translate_pg(exc) from exc
     resolved = tuple(sorted((dict(row) for row in rows), key=lambda r: int(r["id"])))
     done = {r["id"] for r in resolved}
     return ResolveReport(resolved=resolved,
@@ -267,7 +268,7 @@ async def _redrive(resources: Resources, ids: list[int] | None, page_size: int,
                 unreachable = {r["reason_code"]: r["count"]
                                for r in await conn.fetch(sql.REDRIVE_UNREACHABLE)}
     except PG_FAILURES as exc:
-        raise translate(exc) from exc
+        raise translate_pg(exc) from exc
     seen = {r.dead_letter_id for r in results}
     results += [RedriveResult(dead_letter_id=i, message_id=None, outcome=NOT_OPEN,
                               detail="not an open dead letter (or another redrive holds it)")

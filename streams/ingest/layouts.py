@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import asyncpg
-
 from stages.ingest.plan import LayoutKey
+from streams.adapters.postgres import Pool
 from streams.ingest import sql
 
 
@@ -28,7 +27,7 @@ class ValueLayouts:
     def __init__(self) -> None:
         self.ids: dict[LayoutKey, int] = {}
 
-    async def ensure(self, pool: asyncpg.Pool, layouts: Iterable[LayoutKey | None]) -> None:
+    async def ensure(self, pool: Pool, layouts: Iterable[LayoutKey | None]) -> None:
         """Make sure every layout in ``layouts`` has an id in :attr:`ids` (``None`` skipped)."""
         ids = self.ids
         missing = {layout for layout in layouts if layout is not None and layout not in ids}

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 import orjson
 
 from schemas.envelope import epoch_us
+from schemas.error_codes import PERSIST_REJECTED
 from stages.ack_policy import (
     ACK,
     AckDecision,
@@ -42,19 +43,13 @@ from stages.ingest.plan import (
     delivery_failure_row,
     finalize,
 )
+from streams.adapters.errors import PG_FAILURES, translate_pg
 from streams.adapters.outage import describe
 from streams.ingest import sql
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotItem, HotState
 from streams.ingest.publish import Publisher, hot_item
-from streams.ingest.recorder import (
-    PERSIST_REJECTED,
-    PG_FAILURES,
-    Recorded,
-    Recorder,
-    lookup,
-    translate,
-)
+from streams.ingest.recorder import Recorded, Recorder, lookup
 from streams.ingest.registry_cache import RegistryCache
 from streams.ingest.resources import Resources
 from streams.observability import tracing
@@ -165,7 +160,7 @@ class Pipeline:
                 with tracing.span("postgres.dedupe_read"):
                     existing, gen = await lookup(conn, evaluations)
         except PG_FAILURES as exc:
-            raise translate(exc) from exc
+            raise translate_pg(exc) from exc
         return evaluations, classify(evaluations, existing), gen
 
     async def process(self, receipts: Sequence[Receipt]) -> BatchResult:
@@ -296,7 +291,7 @@ class Pipeline:
             async with self.resources.pool.acquire() as conn:
                 row = await conn.fetchrow(sql.NEWEST_PROCESSED, ev.device.id, item.topic)
         except PG_FAILURES as exc:
-            raise translate(exc) from exc
+            raise translate_pg(exc) from exc
         if row is None:
             return None
         measured = row["measured_at"]

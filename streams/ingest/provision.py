@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import re
 
-from nats.aio.client import Client as Nats
-from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
@@ -30,7 +28,13 @@ from nats.js.api import (
     StreamConfig,
 )
 
-from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats, ensure_stream
+from streams.adapters.nats import (
+    ONE_SHOT_ATTEMPTS,
+    JetStreamContext,
+    Nats,
+    connect_nats,
+    ensure_stream,
+)
 from streams.config import Settings
 from streams.ingest.analytics import Analytics
 from streams.names import Names

@@ -8,13 +8,13 @@ dedupe generation, and the generation barrier across two: ``sql.WRITE_BARRIER``)
 and recorded as a duplicate — or recognised as this very message, recorded concurrently by a
 redelivery.
 
-Errors are translated here. A row Postgres refuses (a data, constraint or limit error:
-``PermanentError``) makes :meth:`record_safely` split the batch in halves until the poison
-envelope is alone, and that one is recorded as ``failed_terminal`` / ``PERSIST_REJECTED`` with
-a dead letter, so it cannot hold its batch. Every other failure (connection lost, lock
-timeout, missing table…) is a ``TransientError``: the batch is redelivered later. A refusal is
-recorded by the names Postgres gives (constraint, table, column) and its SQLSTATE, never its
-message, which quotes the value refused.
+Errors are translated by :func:`streams.adapters.errors.translate_pg`. A row Postgres refuses
+(a data, constraint or limit error: ``PermanentError``) makes :meth:`record_safely` split the
+batch in halves until the poison envelope is alone, and that one is recorded as
+``failed_terminal`` / ``PERSIST_REJECTED`` with a dead letter, so it cannot hold its batch.
+Every other failure (connection lost, lock timeout, missing table…) is a ``TransientError``:
+the batch is redelivered later. A refusal is recorded by the names Postgres gives (constraint,
+table, column) and its SQLSTATE, never its message, which quotes the value refused.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import asyncpg
-
+from schemas.error_codes import PERSIST_REJECTED
 from stages.ingest.evaluate import Evaluation, StageLog
 from stages.ingest.plan import (
     Classified,
@@ -37,65 +36,12 @@ from stages.ingest.plan import (
     value_layout,
 )
 from stages.ingest.status import Status
-from streams.adapters.postgres import NOT_NOW_CLASSES, Conn
-from streams.errors import PermanentError, TidewayError, TransientError
+from streams.adapters.errors import PG_FAILURES, PgUniqueViolation, translate_pg
+from streams.adapters.postgres import Conn, Pool
+from streams.errors import PermanentError
 from streams.ingest import sql
 from streams.ingest.layouts import ValueLayouts
 from streams.observability import tracing
-
-PERSIST_REJECTED = "PERSIST_REJECTED"
-# SQLSTATE classes in which Postgres refuses particular rows: data exceptions, integrity
-# constraints (the state-machine triggers raise check_violation), program limits (a value too
-# large for an index, say). Only these can single out a poison envelope; anything else (a lock
-# timeout, a missing table or privilege, an object in use) would refuse every row alike, and
-# bisecting on it would dead-letter whole batches of good envelopes.
-_ROW_CLASSES = ("22", "23", "54")
-
-
-def translate(exc: BaseException) -> TidewayError:
-    """An asyncpg/OS error as a Tideway error (see the module docstring)."""
-    if isinstance(exc, TidewayError):
-        return exc
-    if isinstance(exc, asyncpg.CheckViolationError) and _partition_routing(exc):
-        return TransientError(f"Postgres: a partition changed under the batch: {exc}",
-                              code="PG_ERROR")
-    if isinstance(exc, asyncpg.PostgresError):
-        state = (exc.sqlstate or "")[:2]
-        if state in _ROW_CLASSES:
-            return PermanentError(f"Postgres refused the batch: {_refusal(exc)}",
-                                  code=PERSIST_REJECTED)
-        if state in NOT_NOW_CLASSES:
-            return TransientError(f"Postgres: {exc}", code="PG_UNAVAILABLE")
-        return TransientError(f"Postgres could not record the batch now: {exc}", code="PG_ERROR")
-    return TransientError(f"Postgres unavailable: {exc}", code="PG_UNAVAILABLE")
-
-
-def _refusal(exc: asyncpg.PostgresError) -> str:
-    """A row's refusal by what Postgres names (class, SQLSTATE, constraint, table, column),
-    without its message and detail: those quote the value refused (``invalid input syntax for
-    type double precision: "51.5x"``, ``Key (lat)=(51.5) already exists``), and this text
-    becomes the envelope's error message and its dead letter's failure (spec 000 §15)."""
-    named = [f"{what} {name}" for what, name in (
-        ("constraint", exc.constraint_name), ("table", exc.table_name),
-        ("column", exc.column_name)) if name]
-    return ", ".join([f"{type(exc).__name__} (SQLSTATE {exc.sqlstate})", *named])
-
-
-def _partition_routing(exc: asyncpg.CheckViolationError) -> bool:
-    """A row refused because partitions changed under it (an ATTACH of the range it was
-    routed to DEFAULT for, a DETACH of its partition: streams.retention.maintain), not
-    because of the row: no partition or partition constraint is at fault, so another try
-    routes it afresh. (The state-machine triggers raise check_violation too, with no
-    constraint name but their own message.)"""
-    return exc.constraint_name is None and "partition" in str(exc)
-
-
-PG_FAILURES = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
-               asyncpg.InternalClientError)
-"""What a call to Postgres raises when it fails; all of it goes through :func:`translate`.
-``InternalClientError`` is asyncpg's own bookkeeping failing, and a connection that dies under
-an operation (a server shutting down mid-batch) is where it does so: it means "this
-connection is gone", not a bug in the batch, so it defers the batch like a lost connection."""
 
 
 async def lookup(conn: Conn, evaluations: Sequence[Evaluation]) -> tuple[list[Existing], int]:
@@ -109,7 +55,7 @@ async def lookup(conn: Conn, evaluations: Sequence[Evaluation]) -> tuple[list[Ex
                        for ev in evaluations]),
         )
     except PG_FAILURES as exc:
-        raise translate(exc) from exc
+        raise translate_pg(exc) from exc
     gen = next(r["gen"] for r in rows if r["id"] is None)
     return [
         Existing(id=r["id"], key=None if r["key"] is None else r["key"].hex,
@@ -138,7 +84,7 @@ class Recorded:
 class Recorder:
     """Writes batches to Postgres."""
 
-    def __init__(self, pool: asyncpg.Pool, *, capture: bool, namespace: str = "") -> None:
+    def __init__(self, pool: Pool, *, capture: bool, namespace: str = "") -> None:
         self.pool = pool
         self.capture = capture
         self.layouts = ValueLayouts()
@@ -205,7 +151,7 @@ class Recorder:
                     self.prefix_id = int(await conn.fetchval(sql.REGISTER_SUBJECT_PREFIX,
                                                              self.prefix))
         except PG_FAILURES as exc:
-            raise translate(exc) from exc
+            raise translate_pg(exc) from exc
         known = self.layouts.ids
         layout_ids = {index: None if key is None else known[key]
                       for index, key in layouts.items()}
@@ -215,12 +161,12 @@ class Recorder:
                     async with self.pool.acquire() as conn, conn.transaction():
                         return await self._record(conn, evaluations, list(fates), finals,
                                                   layout_ids, careful, gen)
-            except asyncpg.UniqueViolationError:
+            except PgUniqueViolation:
                 if careful:
                     raise PermanentError("duplicate key on the careful path",
                                          code=PERSIST_REJECTED) from None
             except PG_FAILURES as exc:
-                raise translate(exc) from exc
+                raise translate_pg(exc) from exc
         raise AssertionError("unreachable")
 
     async def _record(
@@ -315,7 +261,7 @@ class Recorder:
                 async with self.pool.acquire() as conn:
                     await conn.execute(sql.INSERT_DELIVERY_FAILURES, *_columns(rows))
         except PG_FAILURES as exc:
-            raise translate(exc) from exc
+            raise translate_pg(exc) from exc
 
 
 async def copy_lines(conn: Conn, table: str, columns: Sequence[str], lines: list[str]) -> None:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import asyncpg
-
 from streams.adapters import postgres
 from streams.adapters.nats import Nats, connect_nats
 from streams.adapters.outage import Outages
+from streams.adapters.postgres import Pool
 from streams.adapters.redis import Redis, redis_client
 from streams.clickhouse import ClickHouse
 from streams.config import Settings
@@ -31,7 +30,7 @@ class Resources:
     settings: Settings
     names: Names
     nc_: Nats | None
-    pool: asyncpg.Pool
+    pool: Pool
     redis: Redis
     clickhouse: ClickHouse
     outages: Outages = field(default_factory=Outages)
@@ -68,7 +67,7 @@ class Resources:
         )
 
     @classmethod
-    def around(cls, settings: Settings, pool: asyncpg.Pool) -> Resources:
+    def around(cls, settings: Settings, pool: Pool) -> Resources:
         """Redis and ClickHouse handles around a Postgres pool the caller keeps (the API
         process's shared pool): no NATS, and :meth:`close` leaves ``pool`` open. Nothing
         connects here; Redis connects on first use and ClickHouse's client is shared per DSN."""

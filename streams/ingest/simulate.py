@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from nats.js.client import JetStreamContext
 
 from schemas.device_schema import parse_schema_text
 from streams import registry
 from streams.adapters import postgres
-from streams.adapters.nats import ONE_SHOT_ATTEMPTS, Nats
+from streams.adapters.nats import ONE_SHOT_ATTEMPTS, JetStreamContext, Nats
 from streams.config import Settings
 from streams.errors import UsageError
 from streams.identity import credentials

@@ -9,12 +9,11 @@ the same bug again.
 
 from __future__ import annotations
 
-import asyncpg
-
 from schemas import error_codes as codes
 from schemas.errors import unexpected
 from stages.errors import StageError
 from stages.jobs.errors import AttemptFailure, ErrorSource, describe
+from streams.adapters.errors import PgConnectionError, PgIntegrityViolation
 from streams.errors import TidewayError, TransientError
 
 
@@ -27,9 +26,9 @@ def error_from_exception(exc: BaseException) -> AttemptFailure:
         return describe(exc.code, exc.message, retriable=True, source=source)
     if isinstance(exc, TidewayError):
         return describe(exc.code, exc.message, retriable=False, source=ErrorSource.EXECUTOR)
-    if isinstance(exc, asyncpg.exceptions.IntegrityConstraintViolationError):
+    if isinstance(exc, PgIntegrityViolation):
         return describe("INTEGRITY_ERROR", str(exc), retriable=False, source=ErrorSource.DATABASE)
-    if isinstance(exc, (OSError, ConnectionError, TimeoutError, asyncpg.PostgresConnectionError)):
+    if isinstance(exc, (OSError, ConnectionError, TimeoutError, PgConnectionError)):
         return describe(
             codes.TRANSIENT,
             f"{type(exc).__name__}: {exc}",

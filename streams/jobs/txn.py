@@ -13,7 +13,6 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
-import asyncpg
 from tenacity import (
     AsyncRetrying,
     retry_if_exception_type,
@@ -22,12 +21,11 @@ from tenacity import (
 )
 
 from stages.transitions import IllegalTransition
+from streams.adapters.errors import PG_CONFLICTS, PgCheckViolation, pg_conflict
 from streams.adapters.postgres import Conn
-from streams.errors import TransientError
 
 T = TypeVar("T")
 
-_RETRYABLE = (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError)
 _TRIES = 6
 
 
@@ -47,7 +45,7 @@ def on_conflict() -> AsyncRetrying:
     conflict: up to six tries, a few milliseconds apart with jitter (the other side has
     usually committed by then), the conflict re-raised when they are spent."""
     return AsyncRetrying(
-        retry=retry_if_exception_type(_RETRYABLE),
+        retry=retry_if_exception_type(PG_CONFLICTS),
         stop=stop_after_attempt(_TRIES),
         wait=wait_random_exponential(multiplier=0.002, max=0.05),
         reraise=True,
@@ -70,9 +68,9 @@ async def atomically(conn: Conn, work: Callable[[Conn], Awaitable[T]]) -> T:
                     await rollback_quietly(conn)
                     raise
         return result
-    except _RETRYABLE as exc:
-        raise TransientError(f"job engine transaction aborted: {exc}", code="PG_CONFLICT") from exc
-    except asyncpg.exceptions.CheckViolationError as exc:
+    except PG_CONFLICTS as exc:
+        raise pg_conflict(exc, what="job engine transaction") from exc
+    except PgCheckViolation as exc:
         raise _translated(exc) from exc
 
 
@@ -87,7 +85,7 @@ async def rollback_quietly(conn: Conn) -> None:
             await conn.execute("ROLLBACK")
 
 
-def _translated(exc: asyncpg.exceptions.CheckViolationError) -> Exception:
+def _translated(exc: PgCheckViolation) -> Exception:
     if (exc.constraint_name or "").startswith("tideway_"):
         # Postgres's triggers guard the same tables as stages' machines: the same error,
         # with the code that says the database refused it (ILLEGAL_TRANSITION).

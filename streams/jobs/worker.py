@@ -68,13 +68,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import asyncpg
-
 from schemas import error_codes as codes
 from stages.jobs.errors import AttemptFailure, ErrorSource, describe
 from stages.jobs.job_state import JobState
 from streams.adapters import postgres
-from streams.adapters.postgres import Conn
+from streams.adapters.errors import PgError
+from streams.adapters.postgres import Conn, Pool
 from streams.config import Settings
 from streams.domain_events import EventRelay
 from streams.errors import TidewayError
@@ -193,7 +192,7 @@ class _Worker:
         self.backlog = False  # the last claim was full: more jobs are probably waiting
         self.min_batch = max(1, concurrency // 4)
         self.done: asyncio.Queue[_Running | None] = asyncio.Queue()
-        self.db: asyncpg.Pool
+        self.db: Pool
         self.hooks = hooks
         self.observer: JobObserver | None = hooks.jobs if hooks is not None else None
         self.beat: Heartbeat | None = None
@@ -260,7 +259,7 @@ class _Worker:
             if free > 0:
                 try:
                     await self._claim(free)
-                except (OSError, asyncpg.PostgresError) as exc:
+                except (OSError, PgError) as exc:
                     log.warning("worker %s: claim failed: %s", self.id, exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.cfg.poll_interval_s)
@@ -418,7 +417,7 @@ class _Worker:
                 self.store = ObjectStore(self.settings.objects())
             state = await unrecorded.discard_if_ended(self.db, self.store, job.id,
                                                       entry.ctx.output_dirs)  # fmt: skip
-        except (OSError, asyncpg.PostgresError, TidewayError) as exc:
+        except (OSError, PgError, TidewayError) as exc:
             with log_context(**entry.log_fields()):
                 log.warning("could not remove the unrecorded outputs of job %s: %s (retention"
                             " will)", job.name, exc)  # fmt: skip
@@ -526,7 +525,7 @@ class _Worker:
         """Record an outcome; if the database is unreachable the reaper will settle it."""
         try:
             await work
-        except (OSError, asyncpg.PostgresError) as exc:
+        except (OSError, PgError) as exc:
             log.warning("worker %s: could not record a job outcome: %s", self.id, exc)
 
     def _u(self) -> float:
@@ -606,7 +605,7 @@ class _Worker:
                     held = await queue.heartbeat(
                         conn, worker_id=self.id, jobs=[e.job for e in entries]
                     )
-            except (OSError, asyncpg.PostgresError) as exc:
+            except (OSError, PgError) as exc:
                 log.warning("worker %s: heartbeat failed: %s", self.id, exc)
                 continue
             if self.observer is not None:
@@ -661,6 +660,6 @@ class _Worker:
                             channel=self.channel,
                         )
                         self._reaped(reaped_jobs)
-            except (OSError, asyncpg.PostgresError) as exc:
+            except (OSError, PgError) as exc:
                 log.warning("worker %s: maintenance failed: %s", self.id, exc)
             await asyncio.sleep(min(self.cfg.poll_interval_s, reap_every))

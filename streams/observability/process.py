@@ -20,9 +20,8 @@ import asyncio
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
-import asyncpg
-from nats.aio.client import Client as NATS
-
+from streams.adapters.nats import Nats
+from streams.adapters.postgres import Pool
 from streams.config import ObservabilitySettings
 from streams.observability.http_metrics import Middleware, metrics_middleware
 from streams.observability.liveness import Heartbeat
@@ -111,11 +110,11 @@ class ProcessObservability:
         self.probes.add_heartbeat(beat)
         return beat
 
-    def sample_consumer(self, nc: NATS, *, stream: str, durable: str) -> None:
+    def sample_consumer(self, nc: Nats, *, stream: str, durable: str) -> None:
         sampler = ConsumerSampler(self.metrics, nc.jetstream(), stream=stream, durable=durable)
         self._sample(sampler, closed=lambda: bool(nc.is_closed))
 
-    def sample_job_queue(self, pool: asyncpg.Pool) -> None:
+    def sample_job_queue(self, pool: Pool) -> None:
         self._sample(JobQueueSampler(self.metrics, pool), closed=pool.is_closing)
 
     def http_middleware(self) -> Middleware:

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import asyncpg
-from nats.aio.client import Client as NATS
+from streams.adapters.nats import Nats
+from streams.adapters.postgres import Pool
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,7 +51,7 @@ async def _run(check: Check, timeout_s: float) -> CheckResult:
 # -- factories ------------------------------------------------------------------------------
 
 
-def postgres_check(pool: asyncpg.Pool, *, name: str = "postgres") -> Check:
+def postgres_check(pool: Pool, *, name: str = "postgres") -> Check:
     """``SELECT 1`` on a connection from ``pool``."""
 
     async def probe() -> None:
@@ -74,7 +74,7 @@ def redis_check(client: _Pings, *, name: str = "redis") -> Check:
     return Check(name=name, probe=probe)
 
 
-def nats_check(nc: NATS, *, stream: str, durable: str, name: str = "nats") -> Check:
+def nats_check(nc: Nats, *, stream: str, durable: str, name: str = "nats") -> Check:
     """NATS connected, and JetStream knows the durable consumer ``durable`` on ``stream``."""
 
     async def probe() -> None:
@@ -85,7 +85,7 @@ def nats_check(nc: NATS, *, stream: str, durable: str, name: str = "nats") -> Ch
     return Check(name=name, probe=probe)
 
 
-def nats_connected_check(nc: NATS, *, name: str = "nats") -> Check:
+def nats_connected_check(nc: Nats, *, name: str = "nats") -> Check:
     """NATS connected, and the server answers a round trip (a process with no consumer)."""
 
     async def probe() -> None:

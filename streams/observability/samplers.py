@@ -16,9 +16,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
-import asyncpg
-from nats.js import JetStreamContext
-
+from streams.adapters.nats import JetStreamContext
+from streams.adapters.postgres import Pool
 from streams.observability.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -58,7 +57,7 @@ class JobQueueSampler:
     """Refreshes ``tideway_job_queue_depth`` and ``tideway_worker_heartbeat_age_seconds``."""
 
     def __init__(
-        self, metrics: Metrics, pool: asyncpg.Pool,
+        self, metrics: Metrics, pool: Pool,
         *, now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.metrics = metrics

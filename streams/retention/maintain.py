@@ -43,10 +43,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import asyncpg
 import pyarrow as pa
 
-from streams.adapters.postgres import Conn
+from streams.adapters.errors import PG_NOT_CONNECTED, PgError, PgLockNotAvailable
+from streams.adapters.postgres import Conn, Pool
 from streams.config import Settings
 from streams.errors import TidewayError
 from streams.objects import ObjectStore
@@ -283,7 +283,7 @@ async def execute(
                 )
             else:
                 await _drop(conn, by_tier[item.tier], item.target, detach=True)
-        except asyncpg.LockNotAvailableError:
+        except PgLockNotAvailable:
             skipped.append((item.target, f"lock not granted within {LOCK_TIMEOUT_MS} ms"))
             continue
         done.append(item)
@@ -325,9 +325,9 @@ async def _archived(what: str, kept: str, run: Awaitable[int]) -> tuple[str | No
     round. A lock not granted is raised, to be skipped like any drop's."""
     try:
         rows = await run
-    except asyncpg.LockNotAvailableError:
+    except PgLockNotAvailable:
         raise
-    except (TidewayError, pa.ArrowException, asyncpg.PostgresError) as exc:
+    except (TidewayError, pa.ArrowException, PgError) as exc:
         code = getattr(exc, "code", None) or getattr(exc, "sqlstate", None) or type(exc).__name__
         log.warning("archive of %s failed, %s kept: %s (%s)", what, kept, exc, code)
         return f"archive failed, {kept} kept: {code}: {exc}", 0
@@ -421,7 +421,7 @@ async def finish_detached(conn: Conn) -> list[str]:
 
 
 async def maintain_once(
-    pool: asyncpg.Pool,
+    pool: Pool,
     settings: Settings,
     *,
     now: datetime | None = None,
@@ -451,11 +451,11 @@ async def _round(conn: Conn, settings: Settings, now: datetime, dry_run: bool) -
     await finish_detached(conn)
     try:
         out.created = await ensure_ahead(conn, settings, now)
-    except asyncpg.LockNotAvailableError:  # the next round creates what is still missing
+    except PgLockNotAvailable:  # the next round creates what is still missing
         out.skipped.append(("partitions ahead", f"lock not granted within {LOCK_TIMEOUT_MS} ms"))
     try:
         out.generation = await start_generation_if_due(conn, settings, now)
-    except asyncpg.LockNotAvailableError:  # recording transactions held the barrier too long
+    except PgLockNotAvailable:  # recording transactions held the barrier too long
         out.skipped.append(
             ("dedupe generation", f"barrier not granted within {LOCK_TIMEOUT_MS} ms")
         )
@@ -468,7 +468,7 @@ async def _round(conn: Conn, settings: Settings, now: datetime, dry_run: bool) -
 
 
 async def run_round(
-    pool: asyncpg.Pool,
+    pool: Pool,
     settings: Settings,
     *,
     wait: bool = False,
@@ -479,12 +479,7 @@ async def run_round(
     (ingest must not stop for it)."""
     try:
         done = await maintain_once(pool, settings, wait=wait)
-    except (
-        OSError,
-        asyncpg.InterfaceError,
-        asyncpg.PostgresConnectionError,
-        asyncpg.CannotConnectNowError,
-    ) as exc:
+    except PG_NOT_CONNECTED as exc:
         # Postgres is away: the consumer's own outage log says so; the next round tries again.
         log.info("partition maintenance deferred: %s", exc)
         return
@@ -508,7 +503,7 @@ async def run_round(
 
 
 async def maintenance_loop(
-    pool: asyncpg.Pool,
+    pool: Pool,
     settings: Settings,
     stop: asyncio.Event,
     observer: RetentionObserver | None = None,

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from typing import Any
 
-import asyncpg
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,6 +46,7 @@ import pyarrow.parquet as pq
 
 from stages.ingest.ingress import digest_of, key_hash
 from streams.adapters import postgres
+from streams.adapters.postgres import Connection
 from streams.objects import ObjectStore
 from streams.retention.archive import MESSAGE_ID_BOUNDS
 from streams.retention.sql import ident
@@ -101,7 +101,7 @@ async def any_archive(conn: postgres.Conn) -> bool:
 class Found:
     """A connection on which the archived tables' names hold one message's rows."""
 
-    conn: asyncpg.Connection
+    conn: Connection
     message_id: int
     archives: dict[str, list[str]] = field(default_factory=dict)
     """Per table, the archive objects rows were restored from."""
@@ -168,7 +168,7 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
 # -- the connection ---------------------------------------------------------------------------
 
 
-async def _find_by_key(conn: asyncpg.Connection, store: ObjectStore, key: str) -> int | None:
+async def _find_by_key(conn: Connection, store: ObjectStore, key: str) -> int | None:
     """The id of the archived message with dedupe key ``key`` (newest archive first). The
     column holds the key's digest (a ``uuid``, archived as its text) since migration 0020,
     the key's text in older archives."""
@@ -184,7 +184,7 @@ async def _find_by_key(conn: asyncpg.Connection, store: ObjectStore, key: str) -
 
 
 async def _restore(
-    conn: asyncpg.Connection, store: ObjectStore, schema: str, table: str, message_id: int
+    conn: Connection, store: ObjectStore, schema: str, table: str, message_id: int
 ) -> list[str]:
     """Fill the temporary ``table`` with the message's live rows, then its archived rows not
     already there; returns the objects rows came from."""

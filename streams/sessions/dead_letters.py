@@ -25,12 +25,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import nats
 import orjson
-from nats.aio.client import Client as NatsClient
-from nats.js import JetStreamContext
 
-from streams.adapters.nats import ONE_SHOT_ATTEMPTS, connect_nats
+from streams.adapters.errors import JsNotFound, NatsError, nats_unavailable
+from streams.adapters.nats import ONE_SHOT_ATTEMPTS, JetStreamContext, Nats, connect_nats
 from streams.config import Settings
 from streams.errors import NotFoundError, TransientError
 from streams.names import Names
@@ -124,7 +122,7 @@ def _count(value: Any) -> int | None:
 class _Dlq:
     """An open connection to SESSIONS_DLQ for one command."""
 
-    def __init__(self, settings: Settings, nc: NatsClient | None = None) -> None:
+    def __init__(self, settings: Settings, nc: Nats | None = None) -> None:
         self.names = Names(namespace=settings.namespace)
         self.settings = settings
         self.stream = self.names.sessions_dead_letter_stream
@@ -144,24 +142,24 @@ class _Dlq:
     async def next_after(self, after: int, subjects: str) -> DeadNotice | None:
         try:
             raw = await self.js.get_msg(self.stream, seq=after + 1, subject=subjects, next=True)
-        except nats.js.errors.NotFoundError:
+        except JsNotFound:
             return None
-        except (nats.errors.Error, TimeoutError) as exc:
+        except (NatsError, TimeoutError) as exc:
             raise _unavailable(exc) from exc
         return _dead_notice(self.names, raw)
 
     async def get(self, dead_letter_id: int) -> DeadNotice | None:
         try:
             raw = await self.js.get_msg(self.stream, seq=dead_letter_id)
-        except nats.js.errors.NotFoundError:
+        except JsNotFound:
             return None
-        except (nats.errors.Error, TimeoutError) as exc:
+        except (NatsError, TimeoutError) as exc:
             raise _unavailable(exc) from exc
         return _dead_notice(self.names, raw)
 
 
 def _unavailable(exc: BaseException) -> TransientError:
-    return TransientError(f"cannot read SESSIONS_DLQ: {exc}", code="NATS_UNAVAILABLE")
+    return nats_unavailable("read SESSIONS_DLQ", exc)
 
 
 async def list_dead_notices(
@@ -170,7 +168,7 @@ async def list_dead_notices(
     tenant: str | None = None,
     after: int = 0,
     limit: int = 100,
-    nc: NatsClient | None = None,
+    nc: Nats | None = None,
 ) -> list[DeadNotice]:
     """Dead-lettered notices, oldest first, with ids above ``after`` (only ``tenant``'s).
 
@@ -220,7 +218,7 @@ async def redrive_dead_notices(
                     dead.subject, dead.notice.encode("utf-8"), headers=headers, timeout=10
                 )
                 await dlq.js.delete_msg(dlq.stream, dead.id)
-            except (nats.errors.Error, TimeoutError) as exc:
+            except (NatsError, TimeoutError) as exc:
                 raise TransientError(
                     f"cannot redrive session dead letter {dead.id}: {exc}", code="NATS_PUBLISH"
                 ) from exc

@@ -54,11 +54,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-import nats
 import orjson
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
@@ -69,11 +65,31 @@ from nats.js.api import (
 )
 from pydantic import ValidationError
 
+from schemas import error_codes as codes
 from schemas.errors import stack, unexpected
 from schemas.run_config import explain
 from stages.ack_policy import AckDecision, Action, Disposition, budget_spent, decide
 from streams.adapters import postgres
-from streams.adapters.nats import CONNECTION_ERRORS, ONE_SHOT_ATTEMPTS, connect_nats, ensure_stream
+from streams.adapters.errors import (
+    NATS_UNREACHABLE,
+    PG_LOST,
+    BucketNotFound,
+    DigestMismatch,
+    JsBadRequest,
+    NatsError,
+    NatsTimeout,
+    ObjectNotFound,
+    PgError,
+    pg_not_now,
+    pg_unavailable,
+)
+from streams.adapters.nats import (
+    ONE_SHOT_ATTEMPTS,
+    JetStreamContext,
+    Msg,
+    connect_nats,
+    ensure_stream,
+)
 from streams.adapters.outage import Outage, wait_out
 from streams.config import Settings
 from streams.errors import PermanentError, TransientError, UsageError
@@ -139,16 +155,16 @@ async def provision_sessions(settings: Settings) -> None:
         )
         try:
             await js.add_consumer(names.sessions_stream, consumer)
-        except nats.js.errors.BadRequestError as exc:  # exists with other settings: keep it
+        except JsBadRequest as exc:  # exists with other settings: keep it
             log.warning("intake consumer kept as it is: %s", exc)
         try:
             await js.object_store(names.session_bucket)
-        except nats.js.errors.BucketNotFoundError:
+        except BucketNotFound:
             await js.create_object_store(
                 names.session_bucket,
                 ObjectStoreConfig(ttl=BUCKET_TTL_S, storage=StorageType.FILE, replicas=replicas),
             )
-    except (nats.errors.Error, OSError) as exc:
+    except (NatsError, OSError) as exc:
         raise TransientError(f"cannot provision SESSIONS: {exc}", code="NATS_PROVISION") from exc
     finally:
         await nc.close()
@@ -211,16 +227,16 @@ async def run_intake(
                 beat.tick()
             try:
                 msgs = await sub.fetch(_FETCH, timeout=0.5)
-            except (nats.errors.TimeoutError, TimeoutError):
+            except (NatsTimeout, TimeoutError):
                 continue
-            except nats.errors.Error as exc:
+            except NatsError as exc:
                 log.warning("intake fetch failed: %s", exc)
                 await asyncio.sleep(settings.retry.redelivery_delay_s)
                 continue
             for msg in msgs:
                 await _handle(ctx, msg)
     finally:
-        with contextlib.suppress(*CONNECTION_ERRORS):  # a server that is gone: nothing to drain
+        with contextlib.suppress(*NATS_UNREACHABLE):  # a server that is gone: nothing to drain
             await nc.close()
         await pool.close()
 
@@ -282,14 +298,10 @@ class _Outcome:
     """A bug or a refused statement: where it was raised (:func:`schemas.errors.stack`)."""
 
 
-# asyncpg's ways of saying "not now" rather than "not this notice": the server cannot be
-# reached, or the connection died under the transaction (a server shutting down mid-statement
-# raises either of the last two), or a refusal in a SQLSTATE class that passes by itself
-# (connection, rollback, resources, operator intervention, system; as the ingest recorder
-# reads them). A closed pool is none of these: that is a bug (``RETRY``).
-_PG_GONE = (
-    *postgres.UNREACHABLE, asyncpg.ConnectionDoesNotExistError, asyncpg.InternalClientError,
-)
+# Postgres's ways of saying "not now" rather than "not this notice": the server cannot be
+# reached or the connection died under the transaction (``PG_LOST``), or a refusal in a
+# SQLSTATE class that passes by itself (``pg_not_now``, as the ingest recorder reads them). A
+# closed pool is none of these: that is a bug (``RETRY``).
 
 
 async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
@@ -313,7 +325,7 @@ async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
             )
     except TransientError as exc:
         return _Outcome(disposition=Disposition.UNAVAILABLE, code=exc.code, message=str(exc))
-    except TimeoutError:  # asyncpg's command_timeout (before _PG_GONE: it is an OSError)
+    except TimeoutError:  # asyncpg's command_timeout (before PG_LOST: it is an OSError)
         return _Outcome(
             disposition=Disposition.UNAVAILABLE, code="PG_TIMEOUT",
             message="a Postgres statement ran past postgres_timeouts.command_s",
@@ -323,17 +335,15 @@ async def _attempt(ctx: _Intake, msg: Msg) -> _Outcome:
                         message=f"invalid session notice: {explain(exc, root='notice')}")
     except (UsageError, PermanentError) as exc:
         return _Outcome(disposition=Disposition.NEVER_SUCCEEDS, code=exc.code, message=str(exc))
-    except _PG_GONE as exc:
-        return _Outcome(
-            disposition=Disposition.UNAVAILABLE, code="PG_UNAVAILABLE",
-            message=str(postgres.unavailable(exc)),
-        )
-    except asyncpg.PostgresError as exc:
-        if (exc.sqlstate or "")[:2] in postgres.NOT_NOW_CLASSES:
-            return _Outcome(disposition=Disposition.UNAVAILABLE, code="PG_UNAVAILABLE",
-                            message=f"Postgres: {exc}")
-        return _Outcome(disposition=Disposition.RETRY, code="PG_ERROR", message=f"Postgres: {exc}",
-                        stack_trace=stack(exc))
+    except PG_LOST as exc:
+        gone = pg_unavailable(exc)
+        return _Outcome(disposition=Disposition.UNAVAILABLE, code=gone.code, message=str(gone))
+    except PgError as exc:
+        busy = pg_not_now(exc)
+        if busy is not None:
+            return _Outcome(disposition=Disposition.UNAVAILABLE, code=busy.code, message=str(busy))
+        return _Outcome(disposition=Disposition.RETRY, code=codes.PG_ERROR,
+                        message=f"Postgres: {exc}", stack_trace=stack(exc))
     except Exception as exc:  # a bug: keep the notice (redelivered) rather than lose it
         log.exception("intake failed on a notice on %s", msg.subject)
         return _Outcome(
@@ -408,7 +418,7 @@ async def _dead_letter(ctx: _Intake, msg: Msg, dead: _DeadLetter) -> bool:
     )
     try:
         await ctx.js.publish(ctx.names.sessions_dead_letter_subject(tenant, device), body)
-    except (nats.errors.Error, OSError, TimeoutError) as exc:  # the caller naks the notice
+    except (NatsError, OSError, TimeoutError) as exc:  # the caller naks the notice
         log.error("could not dead-letter the notice, keeping it for redelivery: %s", exc)
         return False
     return True
@@ -490,11 +500,11 @@ async def _copy_from_bucket(
             with path.open("wb") as f:
                 await bucket.get(name, writeinto=f)
             stored = await asyncio.to_thread(store_file, store, tenant, path, max_bytes=limit)
-    except nats.js.errors.ObjectNotFoundError as exc:
+    except ObjectNotFound as exc:
         raise PermanentError(f"{name} is not in the session bucket", code="OBJECT_MISSING") from exc
-    except nats.js.errors.DigestMismatchError as exc:
+    except DigestMismatch as exc:
         raise PermanentError(f"{name}: bucket digest mismatch", code="CHECKSUM_MISMATCH") from exc
-    except (nats.errors.Error, OSError) as exc:
+    except (NatsError, OSError) as exc:
         raise TransientError(
             f"cannot read {name} from the bucket: {exc}", code="NATS_OBJECT"
         ) from exc

@@ -43,10 +43,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import asyncpg
-import nats
-
 from streams.adapters import postgres
+from streams.adapters.errors import PG_CLOSED, NatsError, NatsTimeout
 from streams.adapters.nats import ONE_SHOT_ATTEMPTS, Nats, connect_nats
 from streams.adapters.outage import describe
 from streams.config import QuotaSettings, Settings
@@ -92,9 +90,6 @@ _IN_FLIGHT: collections.Counter[str] = collections.Counter()
 
 Connect = Callable[[], AbstractAsyncContextManager[Any]]
 
-# Postgres cannot answer now (as intake reads it): the quota check is skipped, not the upload.
-_PG_GONE = (*postgres.UNREACHABLE, asyncpg.ConnectionDoesNotExistError,
-            asyncpg.InterfaceError)
 
 
 class StagedUpload:
@@ -189,7 +184,7 @@ class StagedUpload:
                     conn, tenant=self._tenant, artifacts=len(self._staged),
                     size=sum(w.size for _, w in self._staged), limits=self._limits,
                 )
-        except (TransientError, TimeoutError, *_PG_GONE) as exc:
+        except (TransientError, TimeoutError, *PG_CLOSED) as exc:  # Postgres cannot answer now
             log.warning("daily quotas not checked, Postgres is unavailable: %s", describe(exc))
             return None
 
@@ -349,11 +344,11 @@ async def publish_notice(
         headers["traceparent"] = traceparent
     try:
         await nc.jetstream().publish(subject, notice.encode(), headers=headers, timeout=10)
-    except (TimeoutError, nats.errors.TimeoutError) as exc:
+    except (TimeoutError, NatsTimeout) as exc:
         raise NoticeInDoubt(
             f"the session notice was sent but not acknowledged ({describe(exc)}); it may "
             "still arrive: retrying the same upload is safe", code="NATS_PUBLISH") from exc
-    except (nats.errors.Error, OSError) as exc:  # refused: no stream, an API error, no send
+    except (NatsError, OSError) as exc:  # refused: no stream, an API error, no send
         raise TransientError(f"cannot publish session notice: {describe(exc)}",
                              code="NATS_PUBLISH") from exc
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
+from schemas.error_codes import PERSIST_REJECTED
+from streams.adapters.errors import PG_FAILURES, translate_pg
 from streams.errors import PermanentError, TransientError
-from streams.ingest.recorder import PERSIST_REJECTED, PG_FAILURES, translate
 
 
 @pytest.mark.parametrize("error", [
@@ -17,7 +18,7 @@ from streams.ingest.recorder import PERSIST_REJECTED, PG_FAILURES, translate
     asyncpg.ProgramLimitExceededError,  # 54000: a value too large for an index
 ])
 def test_errors_about_the_rows_themselves_are_permanent(error: type[Exception]) -> None:
-    translated = translate(error("refused"))
+    translated = translate_pg(error("refused"))
     assert isinstance(translated, PermanentError) and translated.code == PERSIST_REJECTED
 
 
@@ -34,12 +35,12 @@ def test_errors_about_the_rows_themselves_are_permanent(error: type[Exception]) 
 def test_errors_that_would_refuse_every_row_alike_defer_the_batch(
     error: type[Exception], code: str,
 ) -> None:
-    translated = translate(error("not now"))
+    translated = translate_pg(error("not now"))
     assert isinstance(translated, TransientError) and translated.code == code
 
 
 def test_a_lost_connection_defers_the_batch() -> None:
-    translated = translate(ConnectionResetError("reset by peer"))
+    translated = translate_pg(ConnectionResetError("reset by peer"))
     assert isinstance(translated, TransientError) and translated.code == "PG_UNAVAILABLE"
 
 
@@ -53,7 +54,7 @@ def test_a_server_shutting_down_under_a_batch_defers_it(error: Exception) -> Non
     """What asyncpg raises while Postgres shuts down mid-batch is caught and deferred, never
     left to escape as an unexpected failure."""
     assert isinstance(error, PG_FAILURES)
-    translated = translate(error)
+    translated = translate_pg(error)
     assert isinstance(translated, TransientError) and translated.code == "PG_UNAVAILABLE"
 
 
@@ -64,7 +65,7 @@ def test_a_server_shutting_down_under_a_batch_defers_it(error: Exception) -> Non
 def test_a_row_routed_while_partitions_changed_defers_the_batch(message: str) -> None:
     """Partition maintenance attached a range while the row was routed to DEFAULT (or
     detached the row's partition): the row is fine, routing it again places it."""
-    translated = translate(asyncpg.CheckViolationError(message))
+    translated = translate_pg(asyncpg.CheckViolationError(message))
     assert isinstance(translated, TransientError) and translated.code == "PG_ERROR"
 
 
@@ -85,6 +86,6 @@ def test_a_refused_row_is_named_not_quoted(fields: dict[str, str], named: str) -
     The errors are built as asyncpg builds them from the server's fields."""
     error = asyncpg.PostgresError.new({"S": "ERROR", **fields})
     assert "51.123456789" in str(error)
-    translated = translate(error)
+    translated = translate_pg(error)
     assert isinstance(translated, PermanentError) and translated.code == PERSIST_REJECTED
     assert translated.message == f"Postgres refused the batch: {named}"
