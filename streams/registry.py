@@ -10,6 +10,13 @@ that up.
 
 Every function is scoped to one tenant, named as in subjects (``telemetry.<tenant>...``).
 Writes create the tenant on first use; reads of an unknown tenant raise ``NotFoundError``.
+
+Tenants and devices are resolved by name and created on first use (:func:`ensure_tenant`,
+:func:`ensure_device`): a session upload names its tenant and device the way a device names
+them on NATS subjects (``sessions.<tenant>.<device>``), and the first upload for a new tenant
+or device registers it, so ``tideway sessions upload FILE --device D`` works on a fresh
+install. Creation is an upsert after a read finds nothing, and concurrent callers agree on one
+row. Both halves - the streaming consumer and the session intake - resolve them here.
 """
 
 from __future__ import annotations
@@ -23,9 +30,51 @@ from schemas.device_schema import SchemaFile
 from stages.ingest.program import compile_schema
 from stages.ingest.topic_program import TopicProgram
 from streams.errors import NotFoundError, UsageError
-from streams.sessions.tenancy import check_device, check_tenant, ensure_tenant, tenant_id
+from streams.identity.ids import check_device, check_tenant
 
 # --- statements -------------------------------------------------------------------------------
+
+# ``DO UPDATE`` (a no-op write) rather than ``DO NOTHING`` so RETURNING always yields the id,
+# even when a concurrent transaction inserted the row after this statement's snapshot.
+_INSERT_TENANT = """
+INSERT INTO tenants (name) VALUES ($1)
+ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING id
+"""
+
+_INSERT_DEVICE = """
+INSERT INTO devices (tenant_id, external_id) VALUES ($1, $2)
+ON CONFLICT (tenant_id, external_id) DO UPDATE SET external_id = EXCLUDED.external_id
+RETURNING id
+"""
+
+
+async def ensure_tenant(conn: Any, name: str) -> uuid.UUID:
+    """The id of tenant ``name``, creating the tenant when it does not exist."""
+    found = await tenant_id(conn, check_tenant(name))
+    if found is None:
+        found = await conn.fetchval(_INSERT_TENANT, name)
+    assert found is not None
+    return found
+
+
+async def ensure_device(conn: Any, tenant_id: uuid.UUID, external_id: str) -> uuid.UUID:
+    """The id of device ``external_id`` of the tenant, registering it on first use."""
+    found: uuid.UUID | None = await conn.fetchval(
+        "SELECT id FROM devices WHERE tenant_id = $1 AND external_id = $2",
+        tenant_id,
+        check_device(external_id),
+    )
+    if found is None:
+        found = await conn.fetchval(_INSERT_DEVICE, tenant_id, external_id)
+    assert found is not None
+    return found
+
+
+async def tenant_id(conn: Any, name: str) -> uuid.UUID | None:
+    """The id of tenant ``name`` or ``None``."""
+    found: uuid.UUID | None = await conn.fetchval("SELECT id FROM tenants WHERE name = $1", name)
+    return found
+
 
 _UPSERT_SCHEMA = """
 INSERT INTO device_schemas (tenant_id, name) VALUES ($1, $2)

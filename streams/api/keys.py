@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.errors import NotFoundError
-from streams.sessions.tenancy import ensure_tenant
+from streams.registry import ensure_tenant
 
 __all__ = ["Caller", "CreatedKey", "authenticate", "create_api_key", "hash_key", "revoke_api_key"]
 

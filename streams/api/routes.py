@@ -86,6 +86,7 @@ from streams.api.inputs import path_int, path_uuid, read_field
 from streams.api.openapi import Handler, Route, document, dumps
 from streams.api.pages import decode_cursor, instant, page_of
 from streams.errors import NotFoundError, TransientError, UsageError
+from streams.identity.ids import check_device
 from streams.names import Names
 from streams.observability import tracing
 from streams.sessions import priorities, queries
@@ -93,7 +94,6 @@ from streams.sessions.lap_report import session_laps
 from streams.sessions.lap_trace import lap_trace
 from streams.sessions.notice import SessionNotice, run_config_from_json
 from streams.sessions.quotas import check_priority
-from streams.sessions.tenancy import check_device
 from streams.sessions.track import session_track
 from streams.sessions.upload import StagedUpload, receipt_for
 

@@ -194,8 +194,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JSON_OPTION,
     ) -> None:
         """List the tenant's newest sessions."""
+        from streams.registry import tenant_id
         from streams.sessions import queries
-        from streams.sessions.tenancy import tenant_id
 
         owner = _tenant(tenant)
 
@@ -220,9 +220,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show a session with its runs and artifacts (and, with --laps, every lap)."""
         from streams.objects import ObjectStore
+        from streams.registry import tenant_id
         from streams.sessions import queries
         from streams.sessions.lap_report import session_laps
-        from streams.sessions.tenancy import tenant_id
 
         owner, sid = _tenant(tenant), _uuid(session)
 

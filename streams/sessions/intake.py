@@ -6,7 +6,7 @@ Every handoff path (CLI, HTTP API, device bucket) ends in a notice on the SESSIO
 (work-queue retention, separate from TELEMETRY). The durable pull consumer ``intake`` takes a
 notice and, in ONE Postgres transaction, records:
 
-1. the tenant and device (created on first use, see ``tenancy``);
+1. the tenant and device (created on first use, see ``streams.registry``);
 2. one ``artifacts`` row per file, idempotent on ``(tenant, sha256)``;
 3. the ``sessions`` row and the processing run with its artifact-set hash, pinned versions,
    config and the planned jobs (``streams.sessions.run_creation.create_run``). The run's

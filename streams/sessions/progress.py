@@ -17,7 +17,7 @@ from typing import Any
 from streams.adapters import postgres
 from streams.config import Settings
 from streams.errors import NotFoundError, TransientError
-from streams.sessions.tenancy import tenant_id as lookup_tenant
+from streams.registry import tenant_id as lookup_tenant
 
 __all__ = ["TERMINAL", "RunProgress", "wait_for_run"]
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from streams.config import QuotaSettings
 from streams.errors import UsageError
-from streams.sessions.tenancy import ensure_tenant
+from streams.registry import ensure_tenant
 
 __all__ = ["QuotaExceededError", "Reservation", "check_priority", "release", "reserve"]
 

@@ -18,8 +18,8 @@ from stages.jobs.planner import plan_run
 from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 from streams.jobs.enqueue import enqueue_run
 from streams.names import Names
+from streams.registry import ensure_device, ensure_tenant
 from streams.sessions.notice import NoticeArtifact, artifact_id
-from streams.sessions.tenancy import ensure_device, ensure_tenant
 from streams.sessions.versions import current_versions
 
 __all__ = ["IntakeResult", "RunRequest", "create_run"]

@@ -50,6 +50,7 @@ from streams.adapters.outage import describe
 from streams.config import QuotaSettings, Settings
 from streams.errors import TransientError, UsageError
 from streams.identity.devices import connect_device
+from streams.identity.ids import check_device, check_tenant
 from streams.names import Names
 from streams.objects import ObjectStore, ObjectWriter, StoredObject, artifact_key
 from streams.observability import tracing
@@ -61,7 +62,6 @@ from streams.sessions.notice import (
     check_file_name,
     session_id_for,
 )
-from streams.sessions.tenancy import check_device, check_tenant
 
 __all__ = [
     "NoticeInDoubt",

@@ -20,13 +20,13 @@ from streams.jobs.executor import JobContext
 from streams.jobs.model import JobResult
 from streams.names import Names
 from streams.objects import ObjectStore, artifact_key, sha256_hex
+from streams.registry import ensure_device, ensure_tenant
 from streams.retention import batch, maintain
 from streams.retention.plan import PlanItem
 from streams.sessions.datasets import read_table
 from streams.sessions.progress import wait_for_run
 from streams.sessions.reprocess import reprocess, rollback
 from streams.sessions.stage_executors import SessionExecutors
-from streams.sessions.tenancy import ensure_device, ensure_tenant
 from streams.sessions.upload import upload_files
 from tests.integration.sessions import conftest as sessions
 from tests.integration.sessions.conftest import running_intake, running_system

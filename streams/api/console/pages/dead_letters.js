@@ -1,5 +1,5 @@
 // Dead letters, triaged: grouped by error signature; redrive or resolve a whole group at once.
-import { api, h, table, state, when, notice, act, documented } from "../app.js";
+import { api, h, table, state, when, notice, act, documented } from "../lib.js";
 
 function report(r) {
   return `Redrive: ${r.completed} completed, ${r.failed} failed, ${r.not_redrivable} not redrivable` +

@@ -1,7 +1,7 @@
 // Devices: the registered devices (searchable), and one device with its hot state, a chart per
 // numeric parameter over the last hour (ClickHouse), its newest envelopes, its sessions and the
 // credentials it connects to NATS with (issue, rotate, revoke; a new secret shown once).
-import { api, h, table, state, when, short, facts, notice, act, documented } from "../app.js";
+import { api, h, table, state, when, short, facts, notice, act, documented } from "../lib.js";
 
 export async function listDevices(view) {
   const search = h("input", { id: "device-search", type: "search", placeholder: "filter the loaded devices" });

@@ -1,7 +1,7 @@
 // Fleet: ingest by status, end-to-end latency and the consumer's backlog, open dead letters, and every device's data-quality figures over the
 // last hour - sortable (by the server, so a 10,000-device fleet sorts as fast as ten) and
 // searchable, so the sick devices are found at once.
-import { api, h, when, every, documented } from "../app.js";
+import { api, h, when, every, documented } from "../lib.js";
 
 /** Seconds for a person: 0.42 s, 3.5 min, 2.0 h, 20,781 d. */
 function secs(v) {

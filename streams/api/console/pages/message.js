@@ -1,6 +1,6 @@
 // One envelope explained: its stage logs, the values at each stage, duplicates, where it was
 // published, and its dead letter with a redrive button.
-import { api, h, table, state, facts, notice, act, json } from "../app.js";
+import { api, h, table, state, facts, notice, act, json } from "../lib.js";
 
 /** A table of dict rows with the union of their keys as columns. */
 function rows(items, columns) {

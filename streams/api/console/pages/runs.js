@@ -1,5 +1,5 @@
 // Runs: the list with filters, and one run's DAG drawn as SVG with its jobs' details and actions.
-import { api, h, table, state, when, short, facts, notice, act, onEvent, every } from "../app.js";
+import { api, h, table, state, when, short, facts, notice, act, onEvent, every } from "../lib.js";
 
 const STATUSES = ["", "pending", "running", "cancel_requested", "succeeded", "partial", "failed", "cancelled"];
 const TERMINAL = new Set(["succeeded", "partial", "failed", "cancelled"]);

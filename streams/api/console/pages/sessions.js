@@ -1,6 +1,6 @@
 // Sessions: the list, and one session with its runs, files, track, laps (two overlaid as speed
 // over distance, with the corners) and the active run's features.
-import { api, h, table, state, when, short, facts, notice, act, documented } from "../app.js";
+import { api, h, table, state, when, short, facts, notice, act, documented } from "../lib.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const BINS = 12;

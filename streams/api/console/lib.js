@@ -1,0 +1,110 @@
+// What every console page uses: the API client, element builders, formatting, notices and the
+// current page's lifecycle (events and timers that end with it). The shell (app.js) imports the
+// pages and this module; the pages import only this one, so no module imports its importer.
+
+export const KEY = "tideway.api-key";
+
+/** An API answer that was not 2xx: its RFC 9457 problem. */
+export class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem.detail || `HTTP ${status}`);
+    this.status = status;
+    this.code = problem.code;
+  }
+}
+
+/** Call a /v1 route with the signed-in key; JSON in, JSON out. */
+export async function api(path, { method = "GET", body } = {}) {
+  const headers = { Authorization: `Bearer ${sessionStorage.getItem(KEY)}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const resp = await fetch(path, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = await resp.json().catch(() => ({}));
+  if (resp.status === 401) window.dispatchEvent(new CustomEvent("tideway:signed-out"));
+  if (!resp.ok) throw new ApiError(resp.status, data);
+  return data;
+}
+
+let openapi = null;
+
+/** Whether this API documents ``path`` (a route template): pages use newer routes only then. */
+export async function documented(path) {
+  openapi ||= fetch("/v1/openapi.json").then((r) => r.json());
+  return path in (await openapi).paths;
+}
+
+/** Build an element: h("td", {class: "x"}, "text", child...). Text is never parsed as HTML. */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : String(c));
+  }
+  return el;
+}
+
+/** A table from column names and rows of cells. */
+export function table(columns, rows, attrs = {}) {
+  return h("table", attrs,
+    h("thead", {}, h("tr", {}, columns.map((c) => h("th", {}, c)))),
+    h("tbody", {}, rows));
+}
+
+export const state = (s) => h("span", { class: `state state-${s}` }, s ?? "—");
+export const when = (t) => (t ? new Date(t).toLocaleString() : "—");
+export const short = (id) => String(id).slice(0, 8);
+export const json = (v) => h("pre", {}, JSON.stringify(v, null, 2));
+
+/** Definition list of label → value. */
+export function facts(pairs) {
+  return h("dl", { class: "facts" }, pairs.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v ?? "—")]));
+}
+
+/** A transient line at the top of the page saying what an action did (or why it failed). */
+export function notice(text, isError = false) {
+  const el = h("p", { class: isError ? "notice error" : "notice", role: "status" }, text);
+  document.getElementById("main").prepend(el);
+  return el;
+}
+
+/** Run an action from a button: disable it meanwhile, report errors as a notice. */
+export async function act(button, fn) {
+  button.disabled = true;
+  try {
+    return await fn();
+  } catch (err) {
+    notice(`${err.message}${err.code ? ` (${err.code})` : ""}`, true);
+    return undefined;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// -- the current page's lifecycle ----------------------------------------------------------------
+
+let pageCleanups = [];
+
+/** End the current page: stop its event handlers and timers (the router calls it). */
+export function endPage() {
+  pageCleanups.forEach((f) => f());
+  pageCleanups = [];
+}
+
+/** Call fn(event) for each domain event while the current page is shown. */
+export function onEvent(fn) {
+  const handler = (e) => fn(e.detail);
+  window.addEventListener("tideway:event", handler);
+  pageCleanups.push(() => window.removeEventListener("tideway:event", handler));
+}
+
+/** Call fn every ms milliseconds while the current page is shown. */
+export function every(ms, fn) {
+  const id = setInterval(fn, ms);
+  pageCleanups.push(() => clearInterval(id));
+}
