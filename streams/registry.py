@@ -36,12 +36,12 @@ from streams.identity.ids import check_device, check_tenant
 
 # ``DO UPDATE`` (a no-op write) rather than ``DO NOTHING`` so RETURNING always yields the id,
 # even when a concurrent transaction inserted the row after this statement's snapshot.
-_INSERT_TENANT = """
+_ENSURE_TENANT = """
 INSERT INTO tenants (name) VALUES ($1)
 ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING id
 """
 
-_INSERT_DEVICE = """
+_ENSURE_DEVICE = """
 INSERT INTO devices (tenant_id, external_id) VALUES ($1, $2)
 ON CONFLICT (tenant_id, external_id) DO UPDATE SET external_id = EXCLUDED.external_id
 RETURNING id
@@ -52,7 +52,7 @@ async def ensure_tenant(conn: Any, name: str) -> uuid.UUID:
     """The id of tenant ``name``, creating the tenant when it does not exist."""
     found = await tenant_id(conn, check_tenant(name))
     if found is None:
-        found = await conn.fetchval(_INSERT_TENANT, name)
+        found = await conn.fetchval(_ENSURE_TENANT, name)
     assert found is not None
     return found
 
@@ -65,7 +65,7 @@ async def ensure_device(conn: Any, tenant_id: uuid.UUID, external_id: str) -> uu
         check_device(external_id),
     )
     if found is None:
-        found = await conn.fetchval(_INSERT_DEVICE, tenant_id, external_id)
+        found = await conn.fetchval(_ENSURE_DEVICE, tenant_id, external_id)
     assert found is not None
     return found
 
