@@ -35,6 +35,7 @@ from schemas.api.base import (
     Page,
     Problem,
     Text,
+    operator_fields,
 )
 from schemas.api.dead_letters import (
     DeadLetter,
@@ -216,4 +217,5 @@ __all__ = [
     "TrackPoint",
     "UploadForm",
     "UploadReceipt",
+    "operator_fields",
 ]

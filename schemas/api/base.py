@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,7 +27,24 @@ _CURSOR_HELP = (
 
 
 class _Body(BaseModel):
+    """An answer. A field declared ``exclude=True`` is operator-only: the CLI, which serves
+    every tenant, shows it (:func:`operator_fields`); the API's answers and its document leave
+    it out. So a record the CLI shows with a little more is still declared once."""
+
     model_config = ConfigDict(frozen=True)
+
+
+def operator_fields(model: BaseModel) -> dict[str, Any]:
+    """``model`` as plain data, its operator-only fields included, in declaration order."""
+    return {name: _plain(getattr(model, name)) for name in type(model).model_fields}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return operator_fields(value)
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 class _Request(BaseModel):

@@ -22,6 +22,7 @@ class RunQuery(_Query):
 
 class RunSummary(_Body):
     id: uuid.UUID
+    tenant: str = Field(exclude=True)  # operator-only (the CLI lists every tenant's runs)
     session_id: uuid.UUID
     status: str
     priority: int
@@ -115,14 +116,17 @@ class DagAttempt(_Body):
 
 
 class DagJob(_Body):
+    id: uuid.UUID = Field(exclude=True)  # operator-only
     name: str
     job_type: str
     state: str
     critical: bool
     pool: str
+    heavy: bool = Field(exclude=True)  # operator-only
     deps: list[DagEdge]
     attempt_count: int
     max_attempts: int
+    locked_by: str | None = Field(exclude=True)  # operator-only: the worker holding it
     next_run_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
@@ -137,9 +141,19 @@ class DagJob(_Body):
 class RunDag(_Body):
     """A run's DAG (``tideway runs show``): jobs in dependency order, with their attempts."""
 
+    # The operator-only fields are what ``tideway runs show`` draws around the DAG; the API
+    # answers the run's own record at ``GET /v1/runs/{id}`` (:class:`Run`) instead.
+
     run_id: uuid.UUID
     status: str
+    run: RunSummary = Field(exclude=True)  # operator-only, as the rest of this block
+    config: dict[str, Any] = Field(exclude=True)
+    versions: dict[str, str | None] = Field(exclude=True)
+    artifacts: list[dict[str, Any]] = Field(exclude=True)
     gating: list[dict[str, Any]] = Field(description="Why jobs were skipped by gating.")
+    features_available: dict[str, bool] = Field(exclude=True)
+    feature_reasons: dict[str, str] = Field(exclude=True)
+    summary: dict[str, Any] = Field(exclude=True)
     jobs: list[DagJob]
 
 
