@@ -21,6 +21,7 @@ from typing import Any, Final
 import pyarrow as pa
 
 from schemas.api import LapRow, SessionLaps
+from stages.batch.lap_datasets import LAP_METRICS_SCHEMA, LAPS_SCHEMA
 from streams.errors import NotFoundError
 from streams.objects import ObjectStore
 from streams.sessions.datasets import read_table
@@ -55,7 +56,7 @@ async def session_laps(
         return SessionLaps(session_id=session_id, run_id=None, line=None,
                            reason=_NO_ACTIVE_RUN, laps=[])  # fmt: skip
     summary = row["laps_summary"] or {}
-    found = {r["name"]: r for r in await conn.fetch(_DATASETS, run_id, ["laps", "lap_metrics"])}
+    found = {r["name"]: r for r in await conn.fetch(_DATASETS, run_id, list(_SCHEMAS))}
     tables = await asyncio.to_thread(_read, store, found)
     return SessionLaps(
         session_id=session_id,
@@ -66,9 +67,13 @@ async def session_laps(
     )
 
 
+_SCHEMAS: Final = {"laps": LAPS_SCHEMA, "lap_metrics": LAP_METRICS_SCHEMA}
+
+
 def _read(store: ObjectStore, found: dict[str, Any]) -> dict[str, pa.Table]:
     return {
         name: read_table(store, r["storage_url"], sha256=r["content_hash"])
+        .select(_SCHEMAS[name].names)
         for name, r in found.items()
     }
 
