@@ -82,11 +82,12 @@ from streams.ingest.consumer import run_consumer
 from streams.ingest.fetch import Fetcher, acknowledge, receipt_of
 from streams.ingest.fleet import Station
 from streams.ingest.hot_state import HotItem, HotState
-from streams.ingest.pipeline import BatchStats, Pipeline
+from streams.ingest.pipeline import Pipeline
 from streams.ingest.provision import provision
 from streams.ingest.resources import Resources
 from streams.ingest.simulate import ensure_fleet
 from streams.names import Names
+from streams.observability.events import IngestBatchStats
 from streams.observability.process import ProcessObservability
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -259,7 +260,7 @@ async def _full(settings: Settings, n: int, obs: ProcessObservability | None) ->
     steady: list[cpu.Sample] = []
     own: list[tuple[float, int]] = []  # (process CPU seconds, envelopes done) at that point
 
-    def on_batch(stats: BatchStats) -> None:
+    def on_batch(stats: IngestBatchStats) -> None:
         if not first:
             first.append(time.perf_counter() - stats.duration_s)
             steady.append(cpu.sample())
@@ -464,7 +465,7 @@ async def latency(settings: Settings, names: Names, rate: float, seconds: float)
     received = [0]
     batches: list[tuple[int, int, float]] = []  # (newest stored, size, processing s)
 
-    def on_batch(stats: BatchStats) -> None:
+    def on_batch(stats: IngestBatchStats) -> None:
         received[0] += stats.size
         samples.extend((stored, stats.finished_at_ns) for stored in stats.stored_at_ns)
         batches.append((max(stats.stored_at_ns), stats.size, stats.duration_s))

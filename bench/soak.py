@@ -59,10 +59,10 @@ from streams import migrate
 from streams.adapters import postgres
 from streams.config import ConsumerSettings, RetentionSettings, Settings, StreamSettings
 from streams.ingest.consumer import run_consumer
-from streams.ingest.pipeline import BatchStats
 from streams.ingest.provision import provision
 from streams.ingest.simulate import ensure_fleet
 from streams.names import Names
+from streams.observability.events import IngestBatchStats
 from streams.retention import maintain
 from streams.retention.plan import DROP
 
@@ -181,7 +181,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 done = [0]
 
                 def on_batch(
-                    stats: BatchStats,
+                    stats: IngestBatchStats,
                     done: list[int] = done,
                     batches: list[tuple[float, float]] = batches,
                     stop: asyncio.Event = stop,

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from stages.batch.contract import StageInput, StageOutput
 from stages.batch.geo import FloatArray, IntArray, Motion, column_f64, micros_to_ts, ts_micros
+from stages.batch.lap_datasets import LAP_METRICS_SCHEMA
 
 LAP_METRICS = "lap_metrics"
 SEGMENT_METRICS = "segment_metrics"
@@ -135,18 +136,9 @@ def _lap_table(rows: list[dict[str, Any]], start: IntArray, end: IntArray) -> pa
     def col(key: str) -> list[Any]:
         return [r[key] for r in rows]
 
-    return pa.table({
-        "lap": pa.array(col("lap"), type=pa.int32()),
-        "start_ts": micros_to_ts(start), "end_ts": micros_to_ts(end),
-        "lap_time_s": pa.array(col("lap_time_s"), type=pa.float64()),
-        "delta_to_best_s": pa.array(col("delta_to_best_s"), type=pa.float64()),
-        "is_best": pa.array(col("is_best"), type=pa.bool_()),
-        "valid": pa.array(col("valid"), type=pa.bool_()),
-        "pit": pa.array(col("pit"), type=pa.bool_()),
-        "max_speed_mps": pa.array(col("max_speed_mps"), type=pa.float64()),
-        "avg_speed_mps": pa.array(col("avg_speed_mps"), type=pa.float64()),
-        "distance_m": pa.array(col("distance_m"), type=pa.float64()),
-    })
+    times = {"start_ts": micros_to_ts(start), "end_ts": micros_to_ts(end)}
+    data = {n: times[n] if n in times else col(n) for n in LAP_METRICS_SCHEMA.names}
+    return pa.Table.from_pydict(data, schema=LAP_METRICS_SCHEMA)
 
 
 def _segment_metrics(segs: pa.Table | None, speed: _Speed, valid_laps: set[int]) -> pa.Table:

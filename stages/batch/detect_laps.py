@@ -68,6 +68,7 @@ from stages.batch.geo import (
     path_distance,
     travelled,
 )
+from stages.batch.lap_datasets import LAPS_SCHEMA
 
 LAPS = "laps"
 NO_POSITION_DATA = "NO_POSITION_DATA"
@@ -360,15 +361,6 @@ def laps_table(t0_us: int, laps: list[dict[str, Any]]) -> pa.Table:
 
     start = np.array([t0_us + round(x["start_s"] * 1e6) for x in laps], dtype=np.int64)
     end = np.array([t0_us + round(x["end_s"] * 1e6) for x in laps], dtype=np.int64)
-    return pa.table({
-        "lap": pa.array(col("lap"), type=pa.int32()),
-        "start_ts": micros_to_ts(start),
-        "end_ts": micros_to_ts(end),
-        "lap_time_s": pa.array(col("lap_time_s"), type=pa.float64()),
-        "distance_m": pa.array(col("distance_m"), type=pa.float64()),
-        "pit_in": pa.array(col("pit_in"), type=pa.bool_()),
-        "pit_out": pa.array(col("pit_out"), type=pa.bool_()),
-        "pit": pa.array(col("pit"), type=pa.bool_()),
-        "stopped_s": pa.array(col("stopped_s"), type=pa.float64()),
-        "valid": pa.array(col("valid"), type=pa.bool_()),
-    })
+    times = {"start_ts": micros_to_ts(start), "end_ts": micros_to_ts(end)}
+    data = {n: times[n] if n in times else col(n) for n in LAPS_SCHEMA.names}
+    return pa.Table.from_pydict(data, schema=LAPS_SCHEMA)

@@ -89,13 +89,14 @@ from streams.errors import NotFoundError, TransientError, UsageError
 from streams.identity.ids import check_device
 from streams.names import Names
 from streams.observability import tracing
-from streams.sessions import priorities, queries
-from streams.sessions.lap_report import session_laps
-from streams.sessions.lap_trace import lap_trace
+from streams.sessions import priorities
 from streams.sessions.notice import SessionNotice, run_config_from_json
 from streams.sessions.quotas import check_priority
-from streams.sessions.track import session_track
 from streams.sessions.upload import StagedUpload, receipt_for
+from streams.views import sessions as queries
+from streams.views.lap_trace import lap_trace
+from streams.views.laps import session_laps
+from streams.views.track import session_track
 
 __all__ = ["OPENAPI", "ROUTES", "add_routes"]
 
@@ -179,17 +180,15 @@ async def get_session_track(request: web.Request) -> web.Response:
     ctx, caller = context_of(request), caller_of(request)
     async with ctx.pool.acquire() as conn:
         track = await session_track(conn, ctx.store, caller.tenant_id, path_uuid(request))
-    return reply(SessionTrack.model_validate(track))
+    return reply(track)
 
 
 async def get_session_laps(request: web.Request) -> web.Response:
     """The active run's laps, one row each, and the start/finish line that timed them."""
     ctx, caller = context_of(request), caller_of(request)
     async with ctx.pool.acquire() as conn:
-        report = await session_laps(
-            conn, ctx.store, caller.tenant_id, path_uuid(request)
-        )
-    return reply(SessionLaps.model_validate(report.as_json()))
+        laps = await session_laps(conn, ctx.store, caller.tenant_id, path_uuid(request))
+    return reply(laps)
 
 
 async def get_lap_trace(request: web.Request) -> web.Response:
@@ -198,7 +197,7 @@ async def get_lap_trace(request: web.Request) -> web.Response:
     lap = path_int(request, "lap")
     async with ctx.pool.acquire() as conn:
         trace = await lap_trace(conn, ctx.store, caller.tenant_id, path_uuid(request), lap)
-    return reply(LapTrace.model_validate(trace))
+    return reply(trace)
 
 
 async def get_run(request: web.Request) -> web.Response:

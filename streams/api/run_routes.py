@@ -15,7 +15,6 @@ from schemas.api import (
     ReprocessRequest,
     RollbackRequest,
     RollbackResult,
-    RunDag,
     RunPage,
     RunQuery,
     RunStarted,
@@ -26,10 +25,10 @@ from streams.api.context import caller_of, context_of
 from streams.api.inputs import path_uuid
 from streams.api.pages import decode_cursor, instant, page_of
 from streams.jobs import queue, run_actions
-from streams.jobs.run_views import RunRow, list_runs, show_run
-from streams.sessions import queries
 from streams.sessions.notice import check_run_config
 from streams.sessions.reprocess import reprocess, rollback
+from streams.views import sessions as queries
+from streams.views.runs import list_runs, show_run
 
 __all__ = [
     "cancel_run",
@@ -41,7 +40,7 @@ __all__ = [
 ]
 
 
-def _key(row: RunRow) -> tuple[str, str]:
+def _key(row: RunSummary) -> tuple[str, str]:
     return row.created_at.isoformat(), str(row.id)
 
 
@@ -58,18 +57,14 @@ async def list_runs_(request: web.Request) -> web.Response:
             after=(after[0], after[1]) if after else None,
         )
     items, next_ = page_of(request, rows, q.limit, _key)
-    page = [RunSummary.model_validate(r, from_attributes=True) for r in items]
-    return reply(RunPage(items=page, next=next_))
+    return reply(RunPage(items=items, next=next_))
 
 
 async def get_run_dag(request: web.Request) -> web.Response:
     caller, run_id = caller_of(request), path_uuid(request)
     async with context_of(request).pool.acquire() as conn:
-        view = await show_run(conn, run_id, tenant_id=caller.tenant_id)
-    data = view.as_json()
-    return reply(
-        RunDag(run_id=view.run.id, status=view.run.status, gating=view.gating, jobs=data["jobs"])
-    )
+        dag = await show_run(conn, run_id, tenant_id=caller.tenant_id)
+    return reply(dag)
 
 
 async def cancel_run(request: web.Request) -> web.Response:

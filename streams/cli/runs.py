@@ -14,20 +14,22 @@ import asyncio
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 from rich.tree import Tree
 
+from schemas.api import DagJob, RunDag, operator_fields
 from streams.adapters import postgres
 from streams.adapters.postgres import Conn
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.config import load_settings
 from streams.errors import NotFoundError, UsageError
 from streams.jobs import queue, run_actions
-from streams.jobs.run_views import JobView, RunView, list_runs, show_run
 from streams.sessions.reprocess import BACKFILL_PRIORITY, BackfillItem, BackfillScope, backfill
+from streams.views.runs import list_runs, show_run
 
 runs_app = typer.Typer(
     help="Processing runs: list, show, cancel, retry, backfill.", no_args_is_help=True
@@ -92,7 +94,7 @@ def show_command(
 ) -> None:
     """Show a run's DAG with each job's state, attempts and timings."""
 
-    async def main() -> RunView:
+    async def main() -> RunDag:
         conn = await postgres.connect(load_settings().postgres())
         try:
             return await show_run(conn, _uuid(run_id, "run"))
@@ -101,7 +103,7 @@ def show_command(
 
     view = asyncio.run(main())
     if as_json:
-        print_json(view.as_json())
+        print_json(_as_json(view))
         return
     console.print(render_run(view))
 
@@ -235,7 +237,16 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
-def render_run(view: RunView) -> Tree:
+def _as_json(view: RunDag) -> dict[str, Any]:
+    """What ``runs show --json`` prints: the run's row and everything around the DAG."""
+    data = operator_fields(view)
+    del data["run_id"], data["status"]  # the run's row says them
+    for job in data["jobs"]:
+        job["busy_s"] = job.pop("busy_s")  # last, where it has always been printed
+    return data
+
+
+def render_run(view: RunDag) -> Tree:
     """The run as a rich tree: jobs in dependency order, failed attempts beneath them."""
     run = view.run
     head = Text.assemble(
@@ -281,13 +292,14 @@ def render_run(view: RunView) -> Tree:
     return tree
 
 
-def _job_line(job: JobView) -> Text:
-    waits = [name if hard else f"({name})" for name, hard in job.deps]
+def _job_line(job: DagJob) -> Text:
+    waits = [dep.on if dep.hard else f"({dep.on})" for dep in job.deps]
+    busy = sum(a.duration_s or 0.0 for a in job.attempts)
     text = Text.assemble(
         (f"{job.name:<24}", "bold" if job.critical else ""),
         (f"{job.state:<17}", _STYLE.get(job.state, "")),
         f"attempts {job.attempt_count}/{job.max_attempts}  ",
-        f"started {_time(job.started_at)}  busy {_secs(job.busy_s if job.attempts else None)}",
+        f"started {_time(job.started_at)}  busy {_secs(busy if job.attempts else None)}",
     )
     if waits:
         text.append(f"  after {', '.join(waits)}", style="dim")

@@ -195,7 +195,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List the tenant's newest sessions."""
         from streams.registry import tenant_id
-        from streams.sessions import queries
+        from streams.views import sessions as queries
 
         owner = _tenant(tenant)
 
@@ -221,8 +221,8 @@ def register(app: typer.Typer) -> None:
         """Show a session with its runs and artifacts (and, with --laps, every lap)."""
         from streams.objects import ObjectStore
         from streams.registry import tenant_id
-        from streams.sessions import queries
-        from streams.sessions.lap_report import session_laps
+        from streams.views import sessions as queries
+        from streams.views.laps import session_laps
 
         owner, sid = _tenant(tenant), _uuid(session)
 
@@ -237,7 +237,7 @@ def register(app: typer.Typer) -> None:
                     "status", "features_available", "feature_reasons", "summary")}
             if laps:
                 store = ObjectStore(load_settings().objects())
-                found["laps"] = (await session_laps(conn, store, tid, sid)).as_json()
+                found["laps"] = (await session_laps(conn, store, tid, sid)).model_dump()
             return found
 
         data = _with_conn(work)

@@ -28,7 +28,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from schemas.error_codes import INTERNAL_ERROR
 from stages.ack_policy import Disposition, decide
@@ -39,7 +39,7 @@ from streams.adapters.postgres import Pool
 from streams.config import Settings
 from streams.errors import TransientError
 from streams.ingest.fetch import Fetcher, acknowledge, receipt_of
-from streams.ingest.pipeline import BatchStats, Pipeline
+from streams.ingest.pipeline import Pipeline
 from streams.ingest.resources import Resources
 from streams.observability.events import BatchObserver, IngestBatchStats, ProcessHooks
 from streams.observability.liveness import Heartbeat
@@ -60,12 +60,12 @@ async def run_consumer(
     *,
     stop: asyncio.Event,
     concurrency: int | None = None,
-    on_batch: Callable[[BatchStats], None] | None = None,
+    on_batch: Callable[[IngestBatchStats], None] | None = None,
     hooks: ProcessHooks | None = None,
 ) -> None:
     """Consume the TELEMETRY stream until ``stop`` is set, then drain and return.
 
-    ``on_batch`` sees each batch's :class:`BatchStats` (progress displays, tests);
+    ``on_batch`` sees each batch's :class:`IngestBatchStats` (progress displays, tests);
     ``hooks`` is the process's observability (readiness checks, heartbeats, the batch
     observer that feeds the metrics).
     """
@@ -201,7 +201,7 @@ async def _pause(stop: asyncio.Event, seconds: float) -> None:
 class _Report:
     """Where each batch is reported: the caller's ``on_batch`` and the process's observer."""
 
-    on_batch: Callable[[BatchStats], None] | None
+    on_batch: Callable[[IngestBatchStats], None] | None
     observer: BatchObserver | None
     batches: int = 0
     """Batches started by this process (the ``batch`` log field)."""
@@ -210,7 +210,7 @@ class _Report:
         self.batches += 1
         return self.batches
 
-    def done(self, stats: BatchStats, fetched: float) -> None:
+    def done(self, stats: IngestBatchStats, fetched: float) -> None:
         """Called once per batch, after its acks."""
         if self.on_batch is not None:
             try:
@@ -218,21 +218,9 @@ class _Report:
             except Exception:  # a progress callback must not stop ingestion
                 log.exception("on_batch callback failed")
         if self.observer is not None:
-            self._observe(IngestBatchStats(
-                size=stats.size,
-                duration_s=time.perf_counter() - fetched,
-                outcomes=stats.outcomes,
-                stored_at_ns=stats.stored_at_ns,
-                acked_ns=time.time_ns(),
-                redelivered=stats.redelivered,
-                naks=stats.naks,
-                dead_letters=stats.dead_letter_reasons,
-                publish_attempts=stats.publish_attempts,
-                publish_failures=stats.publish_failures,
-                dedupe_hits=stats.dedupe_hits,
-                registry_hits=stats.registry_hits,
-                registry_misses=stats.registry_misses,
-            ))
+            # The observer's batch duration runs from the fetch to the acks, not the pipeline's.
+            self._observe(replace(stats, duration_s=time.perf_counter() - fetched,
+                                  acked_ns=time.time_ns()))  # fmt: skip
 
     def deferred(self, receipts: Sequence[Receipt], reason: str, fetched: float) -> None:
         """A whole batch was nak'ed (a dependency is down, or a bug)."""

@@ -18,7 +18,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
@@ -53,46 +53,9 @@ from streams.ingest.recorder import Recorded, Recorder, lookup
 from streams.ingest.registry_cache import RegistryCache
 from streams.ingest.resources import Resources
 from streams.observability import tracing
+from streams.observability.events import IngestBatchStats
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class BatchStats:
-    """What one batch did (handed to ``run_consumer``'s ``on_batch``)."""
-
-    size: int
-    statuses: Mapping[str, int]
-    """Statuses recorded by this batch (new rows and duplicate rows)."""
-    already_recorded: int
-    """Redeliveries of envelopes that already had their status (acked, nothing written)."""
-    retried: int
-    """Envelopes negatively acknowledged for redelivery."""
-    dead_lettered: int
-    duration_s: float
-    stored_at_ns: tuple[int, ...]
-    """When JetStream stored each envelope (for end-to-end latency)."""
-    finished_at_ns: int
-    """Wall-clock time the batch's outcome was decided (just before the acks)."""
-    outcomes: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    """``statuses`` split by error code: ``(status, error_code)`` → envelopes (the code is
-    empty when the status is not a failure)."""
-    redelivered: int = 0
-    """Envelopes JetStream had delivered before."""
-    naks: Mapping[str, int] = field(default_factory=dict)
-    """Envelopes negatively acknowledged, by reason (the publish failure's code, or
-    ``contended``)."""
-    dead_letter_reasons: Mapping[str, int] = field(default_factory=dict)
-    """Dead letters created, by reason code."""
-    publish_attempts: Mapping[str, int] = field(default_factory=dict)
-    """Tries of each publish side effect, by sink."""
-    publish_failures: Mapping[str, int] = field(default_factory=dict)
-    """Failed tries, by sink."""
-    dedupe_hits: int = 0
-    """Envelopes the dedupe read found already recorded (redeliveries and duplicates)."""
-    registry_hits: int = 0
-    registry_misses: int = 0
-    """Device lookups answered by the registry cache / sent to Postgres."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -100,7 +63,7 @@ class BatchResult:
     """Per-receipt acknowledgement decisions, in input order, and the batch's stats."""
 
     decisions: tuple[AckDecision, ...]
-    stats: BatchStats
+    stats: IngestBatchStats
     message_ids: Mapping[int, int]
     """Batch index → ``ingestion_messages`` id now holding that envelope's status."""
 
@@ -236,7 +199,7 @@ class Pipeline:
                 naks[failed.failures[0].code if failed and failed.failures else "retry"] += 1
         tries, failed_tries = self.publisher.take_tries()
         hits, misses = self.cache.take_counts()
-        stats = BatchStats(
+        stats = IngestBatchStats(
             size=len(receipts),
             statuses=statuses,
             already_recorded=already,
@@ -248,7 +211,7 @@ class Pipeline:
             outcomes=outcome_counts,
             redelivered=sum(1 for r in receipts if r.delivered > 1),
             naks=naks,
-            dead_letter_reasons=Counter(code for _, _, code in recorded.dead_letters),
+            dead_letters=Counter(code for _, _, code in recorded.dead_letters),
             publish_attempts=tries,
             publish_failures=failed_tries,
             dedupe_hits=sum(1 for f in fates if f.fate is not Fate.NEW),

@@ -31,16 +31,27 @@ class IngestBatchStats:
     size: int
     """Envelopes delivered in this batch (redeliveries included)."""
     duration_s: float
-    """From the fetch returning to the acks being sent."""
+    """As the pipeline hands it over (``run_consumer``'s ``on_batch``): its own processing time;
+    as the observer sees it: from the fetch returning to the acks being sent."""
+    statuses: Mapping[str, int] = field(default_factory=dict)
+    """Statuses recorded by this batch (new rows and duplicate rows)."""
+    already_recorded: int = 0
+    """Redeliveries of envelopes that already had their status (acked, nothing written)."""
+    retried: int = 0
+    """Envelopes negatively acknowledged for redelivery."""
+    dead_lettered: int = 0
+    """Dead letters created (all reasons: :attr:`dead_letters` splits them)."""
     outcomes: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    """Recorded envelopes by ``(status, error_code)``; ``error_code`` is :data:`NO_ERROR` when
-    the status is not a failure."""
+    """``statuses`` split by error code: ``(status, error_code)`` → envelopes; ``error_code``
+    is :data:`NO_ERROR` when the status is not a failure."""
     stored_at_ns: Sequence[int] = ()
     """Per envelope: when JetStream stored it (epoch ns). With :attr:`acked_ns` these give
     the end-to-end latency, which the observer works out for the whole batch in one
     vectorised step: a per-envelope loop here would be the hot path's one per-envelope cost."""
+    finished_at_ns: int = 0
+    """When the pipeline decided the batch's outcome, just before the acks (epoch ns)."""
     acked_ns: int = 0
-    """When the batch's acks were sent (epoch ns)."""
+    """When the batch's acks were sent (epoch ns; set by the consumer for the observer)."""
     redelivered: int = 0
     """Envelopes delivered more than once (JetStream's delivery count above 1)."""
     naks: Mapping[str, int] = field(default_factory=dict)

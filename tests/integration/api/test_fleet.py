@@ -13,9 +13,9 @@ from typing import Any
 
 from streams.api.keys import create_api_key
 from streams.ingest import sql
-from streams.ingest.data_quality import device_quality, fleet_totals, recent_messages
-from streams.ingest.latency import SAMPLE, end_to_end
 from streams.ingest.provision import provision
+from streams.views.data_quality import device_quality, fleet_totals, recent_messages
+from streams.views.latency import SAMPLE, end_to_end
 from tests.integration.api.conftest import api_client
 from tests.integration.ingest.conftest import Harness, good_values, seed_fleet
 

@@ -25,9 +25,9 @@ from streams.ingest.analytics import Analytics
 from streams.ingest.consumer import run_consumer
 from streams.ingest.fleet import SCHEMA_NAME, demo_schema_text
 from streams.ingest.hot_state import HotState
-from streams.ingest.pipeline import BatchStats
 from streams.ingest.provision import provision
 from streams.names import Names
+from streams.observability.events import IngestBatchStats
 
 TENANT = "acme"
 
@@ -102,10 +102,10 @@ class Harness:
         within: float = 20.0,
         settings: Settings | None = None,
         until: Callable[[], Awaitable[bool]] | None = None,
-    ) -> list[BatchStats]:
+    ) -> list[IngestBatchStats]:
         """Run the consumer until ``expected_rows`` ingestion rows exist (or ``until``)."""
         stop = asyncio.Event()
-        stats: list[BatchStats] = []
+        stats: list[IngestBatchStats] = []
         task = asyncio.create_task(
             run_consumer(settings or self.settings, stop=stop, on_batch=stats.append)
         )

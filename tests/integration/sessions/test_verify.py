@@ -24,13 +24,13 @@ from streams.cli.runs import render_run
 from streams.clickhouse import ClickHouse
 from streams.config import Settings
 from streams.jobs.executor import Executor
-from streams.jobs.run_views import show_run
 from streams.jobs.worker import run_worker
 from streams.sessions.materialise import table_name
 from streams.sessions.progress import wait_for_run
 from streams.sessions.reprocess import reprocess
 from streams.sessions.stage_executors import SessionExecutors
 from streams.sessions.upload import upload_files
+from streams.views.runs import show_run
 from tests.integration.sessions.conftest import running_intake, wait_until
 
 _GOOD = {"succeeded", "partial"}

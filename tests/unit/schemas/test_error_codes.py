@@ -44,9 +44,9 @@ NOT_ERROR_CODES = frozenset(
         "REJECTED_FIXES", "SIMULATOR_ONLY", "TRACK_NOT_CLOSED",
         # published session summary: why a section is empty
         "FEWER_THAN_2_VALID_LAPS", "NO_JUMPS", "NO_LAPS", "NO_SEGMENTS",
-        # the laps report and the track (streams/sessions/lap_report.py, track.py): no run has
+        # the laps report and the track (streams/views/laps.py, track.py): no run has
         # succeeded yet, or the active run has no downsampled GNSS series; a device's charts
-        # (streams/api/fleet_routes.py) when the API has no ClickHouse configured
+        # (streams/views/fleet.py) when the API has no ClickHouse configured
         "NO_ACTIVE_RUN", "NO_GNSS_SERIES", "NO_CLICKHOUSE",
         # settings, environment variables and stream names
         "INGESTION_CAPTURE_STAGE_SNAPSHOTS", "TIDEWAY_CONFIG", "XDG_RUNTIME_DIR",

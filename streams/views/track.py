@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
+from schemas.api import SessionTrack
 from streams.errors import NotFoundError
 from streams.objects import ObjectStore
 from streams.sessions.datasets import read_table
@@ -49,19 +50,21 @@ async def active_run_datasets(
 
 async def session_track(
     conn: Any, store: ObjectStore, tenant_id: uuid.UUID, session_id: uuid.UUID
-) -> dict[str, Any]:
+) -> SessionTrack:
     """The track of the session's active run (see the module docstring)."""
     run_id, found = await active_run_datasets(conn, tenant_id, session_id, list(_LEVELS))
     out: dict[str, Any] = {"session_id": session_id, "run_id": run_id, "dataset": None,
                            "rows": 0, "points": [], "reason": None}  # fmt: skip
     if run_id is None:
-        return {**out, "reason": "NO_ACTIVE_RUN"}
+        return SessionTrack.model_validate({**out, "reason": "NO_ACTIVE_RUN"})
     level = next((name for name in _LEVELS if name in found), None)
     if level is None:
-        return {**out, "reason": "NO_GNSS_SERIES"}
+        return SessionTrack.model_validate({**out, "reason": "NO_GNSS_SERIES"})
     ds = found[level]
     table = await asyncio.to_thread(read_table, store, ds["storage_url"], sha256=ds["content_hash"])
-    return {**out, "dataset": level, "rows": table.num_rows, "points": _points(table)}
+    points = _points(table)
+    return SessionTrack.model_validate({**out, "dataset": level, "rows": table.num_rows,
+                                        "points": points})  # fmt: skip
 
 
 def _points(table: pa.Table) -> list[dict[str, Any]]:

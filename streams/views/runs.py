@@ -1,6 +1,7 @@
-"""Read-only views of processing runs for ``tideway runs list|show`` and the HTTP API.
+"""Processing runs as the API's models, for ``tideway runs list|show`` and the HTTP API.
 
-``show_run`` returns the run with its DAG: every job in dependency order with its edges, state,
+``list_runs`` answers :class:`~schemas.api.RunSummary` rows. ``show_run`` answers the run with
+its DAG (:class:`~schemas.api.RunDag`): every job in dependency order with its edges, state,
 attempts (spec 004's step history) and timings, plus the run's gating decisions and feature
 flags. Pass ``tenant_id`` to scope a lookup to one tenant (the API always does).
 """
@@ -8,13 +9,11 @@ flags. Pass ``tenant_id`` to scope a lookup to one tenant (the API always does).
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
 
+from schemas.api import DagAttempt, DagEdge, DagJob, RunDag, RunSummary
 from streams.adapters.postgres import Conn
 from streams.errors import NotFoundError
-from streams.jobs.model import Row
 
 _LIST = """
 SELECT r.id, t.name AS tenant, r.session_id, r.status, r.priority, r.requested_by,
@@ -57,101 +56,6 @@ WHERE j.run_id = $1 ORDER BY a.job_id, a.attempt_number
 """
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunRow:
-    """One line of ``runs list``."""
-
-    id: uuid.UUID
-    tenant: str
-    session_id: uuid.UUID
-    status: str
-    priority: int
-    requested_by: str
-    created_at: datetime
-    started_at: datetime | None
-    completed_at: datetime | None
-    jobs_total: int
-    jobs_open: int
-    failure_reason: str | None
-    retry_of: uuid.UUID | None
-
-    @classmethod
-    def from_row(cls, row: Row) -> RunRow:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
-
-
-@dataclass(frozen=True, kw_only=True)
-class AttemptView:
-    """One execution try of a job."""
-
-    number: int
-    status: str
-    worker: str
-    started_at: datetime | None
-    ended_at: datetime | None
-    duration_s: float | None
-    error_code: str | None
-    error_type: str | None
-    error_source: str | None
-    severity: int | None
-    message: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobView:
-    """One node of the run's DAG."""
-
-    id: uuid.UUID
-    name: str
-    job_type: str
-    state: str
-    critical: bool
-    pool: str
-    heavy: bool
-    deps: tuple[tuple[str, bool], ...]  # (name, hard)
-    attempt_count: int
-    max_attempts: int
-    locked_by: str | None
-    next_run_at: datetime | None
-    started_at: datetime | None
-    """When the first attempt was claimed (spec 004; ``jobs.started_at``)."""
-    finished_at: datetime | None
-    skip_reason: str | None
-    last_error_code: str | None
-    last_error_message: str | None
-    datasets: tuple[str, ...]
-    attempts: tuple[AttemptView, ...]
-
-    @property
-    def busy_s(self) -> float:
-        """Seconds spent in attempts so far."""
-        return sum(a.duration_s or 0.0 for a in self.attempts)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunView:
-    """Everything ``runs show`` displays."""
-
-    run: RunRow
-    config: dict[str, Any]
-    versions: dict[str, str | None]
-    artifacts: list[dict[str, Any]]
-    gating: list[dict[str, Any]]
-    features_available: dict[str, bool]
-    feature_reasons: dict[str, str]
-    summary: dict[str, Any]
-    jobs: tuple[JobView, ...]
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain data for ``--json`` (timestamps and UUIDs are stringified by the printer)."""
-        data = asdict(self)
-        for job, view in zip(data["jobs"], self.jobs, strict=True):
-            job["deps"] = [{"on": name, "hard": hard} for name, hard in view.deps]
-            job["started_at"] = view.started_at
-            job["busy_s"] = round(view.busy_s, 3)
-        return data
-
-
 async def list_runs(
     conn: Conn,
     *,
@@ -160,23 +64,23 @@ async def list_runs(
     status: str | None = None,
     limit: int = 50,
     after: tuple[datetime, uuid.UUID] | None = None,
-) -> list[RunRow]:
+) -> list[RunSummary]:
     """Newest runs first, optionally for one tenant, session or status; only those after the
     ``(created_at, id)`` of ``after`` in that order when it is given."""
     at, last = after if after is not None else (None, None)
     rows = await conn.fetch(_LIST, tenant_id, session_id, status, limit, at, last)
-    return [RunRow.from_row(row) for row in rows]
+    return [RunSummary.model_validate(dict(row)) for row in rows]
 
 
-async def show_run(conn: Conn, run_id: uuid.UUID, *, tenant_id: uuid.UUID | None = None) -> RunView:
+async def show_run(conn: Conn, run_id: uuid.UUID, *, tenant_id: uuid.UUID | None = None) -> RunDag:
     """The run with its DAG; raises ``NotFoundError`` (also for another tenant's run)."""
     run = await conn.fetchrow(_RUN, run_id, tenant_id)
     if run is None:
         raise NotFoundError(f"no run {run_id}")
-    attempts: dict[uuid.UUID, list[AttemptView]] = {}
+    attempts: dict[uuid.UUID, list[DagAttempt]] = {}
     for a in await conn.fetch(_ATTEMPTS, run_id):
         attempts.setdefault(a["job_id"], []).append(
-            AttemptView(
+            DagAttempt(
                 number=a["attempt_number"],
                 status=a["status"],
                 worker=a["worker_id"],
@@ -191,7 +95,7 @@ async def show_run(conn: Conn, run_id: uuid.UUID, *, tenant_id: uuid.UUID | None
             )
         )
     jobs = [
-        JobView(
+        DagJob(
             id=j["id"],
             name=j["name"],
             job_type=j["job_type"],
@@ -199,23 +103,26 @@ async def show_run(conn: Conn, run_id: uuid.UUID, *, tenant_id: uuid.UUID | None
             critical=j["critical"],
             pool=j["pool"],
             heavy=j["heavy"],
-            deps=tuple((d["on"], d["hard"]) for d in j["deps"]),
+            deps=[DagEdge(on=d["on"], hard=d["hard"]) for d in j["deps"]],
             attempt_count=j["attempt_count"],
             max_attempts=j["max_attempts"],
             locked_by=j["locked_by"],
             next_run_at=j["next_run_at"],
             started_at=j["started_at"],
             finished_at=j["finished_at"],
+            busy_s=round(sum(a.duration_s or 0.0 for a in attempts.get(j["id"], ())), 3),
             skip_reason=j["skip_reason"],
             last_error_code=j["last_error_code"],
             last_error_message=j["last_error_message"],
-            datasets=tuple(j["datasets"]),
-            attempts=tuple(attempts.get(j["id"], ())),
+            datasets=list(j["datasets"]),
+            attempts=attempts.get(j["id"], []),
         )
         for j in await conn.fetch(_JOBS, run_id)
     ]
-    return RunView(
-        run=RunRow.from_row(run),
+    return RunDag(
+        run_id=run["id"],
+        status=run["status"],
+        run=RunSummary.model_validate(dict(run)),
         config=run["config"],
         versions={
             "parser": run["parser_version"],
@@ -227,23 +134,23 @@ async def show_run(conn: Conn, run_id: uuid.UUID, *, tenant_id: uuid.UUID | None
         features_available=run["features_available"],
         feature_reasons=run["feature_reasons"],
         summary=run["summary"],
-        jobs=tuple(dependency_order(jobs)),
+        jobs=dependency_order(jobs),
     )
 
 
-def dependency_order(jobs: list[JobView]) -> list[JobView]:
+def dependency_order(jobs: list[DagJob]) -> list[DagJob]:
     """``jobs`` with every dependency before its dependents (stable otherwise)."""
     by_name = {job.name: job for job in jobs}
     placed: set[str] = set()
-    ordered: list[JobView] = []
+    ordered: list[DagJob] = []
 
-    def place(job: JobView) -> None:
+    def place(job: DagJob) -> None:
         if job.name in placed:
             return
         placed.add(job.name)  # before recursing: a (corrupt) cycle cannot loop forever
-        for dep, _ in job.deps:
-            if dep in by_name:
-                place(by_name[dep])
+        for dep in job.deps:
+            if dep.on in by_name:
+                place(by_name[dep.on])
         ordered.append(job)
 
     for job in jobs:

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import asdict, dataclass
-from datetime import datetime
 from typing import Any, Final
 
 import pyarrow as pa
 
+from schemas.api import LapRow, SessionLaps
+from stages.batch.lap_datasets import LAP_METRICS_SCHEMA, LAPS_SCHEMA
 from streams.errors import NotFoundError
 from streams.objects import ObjectStore
 from streams.sessions.datasets import read_table
 
-__all__ = ["LapReport", "LapRow", "session_laps"]
+__all__ = ["session_laps"]
 
 _ACTIVE: Final = """
 SELECT s.active_run_id,
@@ -44,67 +44,36 @@ WHERE run_id = $1 AND name = ANY($2::text[])
 _NO_ACTIVE_RUN: Final = "NO_ACTIVE_RUN"
 
 
-@dataclass(frozen=True, kw_only=True)
-class LapRow:
-    """One complete lap (speeds in m/s; ``None`` where compute_metrics produced nothing)."""
-
-    lap: int
-    start: datetime
-    end: datetime
-    lap_time_s: float
-    distance_m: float | None
-    max_speed_mps: float | None
-    avg_speed_mps: float | None
-    delta_to_best_s: float | None
-    is_best: bool
-    valid: bool
-    pit: bool
-    pit_in: bool
-    pit_out: bool
-    stopped_s: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class LapReport:
-    """The laps of a session's active run; ``reason`` says why there are none."""
-
-    session_id: uuid.UUID
-    run_id: uuid.UUID | None
-    line: dict[str, Any] | None
-    reason: str | None
-    laps: tuple[LapRow, ...]
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain data (ids and times are stringified by the printers)."""
-        return asdict(self)
-
-
 async def session_laps(
     conn: Any, store: ObjectStore, tenant_id: uuid.UUID, session_id: uuid.UUID
-) -> LapReport:
+) -> SessionLaps:
     """The per-lap rows and the line of the session's active run (raises NotFoundError)."""
     row = await conn.fetchrow(_ACTIVE, session_id, tenant_id)
     if row is None:
         raise NotFoundError(f"no session {session_id}")
     run_id = row["active_run_id"]
     if run_id is None:
-        return LapReport(session_id=session_id, run_id=None, line=None,
-                         reason=_NO_ACTIVE_RUN, laps=())  # fmt: skip
+        return SessionLaps(session_id=session_id, run_id=None, line=None,
+                           reason=_NO_ACTIVE_RUN, laps=[])  # fmt: skip
     summary = row["laps_summary"] or {}
-    found = {r["name"]: r for r in await conn.fetch(_DATASETS, run_id, ["laps", "lap_metrics"])}
+    found = {r["name"]: r for r in await conn.fetch(_DATASETS, run_id, list(_SCHEMAS))}
     tables = await asyncio.to_thread(_read, store, found)
-    return LapReport(
+    return SessionLaps(
         session_id=session_id,
         run_id=run_id,
         line=summary.get("line"),
         reason=summary.get("reason"),
-        laps=tuple(_rows(tables.get("laps"), tables.get("lap_metrics"))),
+        laps=_rows(tables.get("laps"), tables.get("lap_metrics")),
     )
+
+
+_SCHEMAS: Final = {"laps": LAPS_SCHEMA, "lap_metrics": LAP_METRICS_SCHEMA}
 
 
 def _read(store: ObjectStore, found: dict[str, Any]) -> dict[str, pa.Table]:
     return {
         name: read_table(store, r["storage_url"], sha256=r["content_hash"])
+        .select(_SCHEMAS[name].names)
         for name, r in found.items()
     }
 

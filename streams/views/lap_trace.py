@@ -23,11 +23,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.api import LapTrace
 from stages.batch.geo import column_f64, travelled, ts_micros
 from streams.errors import NotFoundError
 from streams.objects import ObjectStore
 from streams.sessions.datasets import read_table
-from streams.sessions.track import active_run_datasets
+from streams.views.track import active_run_datasets
 
 __all__ = ["MAX_POINTS", "lap_trace"]
 
@@ -38,7 +39,7 @@ _LEVELS: Final = ("gnss_L1", "gnss_L2")
 
 async def lap_trace(
     conn: Any, store: ObjectStore, tenant_id: uuid.UUID, session_id: uuid.UUID, lap: int
-) -> dict[str, Any]:
+) -> LapTrace:
     """Lap ``lap`` of the session's active run as speed over distance (see the module docstring)."""
     run_id, found = await active_run_datasets(
         conn, tenant_id, session_id, ["laps", "segments", *_LEVELS]
@@ -59,7 +60,7 @@ async def lap_trace(
                            "lap_time_s": laps[0]["lap_time_s"], "dataset": level,
                            "points": [], "segments": [], "reason": None}  # fmt: skip
     if level is None:
-        return {**out, "reason": "NO_GNSS_SERIES"}
+        return LapTrace.model_validate({**out, "reason": "NO_GNSS_SERIES"})
     lo, hi = (_micros(laps[0][k]) for k in ("start_ts", "end_ts"))
     series = tables[1]
     ts = ts_micros(series)
@@ -68,8 +69,8 @@ async def lap_trace(
     speed = column_f64(series, "speed_mps")[keep]
     dist = travelled(t, speed)
     segments = tables[2] if len(tables) > 2 else None
-    return {**out, "points": _points(t, dist, speed),
-            "segments": _segments(segments, lap, lo, t, dist)}  # fmt: skip
+    return LapTrace.model_validate({**out, "points": _points(t, dist, speed),
+                                    "segments": _segments(segments, lap, lo, t, dist)})  # fmt: skip
 
 
 def _micros(value: Any) -> int:
