@@ -4,7 +4,8 @@
 migrate, provision streams, then run the ingest consumer, the session intake, the batch
 workers and the HTTP API side by side. In a production deployment each of those runs as its
 own command (``tideway ingest``, ``tideway worker``...) and scales as separate pods; here they
-share one process, which is also what chDB needs (one engine per process).
+share one process, each wired by the function its own command runs (:mod:`streams.processes`),
+which is also what chDB needs (one engine per process).
 
 The process has one probes listener (``/metrics``, ``/livez``, ``/readyz``) for all of them:
 its readiness is the union of every component's checks, and ``services.json`` maps each
@@ -24,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from streams import migrate
+from streams import migrate, processes
 from streams.config import RUNTIME_FILE, Settings
 from streams.embedded import Started, embedded_services, quiet_platformdirs
 from streams.identity.broker import ADMIN, AUTH_USER, BrokerKeys, as_user
@@ -69,39 +70,21 @@ async def prepare(settings: Settings) -> None:
 
 
 def components(settings: Settings, keys: BrokerKeys | None = None) -> list[Component]:
-    """Every process that exists, wired to ``settings``.
+    """Every process that exists, wired to ``settings``: the same functions
+    (:mod:`streams.processes`) that ``tideway ingest``, ``tideway worker``... run alone.
 
     ``keys``: the embedded broker's; each component then connects as its own NATS user (the
     permissions of its role, ``streams.identity.permissions``) and the auth service runs
     beside them. Without them the auth service runs only if ``auth.issuer_seed_file`` says
     this process is to answer for a broker configured elsewhere."""
-    from streams.api.server import run_api
-    from streams.identity.callout import run_auth
-    from streams.ingest.consumer import run_consumer
-    from streams.jobs.worker import run_worker
-    from streams.sessions.intake import run_intake
-    from streams.sessions.stage_executors import default_executors
-
-    async def worker(s: Settings, stop: asyncio.Event, hooks: ProcessHooks | None) -> None:
-        executors = default_executors(s)
-        try:
-            await executors.warm_up()  # start compute processes before the first job arrives
-            await run_worker(
-                s, executors=executors, pool=None, concurrency=s.worker.concurrency, stop=stop,
-                hooks=hooks,
-            )
-        finally:
-            await executors.aclose()
-
     found = [
-        Component(name="ingest", run=lambda s, stop, h: run_consumer(s, stop=stop, hooks=h)),
-        Component(name="intake", run=lambda s, stop, h: run_intake(s, stop=stop, hooks=h)),
-        Component(name="worker", run=worker),
-        Component(name="api", run=lambda s, stop, h: run_api(s, stop=stop, hooks=h)),
+        Component(name="ingest", run=processes.ingest),
+        Component(name="intake", run=processes.intake),
+        Component(name="worker", run=processes.worker),
+        Component(name="api", run=processes.api),
     ]
     if keys is not None or settings.auth.issuer_seed_file is not None:
-        found.insert(0, Component(name="auth",
-                                  run=lambda s, stop, h: run_auth(s, stop=stop, hooks=h)))
+        found.insert(0, Component(name="auth", run=processes.auth))
     if keys is None:
         return found
     return [replace(c, run=_as_user(c.run, keys, AUTH_USER if c.name == "auth" else c.name))

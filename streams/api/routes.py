@@ -9,7 +9,6 @@ request and scopes to it.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -90,7 +89,7 @@ from streams.identity.ids import check_device
 from streams.names import Names
 from streams.observability import tracing
 from streams.sessions import priorities
-from streams.sessions.notice import SessionNotice, run_config_from_json
+from streams.sessions.notice import SessionNotice, run_config_from_json, session_date_from_text
 from streams.sessions.quotas import check_priority
 from streams.sessions.upload import StagedUpload, receipt_for
 from streams.views import sessions as queries
@@ -221,16 +220,6 @@ def _config(raw: str | None) -> dict[str, Any]:
     return run_config_from_json(raw) if raw else {}
 
 
-def _date(raw: str | None) -> dt.date | None:
-    """The upload's ``date`` field (``YYYY-MM-DD``): the day a dateless log was recorded."""
-    if not raw:
-        return None
-    try:
-        return dt.date.fromisoformat(raw)
-    except ValueError as exc:
-        raise UsageError("date must be YYYY-MM-DD") from exc
-
-
 async def _part_chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
     while chunk := await part.read_chunk(_CHUNK):
         yield chunk
@@ -298,7 +287,7 @@ async def _post_session(request: web.Request, traceparent: str | None) -> web.Re
                 config=_config(fields.get("config")),
                 requested_by=f"api:{caller.key_id}",
                 title=_title(fields.get("title")),
-                date=_date(fields.get("date")),
+                date=session_date_from_text(fields.get("date")),
             )
         except ValidationError as exc:  # the checks above should leave nothing for pydantic
             raise UsageError(f"invalid upload: {exc.errors()[0]['msg']}") from exc

@@ -15,28 +15,26 @@ import typer
 from streams.cli.output import console
 from streams.config import load_settings
 
+broker_app = typer.Typer(help="Configure nats-server for device credentials.",
+                         no_args_is_help=True)
 
-def register(app: typer.Typer) -> None:
-    broker_app = typer.Typer(help="Configure nats-server for device credentials.",
-                             no_args_is_help=True)
-    app.add_typer(broker_app, name="broker")
 
-    @broker_app.command("config")
-    def config(
-        keys: Path = typer.Option(..., "--keys", help="Directory for the seed files "
-                                  "(created, mode 0700; existing seeds are kept)."),
-        out: Path | None = typer.Option(None, "--out", help="Write the configuration here "
-                                        "(for an `include`) instead of printing it."),
-    ) -> None:
-        """Make the keys and print nats-server's accounts and auth-callout configuration."""
-        from streams.identity.broker import ensure_keys, server_config
-        from streams.names import Names
+@broker_app.command("config")
+def config(
+    keys: Path = typer.Option(..., "--keys", help="Directory for the seed files "
+                              "(created, mode 0700; existing seeds are kept)."),
+    out: Path | None = typer.Option(None, "--out", help="Write the configuration here "
+                                    "(for an `include`) instead of printing it."),
+) -> None:
+    """Make the keys and print nats-server's accounts and auth-callout configuration."""
+    from streams.identity.broker import ensure_keys, server_config
+    from streams.names import Names
 
-        settings = load_settings()
-        found = ensure_keys(keys)
-        text = server_config(found, Names(namespace=settings.namespace))
-        if out is None:
-            typer.echo(text, nl=False)
-            return
-        out.write_text(text)
-        console.print(f"wrote {out}; seeds in {keys} (one per process: give each only its own)")
+    settings = load_settings()
+    found = ensure_keys(keys)
+    text = server_config(found, Names(namespace=settings.namespace))
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    out.write_text(text)
+    console.print(f"wrote {out}; seeds in {keys} (one per process: give each only its own)")

@@ -13,16 +13,16 @@ from typing import Any
 
 import typer
 
+from streams.cli.options import (
+    JSON_OPTION,
+    TENANT_SETTING_OPTION,
+    run_with_connection,
+    tenant_name,
+)
 from streams.cli.output import console, print_json, print_rows
-from streams.cli.schema import JSON_OPTION, TENANT_HELP, run_with_connection
-from streams.config import load_settings
 from streams.identity import credentials
 
 COLUMNS = ("key_id", "device", "state", "created_at", "revoked_at")
-
-
-def _tenant(tenant: str | None) -> str:
-    return tenant or load_settings().default_tenant
 
 
 def _show_secret(issued: credentials.IssuedCredential, *, as_json: bool) -> None:
@@ -43,53 +43,53 @@ def _show_secret(issued: credentials.IssuedCredential, *, as_json: bool) -> None
                   f"<secret>; MQTT: username {issued.username}, password <secret>.", **plain)
 
 
-def register(devices_app: typer.Typer) -> None:
-    """Add ``credentials`` to the ``devices`` commands."""
-    app = typer.Typer(help="NATS/MQTT credentials of devices: issue, rotate, revoke, list.",
-                      no_args_is_help=True)
-    tenant_option: Any = typer.Option(None, "--tenant", help=TENANT_HELP)
+credentials_app = typer.Typer(
+    help="NATS/MQTT credentials of devices: issue, rotate, revoke, list.", no_args_is_help=True
+)
 
-    @app.command("issue")
-    def issue(device: str = typer.Argument(..., help="Device id."),
-              tenant: str | None = tenant_option, as_json: bool = JSON_OPTION) -> None:
-        """Issue a new credential (the device's others stay valid); prints its secret once."""
-        owner = _tenant(tenant)
-        _show_secret(run_with_connection(lambda conn: credentials.issue(conn, owner, device)),
-                     as_json=as_json)
 
-    @app.command("rotate")
-    def rotate(device: str = typer.Argument(..., help="Device id."),
-               tenant: str | None = tenant_option, as_json: bool = JSON_OPTION) -> None:
-        """Issue a new credential and retire all the others at once; prints its secret once."""
-        owner = _tenant(tenant)
-        _show_secret(run_with_connection(lambda conn: credentials.rotate(conn, owner, device)),
-                     as_json=as_json)
+@credentials_app.command("issue")
+def issue(device: str = typer.Argument(..., help="Device id."),
+          tenant: str | None = TENANT_SETTING_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Issue a new credential (the device's others stay valid); prints its secret once."""
+    owner = tenant_name(tenant)
+    _show_secret(run_with_connection(lambda conn: credentials.issue(conn, owner, device)),
+                 as_json=as_json)
 
-    @app.command("revoke")
-    def revoke(device: str = typer.Argument(..., help="Device id."),
-               key: str | None = typer.Option(None, "--key", help="Only the credential with "
-                                              "this key id (default: all of them)."),
-               tenant: str | None = tenant_option, as_json: bool = JSON_OPTION) -> None:
-        """Retire one credential of the device (--key), or every valid one."""
-        owner = _tenant(tenant)
-        retired = run_with_connection(
-            lambda conn: credentials.revoke(conn, owner, device, key))
-        if as_json:
-            print_json({"device": device, "revoked": retired})
-        elif retired:
-            console.print(f"revoked {len(retired)} credential(s) of device {device}: "
-                          f"{', '.join(retired)}")
-        else:
-            console.print(f"device {device} has no valid credential; nothing revoked")
 
-    @app.command("list")
-    def list_(device: str | None = typer.Argument(None, help="Only this device."),
-              tenant: str | None = tenant_option, as_json: bool = JSON_OPTION) -> None:
-        """List credentials (key ids and states, never secrets)."""
-        owner = _tenant(tenant)
-        found = run_with_connection(
-            lambda conn: credentials.list_credentials(conn, owner, device))
-        title = f"credentials of {device}" if device else f"credentials of {owner}"
-        print_rows([c.as_dict() for c in found], columns=COLUMNS, title=title, as_json=as_json)
+@credentials_app.command("rotate")
+def rotate(device: str = typer.Argument(..., help="Device id."),
+           tenant: str | None = TENANT_SETTING_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Issue a new credential and retire all the others at once; prints its secret once."""
+    owner = tenant_name(tenant)
+    _show_secret(run_with_connection(lambda conn: credentials.rotate(conn, owner, device)),
+                 as_json=as_json)
 
-    devices_app.add_typer(app, name="credentials")
+
+@credentials_app.command("revoke")
+def revoke(device: str = typer.Argument(..., help="Device id."),
+           key: str | None = typer.Option(None, "--key", help="Only the credential with "
+                                          "this key id (default: all of them)."),
+           tenant: str | None = TENANT_SETTING_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Retire one credential of the device (--key), or every valid one."""
+    owner = tenant_name(tenant)
+    retired = run_with_connection(
+        lambda conn: credentials.revoke(conn, owner, device, key))
+    if as_json:
+        print_json({"device": device, "revoked": retired})
+    elif retired:
+        console.print(f"revoked {len(retired)} credential(s) of device {device}: "
+                      f"{', '.join(retired)}")
+    else:
+        console.print(f"device {device} has no valid credential; nothing revoked")
+
+
+@credentials_app.command("list")
+def list_(device: str | None = typer.Argument(None, help="Only this device."),
+          tenant: str | None = TENANT_SETTING_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """List credentials (key ids and states, never secrets)."""
+    owner = tenant_name(tenant)
+    found = run_with_connection(
+        lambda conn: credentials.list_credentials(conn, owner, device))
+    title = f"credentials of {device}" if device else f"credentials of {owner}"
+    print_rows([c.as_dict() for c in found], columns=COLUMNS, title=title, as_json=as_json)

@@ -10,21 +10,20 @@ secrets devices connect to NATS with.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 import typer
 
 from streams import registry
-from streams.cli import credentials
+from streams.cli.credentials import credentials_app
+from streams.cli.options import (
+    JSON_OPTION,
+    TENANT_SETTING_OPTION,
+    run_with_connection,
+    tenant_name,
+)
 from streams.cli.output import console, print_json, print_record, print_rows
-from streams.cli.schema import JSON_OPTION, TENANT_HELP, run_with_connection
-from streams.config import load_settings
 
 COLUMNS = ("external_id", "name", "active", "schema", "schema_version", "updated_at")
-
-
-def _tenant(tenant: str | None) -> str:
-    return tenant or load_settings().default_tenant
 
 
 def _show(device: registry.Device, *, as_json: bool) -> None:
@@ -35,83 +34,88 @@ def _show(device: registry.Device, *, as_json: bool) -> None:
         print_record(data, title=f"device {device.external_id}")
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``devices`` commands to ``app``."""
-    devices_app = typer.Typer(help="Register devices, assign schemas, issue credentials.",
-                              no_args_is_help=True)
-    tenant_option: Any = typer.Option(None, "--tenant", help=TENANT_HELP)
+devices_app = typer.Typer(help="Register devices, assign schemas, issue credentials.",
+                          no_args_is_help=True)
 
-    @devices_app.command("add")
-    def add(device: str = typer.Argument(..., help="Device id used in subjects."),
-            name: str | None = typer.Option(None, help="Human-readable name."),
-            schema: str | None = typer.Option(None, help="Assign this schema (newest version)."),
-            version: int | None = typer.Option(None, help="Assign this version of --schema."),
-            inactive: bool = typer.Option(False, "--inactive", help="Register as inactive."),
-            tenant: str | None = tenant_option, as_json: bool = JSON_OPTION) -> None:
-        """Register a new device."""
-        owner = _tenant(tenant)
-        added = run_with_connection(lambda conn: registry.add_device(
-            conn, owner, device, name=name, schema=schema, version=version, active=not inactive))
-        if as_json:
-            print_json(asdict(added))
-            return
-        assigned = f", schema {added.schema} v{added.schema_version}" if added.schema else ""
-        state = "active" if added.active else "inactive"
-        console.print(f"added device {added.external_id} to tenant {owner} ({state}{assigned})")
 
-    @devices_app.command("list")
-    def list_(schema: str | None = typer.Option(None, help="Only devices on this schema."),
-              active: bool | None = typer.Option(None, "--active/--inactive",
-                                                 help="Only active (or inactive) devices."),
-              tenant: str | None = tenant_option, as_json: bool = JSON_OPTION) -> None:
-        """List the tenant's devices."""
-        owner = _tenant(tenant)
-        found = run_with_connection(
-            lambda conn: registry.list_devices(conn, owner, schema=schema, active=active))
-        print_rows([asdict(d) for d in found], columns=COLUMNS, title=f"devices of {owner}",
-                   as_json=as_json)
+@devices_app.command("add")
+def add(device: str = typer.Argument(..., help="Device id used in subjects."),
+        name: str | None = typer.Option(None, help="Human-readable name."),
+        schema: str | None = typer.Option(None, help="Assign this schema (newest version)."),
+        version: int | None = typer.Option(None, help="Assign this version of --schema."),
+        inactive: bool = typer.Option(False, "--inactive", help="Register as inactive."),
+        tenant: str | None = TENANT_SETTING_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Register a new device."""
+    owner = tenant_name(tenant)
+    added = run_with_connection(lambda conn: registry.add_device(
+        conn, owner, device, name=name, schema=schema, version=version, active=not inactive))
+    if as_json:
+        print_json(asdict(added))
+        return
+    assigned = f", schema {added.schema} v{added.schema_version}" if added.schema else ""
+    state = "active" if added.active else "inactive"
+    console.print(f"added device {added.external_id} to tenant {owner} ({state}{assigned})")
 
-    @devices_app.command("show")
-    def show(device: str = typer.Argument(...), tenant: str | None = tenant_option,
-             as_json: bool = JSON_OPTION) -> None:
-        """Show one device."""
-        owner = _tenant(tenant)
-        _show(run_with_connection(lambda conn: registry.show_device(conn, owner, device)),
-              as_json=as_json)
 
-    def _set_active(device: str, tenant: str | None, active: bool) -> None:
-        owner = _tenant(tenant)
-        found, changed = run_with_connection(
-            lambda conn: registry.set_active(conn, owner, device, active))
-        word = "activated" if active else "deactivated"
-        already = "active" if active else "inactive"
-        console.print(f"device {found.external_id} {word}" if changed
-                      else f"device {found.external_id} was already {already}; nothing changed")
+@devices_app.command("list")
+def list_(schema: str | None = typer.Option(None, help="Only devices on this schema."),
+          active: bool | None = typer.Option(None, "--active/--inactive",
+                                             help="Only active (or inactive) devices."),
+          tenant: str | None = TENANT_SETTING_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """List the tenant's devices."""
+    owner = tenant_name(tenant)
+    found = run_with_connection(
+        lambda conn: registry.list_devices(conn, owner, schema=schema, active=active))
+    print_rows([asdict(d) for d in found], columns=COLUMNS, title=f"devices of {owner}",
+               as_json=as_json)
 
-    @devices_app.command("activate")
-    def activate(device: str = typer.Argument(...), tenant: str | None = tenant_option) -> None:
-        """Let the device's envelopes be processed and published."""
-        _set_active(device, tenant, True)
 
-    @devices_app.command("deactivate")
-    def deactivate(device: str = typer.Argument(...), tenant: str | None = tenant_option) -> None:
-        """Record the device's envelopes but skip mutate/derive/publish."""
-        _set_active(device, tenant, False)
+@devices_app.command("show")
+def show(device: str = typer.Argument(...), tenant: str | None = TENANT_SETTING_OPTION,
+         as_json: bool = JSON_OPTION) -> None:
+    """Show one device."""
+    owner = tenant_name(tenant)
+    _show(run_with_connection(lambda conn: registry.show_device(conn, owner, device)),
+          as_json=as_json)
 
-    @devices_app.command("assign")
-    def assign(device: str = typer.Argument(...),
-               schema: str = typer.Argument(..., help="Schema name."),
-               version: int | None = typer.Option(None, "--version", help="Default: newest."),
-               tenant: str | None = tenant_option, as_json: bool = JSON_OPTION) -> None:
-        """Assign a schema version to a device."""
-        owner = _tenant(tenant)
-        updated = run_with_connection(
-            lambda conn: registry.assign_schema(conn, owner, device, schema, version))
-        if as_json:
-            print_json(asdict(updated))
-            return
-        console.print(f"device {updated.external_id} now uses {updated.schema} "
-                      f"v{updated.schema_version}")
 
-    credentials.register(devices_app)
-    app.add_typer(devices_app, name="devices")
+def _set_active(device: str, tenant: str | None, active: bool) -> None:
+    owner = tenant_name(tenant)
+    found, changed = run_with_connection(
+        lambda conn: registry.set_active(conn, owner, device, active))
+    word = "activated" if active else "deactivated"
+    already = "active" if active else "inactive"
+    console.print(f"device {found.external_id} {word}" if changed
+                  else f"device {found.external_id} was already {already}; nothing changed")
+
+
+@devices_app.command("activate")
+def activate(device: str = typer.Argument(...),
+             tenant: str | None = TENANT_SETTING_OPTION) -> None:
+    """Let the device's envelopes be processed and published."""
+    _set_active(device, tenant, True)
+
+
+@devices_app.command("deactivate")
+def deactivate(device: str = typer.Argument(...),
+               tenant: str | None = TENANT_SETTING_OPTION) -> None:
+    """Record the device's envelopes but skip mutate/derive/publish."""
+    _set_active(device, tenant, False)
+
+
+@devices_app.command("assign")
+def assign(device: str = typer.Argument(...),
+           schema: str = typer.Argument(..., help="Schema name."),
+           version: int | None = typer.Option(None, "--version", help="Default: newest."),
+           tenant: str | None = TENANT_SETTING_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Assign a schema version to a device."""
+    owner = tenant_name(tenant)
+    updated = run_with_connection(
+        lambda conn: registry.assign_schema(conn, owner, device, schema, version))
+    if as_json:
+        print_json(asdict(updated))
+        return
+    console.print(f"device {updated.external_id} now uses {updated.schema} "
+                  f"v{updated.schema_version}")
+
+devices_app.add_typer(credentials_app, name="credentials")

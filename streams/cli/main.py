@@ -1,16 +1,25 @@
-"""The ``tideway`` command: one typer app; each area registers its own commands.
+"""The ``tideway`` command: one typer app assembled from the areas' own.
 
-Areas live in their own modules (``processes``, ``schema``, ``devices``, ``telemetry``,
-``sessions``, ``runs``...) and expose ``register(app)``; this module only assembles them and turns
-Tideway's own errors into a one-line message and exit code 1 (``streams.cli.exit_codes``).
+Each area is a module with a module-level typer app of its own (``process_commands`` holds plain
+commands): ``schema_app``, ``devices_app``, ``sessions_app``, ``runs_app``... This module only
+imports and mounts them, and turns Tideway's own errors into a one-line message and exit code
+1 (``streams.cli.exit_codes``). The order below is the order of ``--help``: typer lists the
+plain commands first, then the groups, each in the order they are added.
 """
 
 from __future__ import annotations
 
-import importlib
-
 import typer
 
+from streams.cli import process_commands, telemetry
+from streams.cli.api_keys import api_keys_app
+from streams.cli.broker import broker_app
+from streams.cli.config_cmd import config_app, migrate
+from streams.cli.devices import devices_app
+from streams.cli.retention import retention_app
+from streams.cli.runs import runs_app
+from streams.cli.schema import schema_app
+from streams.cli.sessions import sessions_app
 from streams.errors import TidewayError
 
 app = typer.Typer(
@@ -21,21 +30,28 @@ app = typer.Typer(
     epilog="Exit codes: 0 done, 1 error, 2 bad usage, 3 the command ran and reports a failure.",
 )
 
-# Each module exposes ``register(app: typer.Typer) -> None``. The order is the order of --help.
-_AREAS = (
-    "streams.cli.processes",
-    "streams.cli.config_cmd",
-    "streams.cli.schema",
-    "streams.cli.devices",
-    "streams.cli.broker",
-    "streams.cli.telemetry",
-    "streams.cli.sessions",
-    "streams.cli.runs",
-    "streams.cli.retention",
-)
+app.command("up")(process_commands.up)
+app.command("demo")(process_commands.demo)
+app.command("ingest")(process_commands.ingest)
+app.command("intake")(process_commands.intake)
+app.command("worker")(process_commands.worker)
+app.command("api")(process_commands.api)
+app.command("auth")(process_commands.auth)
+app.command("migrate")(migrate)
+app.command("simulate")(telemetry.simulate_cmd)
+app.command("replay")(telemetry.replay_cmd)
 
-for _name in _AREAS:
-    importlib.import_module(_name).register(app)
+app.add_typer(config_app, name="config")
+app.add_typer(schema_app, name="schema")
+app.add_typer(devices_app, name="devices")
+app.add_typer(broker_app, name="broker")
+app.add_typer(telemetry.streams_app, name="streams")
+app.add_typer(telemetry.dlq_app, name="dlq")
+app.add_typer(telemetry.messages_app, name="messages")
+app.add_typer(sessions_app, name="sessions")
+app.add_typer(api_keys_app, name="api-keys")
+app.add_typer(runs_app, name="runs")
+app.add_typer(retention_app, name="retention")
 
 
 def _version(value: bool) -> None:

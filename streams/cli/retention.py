@@ -21,6 +21,7 @@ from typing import Any
 import typer
 
 from streams.adapters import postgres
+from streams.cli.options import JSON_OPTION
 from streams.cli.output import console, print_json, print_rows
 from streams.config import load_settings
 from streams.errors import TransientError
@@ -34,11 +35,6 @@ retention_app = typer.Typer(
 _COLUMNS = ["tier", "target", "expires_at", "action", "bytes", "rows", "archive_to"]
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``retention`` group to ``app``."""
-    app.add_typer(retention_app, name="retention")
-
-
 def _row(item: PlanItem) -> dict[str, Any]:
     row = asdict(item)
     row["expires_at"] = (
@@ -48,7 +44,7 @@ def _row(item: PlanItem) -> dict[str, Any]:
 
 
 @retention_app.command("show")
-def show_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def show_command(as_json: bool = JSON_OPTION) -> None:
     """Every partition, dedupe generation, superseded run and leftover: size, expiry, and
     what a run would do now."""
 
@@ -83,7 +79,7 @@ def show_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.
 @retention_app.command("run")
 def run_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would go; change nothing."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """One maintenance round now: create partitions ahead, start a dedupe generation if one
     is due, drop and delete what expired."""

@@ -24,9 +24,11 @@ from rich.tree import Tree
 from schemas.api import DagJob, RunDag, operator_fields
 from streams.adapters import postgres
 from streams.adapters.postgres import Conn
+from streams.cli.options import JSON_OPTION, parse_id
 from streams.cli.output import console, print_json, print_record, print_rows
+from streams.cli.sessions import reprocess_cmd, rollback_cmd
 from streams.config import load_settings
-from streams.errors import NotFoundError, UsageError
+from streams.errors import NotFoundError
 from streams.jobs import queue, run_actions
 from streams.sessions.reprocess import BACKFILL_PRIORITY, BackfillItem, BackfillScope, backfill
 from streams.views.runs import list_runs, show_run
@@ -53,18 +55,13 @@ _STYLE = {
 }
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``runs`` group to ``app``."""
-    app.add_typer(runs_app, name="runs")
-
-
 @runs_app.command("list")
 def list_command(
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's runs."),
     session: str | None = typer.Option(None, "--session", help="Only this session's runs."),
     status: str | None = typer.Option(None, "--status", help="Only runs in this state."),
     limit: int = typer.Option(50, "--limit", min=1),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """List runs, newest first."""
 
@@ -73,7 +70,7 @@ def list_command(
         try:
             tenant_id = await _tenant_id(conn, tenant) if tenant else None
             rows = await list_runs(
-                conn, tenant_id=tenant_id, session_id=_uuid(session, "session") if session
+                conn, tenant_id=tenant_id, session_id=parse_id(session, "session") if session
                 else None, status=status, limit=limit,
             )  # fmt: skip
         finally:
@@ -90,14 +87,14 @@ def list_command(
 @runs_app.command("show")
 def show_command(
     run_id: str = typer.Argument(..., help="The run's id."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Show a run's DAG with each job's state, attempts and timings."""
 
     async def main() -> RunDag:
         conn = await postgres.connect(load_settings().postgres())
         try:
-            return await show_run(conn, _uuid(run_id, "run"))
+            return await show_run(conn, parse_id(run_id, "run"))
         finally:
             await conn.close()
 
@@ -119,7 +116,7 @@ def cancel_command(run_id: str = typer.Argument(..., help="The run's id.")) -> N
         conn = await postgres.connect(settings.postgres())
         try:
             return await run_actions.cancel_run(
-                conn, _uuid(run_id, "run"), channel=queue.jobs_channel(settings)
+                conn, parse_id(run_id, "run"), channel=queue.jobs_channel(settings)
             )
         finally:
             await conn.close()
@@ -145,7 +142,7 @@ def retry_command(
         conn = await postgres.connect(settings.postgres())
         try:
             return await run_actions.retry_run(
-                conn, _uuid(run_id, "run"), requested_by=requested_by,
+                conn, parse_id(run_id, "run"), requested_by=requested_by,
                 channel=queue.jobs_channel(settings),
                 default_attempts=settings.retry.job_max_attempts,
             )  # fmt: skip
@@ -169,7 +166,7 @@ def backfill_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would run; start nothing."),
     wait: bool = typer.Option(False, "--wait", help="Follow the new runs until they end."),
     requested_by: str = typer.Option("operator", "--requested-by"),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Reprocess sessions with the current versions, once each (sessions with a run at these
     versions and config are left alone, so running it again starts nothing new)."""
@@ -212,6 +209,11 @@ def backfill_command(
         if ended:
             line += "; runs ended: " + ", ".join(f"{n} {s}" for s, n in sorted(ended.items()))
         console.print(line)
+
+
+# Issue 4 names them as run commands; they act on a session's runs, so both spellings work.
+runs_app.command("reprocess")(reprocess_cmd)
+runs_app.command("rollback")(rollback_cmd)
 
 
 def _progress(quiet: bool) -> Progress:
@@ -318,13 +320,6 @@ def _secs(value: float | None) -> str:
 
 def _time(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%H:%M:%S")
-
-
-def _uuid(value: str, what: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError as exc:
-        raise UsageError(f"not a {what} id: {value!r}") from exc
 
 
 async def _tenant_id(conn: Conn, name: str) -> uuid.UUID:

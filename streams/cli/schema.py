@@ -8,11 +8,9 @@ the envelope would not be processed.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import typer
 
@@ -23,29 +21,17 @@ from stages.ingest.ingress import EnvelopeError, load_json
 from stages.ingest.program import compile_schema
 from stages.ingest.topic_program import TopicProgram
 from streams import registry
-from streams.adapters import postgres
 from streams.cli.exit_codes import ExitCode
+from streams.cli.options import (
+    JSON_OPTION,
+    TENANT_SETTING_OPTION,
+    run_with_connection,
+    tenant_name,
+)
 from streams.cli.output import console, print_json, print_record, print_rows
-from streams.config import load_settings
 from streams.errors import UsageError
 
-T = TypeVar("T")
-
-JSON_OPTION = typer.Option(False, "--json", help="Print JSON.")
-TENANT_HELP = "Tenant (default: the default_tenant setting)."
-
-
-def run_with_connection(work: Callable[[Any], Awaitable[T]]) -> T:
-    """Run ``work(conn)`` on a connection to the configured Postgres."""
-
-    async def main() -> T:
-        conn = await postgres.connect(load_settings().postgres())
-        try:
-            return await work(conn)
-        finally:
-            await conn.close()
-
-    return asyncio.run(main())
+schema_app = typer.Typer(help="Device schemas: apply, list, show, test.", no_args_is_help=True)
 
 
 def load_checked(file: Path) -> tuple[SchemaFile, dict[str, TopicProgram]]:
@@ -57,86 +43,83 @@ def load_checked(file: Path) -> tuple[SchemaFile, dict[str, TopicProgram]]:
         raise UsageError(exc.message, code=exc.code) from None
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``schema`` commands to ``app``."""
-    schema_app = typer.Typer(help="Device schemas: apply, list, show, test.", no_args_is_help=True)
+@schema_app.command("apply")
+def apply(file: Path = typer.Argument(..., help="Schema file (YAML)."),
+          as_json: bool = JSON_OPTION) -> None:
+    """Store FILE as a new schema version (identical content is a no-op)."""
+    schema, _ = load_checked(file)
+    text = file.read_text(encoding="utf-8")
+    result = run_with_connection(
+        lambda conn: registry.apply_schema(conn, schema, source_text=text,
+                                           filename=str(file)))
+    if as_json:
+        print_json({**asdict(result), "status": "created" if result.created else "unchanged"})
+    elif result.created:
+        topics = ", ".join(result.topics)
+        console.print(f"applied {result.schema} v{result.version} for tenant {result.tenant} "
+                      f"(sha256 {result.content_hash[:12]}), topics: {topics}")
+    else:
+        newest = ("" if result.latest_version == result.version
+                  else f"; the newest version is v{result.latest_version}")
+        console.print(f"unchanged: {result.schema} v{result.version} already has this "
+                      f"content (sha256 {result.content_hash[:12]}); nothing written{newest}")
 
-    @schema_app.command("apply")
-    def apply(file: Path = typer.Argument(..., help="Schema file (YAML)."),
-              as_json: bool = JSON_OPTION) -> None:
-        """Store FILE as a new schema version (identical content is a no-op)."""
-        schema, _ = load_checked(file)
-        text = file.read_text(encoding="utf-8")
-        result = run_with_connection(
-            lambda conn: registry.apply_schema(conn, schema, source_text=text,
-                                               filename=str(file)))
-        if as_json:
-            print_json({**asdict(result), "status": "created" if result.created else "unchanged"})
-        elif result.created:
-            topics = ", ".join(result.topics)
-            console.print(f"applied {result.schema} v{result.version} for tenant {result.tenant} "
-                          f"(sha256 {result.content_hash[:12]}), topics: {topics}")
-        else:
-            newest = ("" if result.latest_version == result.version
-                      else f"; the newest version is v{result.latest_version}")
-            console.print(f"unchanged: {result.schema} v{result.version} already has this "
-                          f"content (sha256 {result.content_hash[:12]}); nothing written{newest}")
 
-    @schema_app.command("list")
-    def list_(tenant: str | None = typer.Option(None, help=TENANT_HELP),
-              as_json: bool = JSON_OPTION) -> None:
-        """List the tenant's schemas with their newest version."""
-        name = tenant or load_settings().default_tenant
-        found = run_with_connection(lambda conn: registry.list_schemas(conn, name))
-        print_rows([asdict(s) for s in found], title=f"schemas of {name}", as_json=as_json,
-                   columns=("name", "latest_version", "versions", "devices", "content_hash",
-                            "updated_at"))
+@schema_app.command("list")
+def list_(tenant: str | None = TENANT_SETTING_OPTION,
+          as_json: bool = JSON_OPTION) -> None:
+    """List the tenant's schemas with their newest version."""
+    name = tenant_name(tenant)
+    found = run_with_connection(lambda conn: registry.list_schemas(conn, name))
+    print_rows([asdict(s) for s in found], title=f"schemas of {name}", as_json=as_json,
+               columns=("name", "latest_version", "versions", "devices", "content_hash",
+                        "updated_at"))
 
-    @schema_app.command("show")
-    def show(name: str = typer.Argument(..., help="Schema name."),
-             version: int | None = typer.Option(None, "--version", help="Default: newest."),
-             tenant: str | None = typer.Option(None, help=TENANT_HELP),
-             source: bool = typer.Option(False, "--source", help="Print the applied file text."),
-             as_json: bool = JSON_OPTION) -> None:
-        """Show one version of a schema and its parameters."""
-        owner = tenant or load_settings().default_tenant
 
-        async def fetch(conn: Any) -> tuple[registry.SchemaVersion, list[dict[str, Any]]]:
-            found = await registry.show_schema(conn, owner, name, version)
-            return found, await registry.schema_parameters(conn, found.id)
+@schema_app.command("show")
+def show(name: str = typer.Argument(..., help="Schema name."),
+         version: int | None = typer.Option(None, "--version", help="Default: newest."),
+         tenant: str | None = TENANT_SETTING_OPTION,
+         source: bool = typer.Option(False, "--source", help="Print the applied file text."),
+         as_json: bool = JSON_OPTION) -> None:
+    """Show one version of a schema and its parameters."""
+    owner = tenant_name(tenant)
 
-        found, parameters = run_with_connection(fetch)
-        if as_json:
-            print_json({**asdict(found), "parameters": parameters})
-            return
-        if source:
-            console.print(found.source_text, markup=False, highlight=False)
-            return
-        print_record({"schema": found.schema, "tenant": found.tenant, "version": found.version,
-                      "versions": ", ".join(map(str, found.versions)),
-                      "content_hash": found.content_hash, "created_at": found.created_at,
-                      "devices": found.devices}, title=f"{found.schema} v{found.version}")
-        print_rows(parameters, title="parameters", columns=(
-            "topic", "name", "type", "unit", "source", "required", "critical", "min_value",
-            "max_value", "mutate", "derived"))
+    async def fetch(conn: Any) -> tuple[registry.SchemaVersion, list[dict[str, Any]]]:
+        found = await registry.show_schema(conn, owner, name, version)
+        return found, await registry.schema_parameters(conn, found.id)
 
-    @schema_app.command("test")
-    def test(file: Path = typer.Argument(..., help="Schema file (YAML)."),
-             payload: Path = typer.Option(..., "--payload", help="JSON envelope or values."),
-             topic: str | None = typer.Option(None, "--topic", help="Needed if several."),
-             as_json: bool = JSON_OPTION) -> None:
-        """Run one payload through validate, mutate and derive (no services needed)."""
-        schema, programs = load_checked(file)
-        program = programs[_pick_topic(schema, topic)]
-        report = evaluate_payload(program, _read_values(payload))
-        if as_json:
-            print_json(report)
-        else:
-            _print_report(report)
-        if report["outcome"] != "processed":
-            raise typer.Exit(ExitCode.FAILED)
+    found, parameters = run_with_connection(fetch)
+    if as_json:
+        print_json({**asdict(found), "parameters": parameters})
+        return
+    if source:
+        console.print(found.source_text, markup=False, highlight=False)
+        return
+    print_record({"schema": found.schema, "tenant": found.tenant, "version": found.version,
+                  "versions": ", ".join(map(str, found.versions)),
+                  "content_hash": found.content_hash, "created_at": found.created_at,
+                  "devices": found.devices}, title=f"{found.schema} v{found.version}")
+    print_rows(parameters, title="parameters", columns=(
+        "topic", "name", "type", "unit", "source", "required", "critical", "min_value",
+        "max_value", "mutate", "derived"))
 
-    app.add_typer(schema_app, name="schema")
+
+@schema_app.command("test")
+def test(file: Path = typer.Argument(..., help="Schema file (YAML)."),
+         payload: Path = typer.Option(..., "--payload", help="JSON envelope or values."),
+         topic: str | None = typer.Option(None, "--topic", help="Needed if several."),
+         as_json: bool = JSON_OPTION) -> None:
+    """Run one payload through validate, mutate and derive (no services needed)."""
+    schema, programs = load_checked(file)
+    program = programs[_pick_topic(schema, topic)]
+    report = evaluate_payload(program, _read_values(payload))
+    if as_json:
+        print_json(report)
+    else:
+        _print_report(report)
+    if report["outcome"] != "processed":
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def _pick_topic(schema: SchemaFile, topic: str | None) -> str:

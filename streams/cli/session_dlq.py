@@ -9,77 +9,73 @@ when a named id is not a dead letter.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import typer
 
 from streams.cli.exit_codes import ExitCode
+from streams.cli.options import JSON_OPTION, ONLY_TENANT_OPTION
 from streams.cli.output import console, err_console, print_json, print_record, print_rows
 from streams.config import load_settings
 
-_JSON: Any = typer.Option(False, "--json", help="Print JSON.")
-_TENANT: Any = typer.Option(None, "--tenant", help="Only this tenant.")
+session_dlq_app = typer.Typer(
+    help="Dead-lettered session notices: list, show, redrive.", no_args_is_help=True
+)
 
 
-def register(sessions: typer.Typer) -> None:
-    """Add ``dlq`` to the ``sessions`` command group."""
-    dlq = typer.Typer(
-        help="Dead-lettered session notices: list, show, redrive.", no_args_is_help=True
+@session_dlq_app.command("list")
+def list_(
+    tenant: str | None = ONLY_TENANT_OPTION,
+    after: int = typer.Option(0, "--after", min=0, help="Only ids above this one."),
+    limit: int = typer.Option(100, "--limit", min=1, max=10_000),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Dead-lettered notices, oldest first."""
+    from streams.sessions.dead_letters import list_dead_notices
+
+    found = asyncio.run(
+        list_dead_notices(load_settings(), tenant=tenant, after=after, limit=limit)
     )
-    sessions.add_typer(dlq, name="dlq")
+    print_rows(
+        [d.as_dict() for d in found],
+        columns=["id", "tenant", "device", "code", "error_type", "retry_count",
+                 "dead_lettered_at", "message"],
+        title="session dead letters",
+        as_json=as_json,
+    )
 
-    @dlq.command("list")
-    def list_(
-        tenant: str | None = _TENANT,
-        after: int = typer.Option(0, "--after", min=0, help="Only ids above this one."),
-        limit: int = typer.Option(100, "--limit", min=1, max=10_000),
-        as_json: bool = _JSON,
-    ) -> None:
-        """Dead-lettered notices, oldest first."""
-        from streams.sessions.dead_letters import list_dead_notices
 
-        found = asyncio.run(
-            list_dead_notices(load_settings(), tenant=tenant, after=after, limit=limit)
+@session_dlq_app.command("show")
+def show(
+    dead_letter_id: int = typer.Argument(..., help="Dead letter id (from list)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """One dead-lettered notice: why, and the notice itself."""
+    from streams.sessions.dead_letters import show_dead_notice
+
+    dead = asyncio.run(show_dead_notice(load_settings(), dead_letter_id))
+    print_record(dead.as_dict(), title=f"session dead letter {dead_letter_id}", as_json=as_json)
+
+
+@session_dlq_app.command("redrive")
+def redrive(
+    ids: list[int] = typer.Argument(None, help="Dead letter ids (default: all)."),
+    tenant: str | None = ONLY_TENANT_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Publish dead-lettered notices again for intake (after fixing their cause), and
+    remove them from the dead-letter stream. Exit 3 if a named id is not a dead letter."""
+    from streams.sessions.dead_letters import NOT_FOUND, REDRIVEN, redrive_dead_notices
+
+    results = asyncio.run(redrive_dead_notices(load_settings(), ids or None, tenant=tenant))
+    missing = [r.id for r in results if r.outcome == NOT_FOUND]
+    if as_json:
+        print_json(
+            {"redriven": [r.id for r in results if r.outcome == REDRIVEN], "not_found": missing}
         )
-        print_rows(
-            [d.as_dict() for d in found],
-            columns=["id", "tenant", "device", "code", "error_type", "retry_count",
-                     "dead_lettered_at", "message"],
-            title="session dead letters",
-            as_json=as_json,
-        )
-
-    @dlq.command("show")
-    def show(
-        dead_letter_id: int = typer.Argument(..., help="Dead letter id (from list)."),
-        as_json: bool = _JSON,
-    ) -> None:
-        """One dead-lettered notice: why, and the notice itself."""
-        from streams.sessions.dead_letters import show_dead_notice
-
-        dead = asyncio.run(show_dead_notice(load_settings(), dead_letter_id))
-        print_record(dead.as_dict(), title=f"session dead letter {dead_letter_id}", as_json=as_json)
-
-    @dlq.command("redrive")
-    def redrive(
-        ids: list[int] = typer.Argument(None, help="Dead letter ids (default: all)."),
-        tenant: str | None = _TENANT,
-        as_json: bool = _JSON,
-    ) -> None:
-        """Publish dead-lettered notices again for intake (after fixing their cause), and
-        remove them from the dead-letter stream. Exit 3 if a named id is not a dead letter."""
-        from streams.sessions.dead_letters import NOT_FOUND, REDRIVEN, redrive_dead_notices
-
-        results = asyncio.run(redrive_dead_notices(load_settings(), ids or None, tenant=tenant))
-        missing = [r.id for r in results if r.outcome == NOT_FOUND]
-        if as_json:
-            print_json(
-                {"redriven": [r.id for r in results if r.outcome == REDRIVEN], "not_found": missing}
-            )
-        else:
-            done = sum(1 for r in results if r.outcome == REDRIVEN)
-            console.print(f"{done} notice(s) redriven" if results else "nothing to redrive")
-            if missing:
-                err_console.print("not session dead letters: " + " ".join(map(str, missing)))
+    else:
+        done = sum(1 for r in results if r.outcome == REDRIVEN)
+        console.print(f"{done} notice(s) redriven" if results else "nothing to redrive")
         if missing:
-            raise typer.Exit(ExitCode.FAILED)
+            err_console.print("not session dead letters: " + " ".join(map(str, missing)))
+    if missing:
+        raise typer.Exit(ExitCode.FAILED)

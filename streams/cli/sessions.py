@@ -1,77 +1,46 @@
-"""``tideway sessions upload | list | show | synth | reprocess | rollback | dlq`` and ``api-keys``.
+"""``tideway sessions upload | list | show | synth | reprocess | rollback | dlq``.
 
 Uploads store the files in the object store and publish a notice for intake (``tideway up``
 or a ``tideway intake`` process must be running for the run to be created and processed);
 ``--wait`` follows the run until it ends. ``reprocess`` / ``rollback`` move a session's active
 run blue/green (see ``streams.sessions.reprocess``). ``synth`` writes a synthetic session file
-and its ground truth (``<out>.truth.json``) for tests and the demo.
+and its ground truth (``<out>.truth.json``) for tests and the demo. ``reprocess`` and
+``rollback`` are ``tideway runs`` commands too (:mod:`streams.cli.runs`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import uuid
-from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
 
-from streams.adapters import postgres
 from streams.cli.exit_codes import ExitCode
+from streams.cli.options import (
+    JSON_OPTION,
+    TENANT_OPTION,
+    parse_id,
+    run_with_connection,
+    tenant_name,
+)
 from streams.cli.output import console, print_json, print_record, print_rows
+from streams.cli.session_dlq import session_dlq_app
 from streams.config import Settings, load_settings
 from streams.errors import NotFoundError, UsageError
+from streams.sessions.notice import run_config_from_json, session_date_from_text
 
 if TYPE_CHECKING:
     from streams.jobs.enqueue import EnqueuedRun
 
-T = TypeVar("T")
-
-JSON_OPTION: Any = typer.Option(False, "--json", help="Print JSON.")
-TENANT_OPTION: Any = typer.Option(None, "--tenant", help="Tenant (default: default_tenant).")
-
-
-def _with_conn(work: Callable[[Any], Awaitable[T]]) -> T:
-    async def main(settings: Settings) -> T:
-        conn = await postgres.connect(settings.postgres())
-        try:
-            return await work(conn)
-        finally:
-            await conn.close()
-
-    coro: Coroutine[Any, Any, T] = main(load_settings())
-    return asyncio.run(coro)
-
-
-def _tenant(tenant: str | None) -> str:
-    return tenant or load_settings().default_tenant
-
-
-def _uuid(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise UsageError(f"not an id: {value!r}") from None
-
-
-def _date(raw: str | None) -> dt.date | None:
-    if raw is None:
-        return None
-    try:
-        return dt.date.fromisoformat(raw)
-    except ValueError as exc:
-        raise UsageError(f"--date {raw!r} is not YYYY-MM-DD") from exc
 
 
 def _config(raw: str | None) -> dict[str, Any]:
+    """``--config``: JSON text or ``@file``, checked as the API checks its own."""
     if not raw:
         return {}
     text = Path(raw[1:]).read_text(encoding="utf-8") if raw.startswith("@") else raw
-    from streams.sessions.notice import run_config_from_json  # the API's upload reads it so
-
     return run_config_from_json(text, name="--config")
 
 
@@ -136,250 +105,214 @@ def _print_laps(report: dict[str, Any]) -> None:
     print_rows(rows, title="laps", columns=list(rows[0]))
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``sessions`` and ``api-keys`` to ``app``."""
-    sessions = typer.Typer(help="Whole-session files: upload, inspect, reprocess.",
+sessions_app = typer.Typer(help="Whole-session files: upload, inspect, reprocess.",
                            no_args_is_help=True)
-    app.add_typer(sessions, name="sessions")
-    from streams.cli import session_dlq
+sessions_app.add_typer(session_dlq_app, name="dlq")
 
-    session_dlq.register(sessions)
-    keys = typer.Typer(help="API keys for the HTTP API.", no_args_is_help=True)
-    app.add_typer(keys, name="api-keys")
 
-    @sessions.command("upload")
-    def upload(
-        files: list[Path] = typer.Argument(..., help="Session file(s), one session."),
-        device: str = typer.Option(..., "--device", help="Device the session came from."),
-        tenant: str | None = TENANT_OPTION,
-        priority: int = typer.Option(100, "--priority",
-                                     help="Higher runs first (reprocess 0, backfill -100)."),
-        config: str | None = typer.Option(None, "--config", help="Run config JSON or @file."),
-        date: str | None = typer.Option(
-            None, "--date", help="Day recorded (YYYY-MM-DD), for logs that carry no date."),
-        wait: bool = typer.Option(False, "--wait", help="Follow the run until it ends."),
-        timeout: float = typer.Option(600.0, "--timeout", help="Give up waiting after this."),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Store FILES as one session and hand them to intake (exit 3 over a daily quota)."""
-        from streams.cli.output import fail
-        from streams.observability.tracing import configure_tracing
-        from streams.sessions.quotas import QuotaExceededError
-        from streams.sessions.upload import upload_files
+@sessions_app.command("upload")
+def upload(
+    files: list[Path] = typer.Argument(..., help="Session file(s), one session."),
+    device: str = typer.Option(..., "--device", help="Device the session came from."),
+    tenant: str | None = TENANT_OPTION,
+    priority: int = typer.Option(100, "--priority",
+                                 help="Higher runs first (reprocess 0, backfill -100)."),
+    config: str | None = typer.Option(None, "--config", help="Run config JSON or @file."),
+    date: str | None = typer.Option(
+        None, "--date", help="Day recorded (YYYY-MM-DD), for logs that carry no date."),
+    wait: bool = typer.Option(False, "--wait", help="Follow the run until it ends."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Give up waiting after this."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Store FILES as one session and hand them to intake (exit 3 over a daily quota)."""
+    from streams.cli.output import fail
+    from streams.observability.tracing import configure_tracing
+    from streams.sessions.quotas import QuotaExceededError
+    from streams.sessions.upload import upload_files
 
-        configure_tracing("tideway-cli")  # only when the OTEL_* environment asks for traces
-        owner = _tenant(tenant)
-        settings = load_settings()
-        try:
-            receipt = asyncio.run(upload_files(
-                settings, tenant=owner, device=device, paths=files, priority=priority,
-                config=_config(config), date=_date(date)))
-        except QuotaExceededError as exc:  # the command ran; the answer is "not today"
-            fail(exc.describe(), code=ExitCode.FAILED)
-        if as_json and not wait:
-            print_json(receipt.as_dict())
-        elif not as_json:
-            console.print(f"uploaded {len(receipt.artifacts)} file(s) as session "
-                          f"{receipt.session_id} (artifact set {receipt.artifact_set_hash[:12]})")
-        if wait:
-            final = _follow(settings, as_json=as_json, timeout=timeout, tenant=owner,
-                            artifact_set_hash=receipt.artifact_set_hash)
-            _print_final(final, as_json=as_json)
+    configure_tracing("tideway-cli")  # only when the OTEL_* environment asks for traces
+    owner = tenant_name(tenant)
+    settings = load_settings()
+    try:
+        receipt = asyncio.run(upload_files(
+            settings, tenant=owner, device=device, paths=files, priority=priority,
+            config=_config(config),
+            date=session_date_from_text(date, name="--date")))
+    except QuotaExceededError as exc:  # the command ran; the answer is "not today"
+        fail(exc.describe(), code=ExitCode.FAILED)
+    if as_json and not wait:
+        print_json(receipt.as_dict())
+    elif not as_json:
+        console.print(f"uploaded {len(receipt.artifacts)} file(s) as session "
+                      f"{receipt.session_id} (artifact set {receipt.artifact_set_hash[:12]})")
+    if wait:
+        final = _follow(settings, as_json=as_json, timeout=timeout, tenant=owner,
+                        artifact_set_hash=receipt.artifact_set_hash)
+        _print_final(final, as_json=as_json)
 
-    @sessions.command("list")
-    def list_(
-        tenant: str | None = TENANT_OPTION,
-        device: str | None = typer.Option(None, "--device", help="Only this device."),
-        limit: int = typer.Option(50, "--limit", min=1, max=1000),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """List the tenant's newest sessions."""
-        from streams.registry import tenant_id
-        from streams.views import sessions as queries
 
-        owner = _tenant(tenant)
+@sessions_app.command("list")
+def list_(
+    tenant: str | None = TENANT_OPTION,
+    device: str | None = typer.Option(None, "--device", help="Only this device."),
+    limit: int = typer.Option(50, "--limit", min=1, max=1000),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """List the tenant's newest sessions."""
+    from streams.registry import tenant_id
+    from streams.views import sessions as queries
 
-        async def work(conn: Any) -> list[dict[str, Any]]:
-            tid = await tenant_id(conn, owner)
-            if tid is None:
-                return []
-            return await queries.list_sessions(conn, tid, device=device, limit=limit)
+    owner = tenant_name(tenant)
 
-        rows = _with_conn(work)
-        print_rows(rows, title=f"sessions of {owner}", as_json=as_json, columns=(
-            "id", "device", "status", "query_ready", "active_run_id", "latest_run_status",
-            "created_at"))
+    async def work(conn: Any) -> list[dict[str, Any]]:
+        tid = await tenant_id(conn, owner)
+        if tid is None:
+            return []
+        return await queries.list_sessions(conn, tid, device=device, limit=limit)
 
-    @sessions.command("show")
-    def show(
-        session: str = typer.Argument(..., help="Session id."),
-        tenant: str | None = TENANT_OPTION,
-        laps: bool = typer.Option(
-            False, "--laps", help="Also the active run's laps and its start/finish line."),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Show a session with its runs and artifacts (and, with --laps, every lap)."""
-        from streams.objects import ObjectStore
-        from streams.registry import tenant_id
-        from streams.views import sessions as queries
-        from streams.views.laps import session_laps
+    rows = run_with_connection(work)
+    print_rows(rows, title=f"sessions of {owner}", as_json=as_json, columns=(
+        "id", "device", "status", "query_ready", "active_run_id", "latest_run_status",
+        "created_at"))
 
-        owner, sid = _tenant(tenant), _uuid(session)
 
-        async def work(conn: Any) -> dict[str, Any]:
-            tid = await tenant_id(conn, owner)
-            if tid is None:
-                raise NotFoundError(f"no tenant {owner}")
-            found = await queries.get_session(conn, tid, sid)
-            if found["active_run_id"]:
-                run = await queries.get_run(conn, tid, _uuid(found["active_run_id"]))
-                found["active_run"] = {k: run[k] for k in (
-                    "status", "features_available", "feature_reasons", "summary")}
-            if laps:
-                store = ObjectStore(load_settings().objects())
-                found["laps"] = (await session_laps(conn, store, tid, sid)).model_dump()
-            return found
+@sessions_app.command("show")
+def show(
+    session: str = typer.Argument(..., help="Session id."),
+    tenant: str | None = TENANT_OPTION,
+    laps: bool = typer.Option(
+        False, "--laps", help="Also the active run's laps and its start/finish line."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Show a session with its runs and artifacts (and, with --laps, every lap)."""
+    from streams.objects import ObjectStore
+    from streams.registry import tenant_id
+    from streams.views import sessions as queries
+    from streams.views.laps import session_laps
 
-        data = _with_conn(work)
-        if as_json:
-            print_json(data)
-            return
-        head = {k: data[k] for k in ("id", "tenant", "device", "status", "query_ready",
-                                     "active_run_id", "created_at")}
-        print_record(head, title=f"session {sid}")
-        print_rows(data["runs"], title="runs", columns=(
-            "id", "status", "requested_by", "created_at", "completed_at", "failure_reason"))
-        print_rows(data["artifacts"], title="artifacts", columns=(
-            "filename", "bytes", "sha256", "status", "format_detected"))
-        if "active_run" in data:
-            flags = data["active_run"]["features_available"]
-            reasons = data["active_run"]["feature_reasons"]
-            print_rows([{"feature": f, "available": v, "reason": reasons.get(f)}
-                        for f, v in sorted(flags.items())],
-                       title="features of the active run",
-                       columns=("feature", "available", "reason"))
+    owner, sid = tenant_name(tenant), parse_id(session)
+
+    async def work(conn: Any) -> dict[str, Any]:
+        tid = await tenant_id(conn, owner)
+        if tid is None:
+            raise NotFoundError(f"no tenant {owner}")
+        found = await queries.get_session(conn, tid, sid)
+        if found["active_run_id"]:
+            run = await queries.get_run(conn, tid, parse_id(found["active_run_id"]))
+            found["active_run"] = {k: run[k] for k in (
+                "status", "features_available", "feature_reasons", "summary")}
         if laps:
-            _print_laps(data["laps"])
+            store = ObjectStore(load_settings().objects())
+            found["laps"] = (await session_laps(conn, store, tid, sid)).model_dump()
+        return found
 
-    @sessions.command("reprocess")
-    def reprocess_cmd(
-        session: str = typer.Argument(..., help="Session id."),
-        tenant: str | None = TENANT_OPTION,
-        config: str | None = typer.Option(None, "--config", help="New run config JSON/@file."),
-        wait: bool = typer.Option(False, "--wait", help="Follow the new run until it ends."),
-        timeout: float = typer.Option(600.0, "--timeout"),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Start a new run with the current versions; the session switches only if it succeeds."""
-        from streams.sessions.reprocess import reprocess
+    data = run_with_connection(work)
+    if as_json:
+        print_json(data)
+        return
+    head = {k: data[k] for k in ("id", "tenant", "device", "status", "query_ready",
+                                 "active_run_id", "created_at")}
+    print_record(head, title=f"session {sid}")
+    print_rows(data["runs"], title="runs", columns=(
+        "id", "status", "requested_by", "created_at", "completed_at", "failure_reason"))
+    print_rows(data["artifacts"], title="artifacts", columns=(
+        "filename", "bytes", "sha256", "status", "format_detected"))
+    if "active_run" in data:
+        flags = data["active_run"]["features_available"]
+        reasons = data["active_run"]["feature_reasons"]
+        print_rows([{"feature": f, "available": v, "reason": reasons.get(f)}
+                    for f, v in sorted(flags.items())],
+                   title="features of the active run",
+                   columns=("feature", "available", "reason"))
+    if laps:
+        _print_laps(data["laps"])
 
-        owner, sid = _tenant(tenant), _uuid(session)
-        settings = load_settings()
-        new_config = _config(config) if config else None
 
-        async def start(conn: Any) -> EnqueuedRun:
-            return await reprocess(
-                conn, tenant=owner, session_id=sid, config=new_config, requested_by="cli",
-                namespace=settings.namespace, default_attempts=settings.retry.job_max_attempts,
-            )  # fmt: skip
+@sessions_app.command("reprocess")
+def reprocess_cmd(
+    session: str = typer.Argument(..., help="Session id."),
+    tenant: str | None = TENANT_OPTION,
+    config: str | None = typer.Option(None, "--config", help="New run config JSON/@file."),
+    wait: bool = typer.Option(False, "--wait", help="Follow the new run until it ends."),
+    timeout: float = typer.Option(600.0, "--timeout"),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Start a new run with the current versions; the session switches only if it succeeds."""
+    from streams.sessions.reprocess import reprocess
 
-        enqueued = _with_conn(start)
-        if not as_json:
-            console.print(f"reprocessing session {sid} as run {enqueued.run_id}")
-        elif not wait:
-            print_json({"session_id": str(sid), "run_id": str(enqueued.run_id)})
-        if wait:
-            _print_final(_follow(settings, as_json=as_json, timeout=timeout,
-                                 run_id=enqueued.run_id), as_json=as_json)
+    owner, sid = tenant_name(tenant), parse_id(session)
+    settings = load_settings()
+    new_config = _config(config) if config else None
 
-    @sessions.command("rollback")
-    def rollback_cmd(
-        session: str = typer.Argument(..., help="Session id."),
-        to: str | None = typer.Option(None, "--to", help="Run to make active (default: the "
-                                      "previous succeeded or partial run)."),
-        tenant: str | None = TENANT_OPTION,
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Point the session back at an earlier good run (nothing is deleted), once every
-        dataset of that run has been read back and matched its sha256."""
-        from streams.objects import ObjectStore
-        from streams.sessions.reprocess import rollback
+    async def start(conn: Any) -> EnqueuedRun:
+        return await reprocess(
+            conn, tenant=owner, session_id=sid, config=new_config, requested_by="cli",
+            namespace=settings.namespace, default_attempts=settings.retry.job_max_attempts,
+        )  # fmt: skip
 
-        owner, sid = _tenant(tenant), _uuid(session)
-        target = _uuid(to) if to else None
-        store = ObjectStore(load_settings().objects())
-        moved = _with_conn(lambda conn: rollback(
-            conn, tenant=owner, session_id=sid, to_run=target, requested_by="cli", store=store))
-        data = {"session_id": str(sid), "from_run": str(moved.from_run),
-                "to_run": str(moved.to_run)}
-        if as_json:
-            print_json(data)
-        else:
-            console.print(f"session {sid}: active run {moved.from_run} -> {moved.to_run}")
+    enqueued = run_with_connection(start)
+    if not as_json:
+        console.print(f"reprocessing session {sid} as run {enqueued.run_id}")
+    elif not wait:
+        print_json({"session_id": str(sid), "run_id": str(enqueued.run_id)})
+    if wait:
+        _print_final(_follow(settings, as_json=as_json, timeout=timeout,
+                             run_id=enqueued.run_id), as_json=as_json)
 
-    # Issue 4 names them as run commands; they act on a session's runs, so both spellings work.
-    from streams.cli.runs import runs_app
 
-    runs_app.command("reprocess")(reprocess_cmd)
-    runs_app.command("rollback")(rollback_cmd)
+@sessions_app.command("rollback")
+def rollback_cmd(
+    session: str = typer.Argument(..., help="Session id."),
+    to: str | None = typer.Option(None, "--to", help="Run to make active (default: the "
+                                  "previous succeeded or partial run)."),
+    tenant: str | None = TENANT_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Point the session back at an earlier good run (nothing is deleted), once every
+    dataset of that run has been read back and matched its sha256."""
+    from streams.objects import ObjectStore
+    from streams.sessions.reprocess import rollback
 
-    @sessions.command("synth")
-    def synth(
-        out: Path = typer.Option(..., "--out", help="File to write (.gz: gzip-compressed)."),
-        laps: int = typer.Option(5, "--laps", min=1),
-        imu_hz: float = typer.Option(100.0, "--imu-hz"),
-        gnss_hz: float = typer.Option(10.0, "--gnss-hz"),
-        fmt: str = typer.Option("csv", "--format", help="nmea | gpx | csv | jsonl | fit"),
-        seed: int = typer.Option(0, "--seed"),
-        pit_lap: int | None = typer.Option(None, "--pit-lap", help="Pit stop after this lap."),
-        open_road: bool = typer.Option(False, "--open-road", help="A road that never closes."),
-        flat: bool = typer.Option(False, "--flat", help="No jumps."),
-    ) -> None:
-        """Write a synthetic session and its ground truth (OUT.truth.json)."""
-        from stages.batch import formats
-        from stages.batch.synth import synthesize
+    owner, sid = tenant_name(tenant), parse_id(session)
+    target = parse_id(to) if to else None
+    store = ObjectStore(load_settings().objects())
+    moved = run_with_connection(lambda conn: rollback(
+        conn, tenant=owner, session_id=sid, to_run=target, requested_by="cli", store=store))
+    data = {"session_id": str(sid), "from_run": str(moved.from_run),
+            "to_run": str(moved.to_run)}
+    if as_json:
+        print_json(data)
+    else:
+        console.print(f"session {sid}: active run {moved.from_run} -> {moved.to_run}")
 
-        if fmt not in formats.FORMATS:
-            raise UsageError(f"--format must be one of {', '.join(formats.FORMATS)}")
-        session = synthesize(laps=laps, imu_hz=imu_hz, gnss_hz=gnss_hz, seed=seed,
-                             pit_lap=pit_lap, closed=not open_road, flat=flat)
-        data = formats.write(fmt, {"gnss": session.gnss, "imu": session.imu},
-                             compressed=out.suffix == ".gz")
-        out.write_bytes(data)
-        truth_path = out.with_name(out.name + ".truth.json")
-        truth_path.write_bytes(orjson.dumps(session.truth.truth_json(),
-                                            option=orjson.OPT_INDENT_2, default=str))
-        streams = "GNSS only" if fmt == "nmea" else "GNSS at 1 Hz" if fmt == "fit" else "GNSS + IMU"
-        console.print(f"wrote {out} ({len(data):,} bytes, {fmt}, {streams}, "
-                      f"{session.truth.duration_s:.0f} s, {len(session.truth.laps)} laps) "
-                      f"and {truth_path.name}")
 
-    @keys.command("create")
-    def create_key(
-        name: str = typer.Argument("default", help="A label for the key."),
-        tenant: str | None = TENANT_OPTION,
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Create an API key for the tenant; the secret is shown only once."""
-        from streams.api.keys import create_api_key
+@sessions_app.command("synth")
+def synth(
+    out: Path = typer.Option(..., "--out", help="File to write (.gz: gzip-compressed)."),
+    laps: int = typer.Option(5, "--laps", min=1),
+    imu_hz: float = typer.Option(100.0, "--imu-hz"),
+    gnss_hz: float = typer.Option(10.0, "--gnss-hz"),
+    fmt: str = typer.Option("csv", "--format", help="nmea | gpx | csv | jsonl | fit"),
+    seed: int = typer.Option(0, "--seed"),
+    pit_lap: int | None = typer.Option(None, "--pit-lap", help="Pit stop after this lap."),
+    open_road: bool = typer.Option(False, "--open-road", help="A road that never closes."),
+    flat: bool = typer.Option(False, "--flat", help="No jumps."),
+) -> None:
+    """Write a synthetic session and its ground truth (OUT.truth.json)."""
+    from stages.batch import formats
+    from stages.batch.synth import synthesize
 
-        owner = _tenant(tenant)
-        key = _with_conn(lambda conn: create_api_key(conn, tenant=owner, name=name))
-        data = {"id": str(key.id), "tenant": key.tenant, "name": key.name, "key": key.secret}
-        if as_json:
-            print_json(data)
-        else:
-            console.print(f"API key for tenant {owner} (store it now, it is not shown again):")
-            console.print(key.secret, markup=False, highlight=False)
-
-    @keys.command("revoke")
-    def revoke_key(
-        key_id: str = typer.Argument(..., help="Key id."),
-        tenant: str | None = TENANT_OPTION,
-    ) -> None:
-        """Revoke an API key."""
-        from streams.api.keys import revoke_api_key
-
-        owner = _tenant(tenant)
-        _with_conn(lambda conn: revoke_api_key(conn, tenant=owner, key_id=_uuid(key_id)))
-        console.print(f"revoked {key_id}")
+    if fmt not in formats.FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(formats.FORMATS)}")
+    session = synthesize(laps=laps, imu_hz=imu_hz, gnss_hz=gnss_hz, seed=seed,
+                         pit_lap=pit_lap, closed=not open_road, flat=flat)
+    data = formats.write(fmt, {"gnss": session.gnss, "imu": session.imu},
+                         compressed=out.suffix == ".gz")
+    out.write_bytes(data)
+    truth_path = out.with_name(out.name + ".truth.json")
+    truth_path.write_bytes(orjson.dumps(session.truth.truth_json(),
+                                        option=orjson.OPT_INDENT_2, default=str))
+    streams = "GNSS only" if fmt == "nmea" else "GNSS at 1 Hz" if fmt == "fit" else "GNSS + IMU"
+    console.print(f"wrote {out} ({len(data):,} bytes, {fmt}, {streams}, "
+                  f"{session.truth.duration_s:.0f} s, {len(session.truth.laps)} laps) "
+                  f"and {truth_path.name}")

@@ -1,6 +1,6 @@
 """The streaming half's commands: ``streams init``, ``simulate``, ``dlq``, ``replay`` and
 ``messages``. Every list/show command takes ``--json``. The consumer process itself
-(``tideway ingest``) is with the other process commands in :mod:`streams.cli.processes`."""
+(``tideway ingest``) is with the other process commands in :mod:`streams.cli.process_commands`."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from typing import Any
 import typer
 
 from streams.cli.exit_codes import ExitCode
+from streams.cli.options import JSON_OPTION, ONLY_TENANT_OPTION, TENANT_OPTION
 from streams.cli.output import console, err_console, print_json, print_record, print_rows
 from streams.config import load_settings
 from streams.errors import UsageError
-
-JSON_OPTION = typer.Option(False, "--json", help="Print JSON.")
 
 
 def parse_time(value: str) -> datetime:
@@ -34,220 +33,221 @@ def parse_time(value: str) -> datetime:
     return parsed
 
 
-def register(app: typer.Typer) -> None:
-    """Add the streaming commands to ``app``."""
-    streams_app = typer.Typer(help="NATS JetStream resources.", no_args_is_help=True)
-    dlq_app = typer.Typer(help="Dead-lettered envelopes: list, show, redrive, resolve.",
-                          no_args_is_help=True)
-    messages_app = typer.Typer(help="Explain recorded envelopes.", no_args_is_help=True)
-    app.add_typer(streams_app, name="streams")
-    app.add_typer(dlq_app, name="dlq")
-    app.add_typer(messages_app, name="messages")
+streams_app = typer.Typer(help="NATS JetStream resources.", no_args_is_help=True)
+dlq_app = typer.Typer(help="Dead-lettered envelopes: list, show, redrive, resolve.",
+                      no_args_is_help=True)
+messages_app = typer.Typer(help="Explain recorded envelopes.", no_args_is_help=True)
 
-    @streams_app.command("init")
-    def streams_init() -> None:
-        """Create or update the TELEMETRY stream, the shared consumer, the DLQ stream and the
-        analytics table (idempotent)."""
-        from streams.ingest.provision import provision
-        from streams.names import Names
 
-        settings = load_settings()
-        for warning in asyncio.run(provision(settings)):  # worth knowing, not worth failing
-            err_console.print(f"[bold yellow]warning:[/] {warning}")
-        names = Names(namespace=settings.namespace)
-        console.print(f"streams ready: {names.telemetry_stream} ({names.telemetry_subjects}), "
-                      f"consumer {names.ingest_durable}, {names.dead_letter_stream}")
+@streams_app.command("init")
+def streams_init() -> None:
+    """Create or update the TELEMETRY stream, the shared consumer, the DLQ stream and the
+    analytics table (idempotent)."""
+    from streams.ingest.provision import provision
+    from streams.names import Names
 
-    @app.command("simulate")
-    def simulate_cmd(
-        devices: int = typer.Option(25, "--devices", min=1, help="Simulated devices."),
-        rate: float = typer.Option(500.0, "--rate", help="Envelopes per second, whole fleet."),
-        duration: float = typer.Option(10.0, "--duration", help="Seconds to publish for."),
-        duplicates: float = typer.Option(0.05, "--duplicates", help="Share re-sent."),
-        late: float = typer.Option(0.05, "--late", help="Share sent after newer readings."),
-        invalid: float = typer.Option(0.02, "--invalid", help="Share failing validation."),
-        unknown_topic: float = typer.Option(0.01, "--unknown-topic", help="Share on a bad topic."),
-        tenant: str = typer.Option(None, "--tenant", help="Tenant (default: default_tenant)."),
-        seed: int = typer.Option(0, "--seed", help="Random seed (repeatable runs)."),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Register a simulated fleet and publish its envelopes."""
-        from streams.ingest.simulate import ensure_fleet, simulate
+    settings = load_settings()
+    for warning in asyncio.run(provision(settings)):  # worth knowing, not worth failing
+        err_console.print(f"[bold yellow]warning:[/] {warning}")
+    names = Names(namespace=settings.namespace)
+    console.print(f"streams ready: {names.telemetry_stream} ({names.telemetry_subjects}), "
+                  f"consumer {names.ingest_durable}, {names.dead_letter_stream}")
 
-        settings = load_settings()
-        name = tenant or settings.default_tenant
 
-        async def run() -> Any:
-            await ensure_fleet(settings, tenant=name, devices=devices)
-            last = [0.0]
+def simulate_cmd(
+    devices: int = typer.Option(25, "--devices", min=1, help="Simulated devices."),
+    rate: float = typer.Option(500.0, "--rate", help="Envelopes per second, whole fleet."),
+    duration: float = typer.Option(10.0, "--duration", help="Seconds to publish for."),
+    duplicates: float = typer.Option(0.05, "--duplicates", help="Share re-sent."),
+    late: float = typer.Option(0.05, "--late", help="Share sent after newer readings."),
+    invalid: float = typer.Option(0.02, "--invalid", help="Share failing validation."),
+    unknown_topic: float = typer.Option(0.01, "--unknown-topic", help="Share on a bad topic."),
+    tenant: str = TENANT_OPTION,
+    seed: int = typer.Option(0, "--seed", help="Random seed (repeatable runs)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Register a simulated fleet and publish its envelopes."""
+    from streams.ingest.simulate import ensure_fleet, simulate
 
-            def progress(p: Any) -> None:
-                if not as_json and p.elapsed_s - last[0] >= 1.0:
-                    last[0] = p.elapsed_s
-                    err_console.print(f"  {p.elapsed_s:5.1f}s  sent {p.sent:>8}  "
-                                      f"{p.rate:8.0f}/s")
+    settings = load_settings()
+    name = tenant or settings.default_tenant
 
-            return await simulate(settings, tenant=name, devices=devices, rate=rate,
-                                  duration=duration, duplicates=duplicates, late=late,
-                                  invalid=invalid, unknown_topic=unknown_topic, seed=seed,
-                                  on_progress=progress)
+    async def run() -> Any:
+        await ensure_fleet(settings, tenant=name, devices=devices)
+        last = [0.0]
 
-        report = asyncio.run(run())
-        data = asdict(report)
-        if as_json:
-            print_json(data)
-        else:
-            expected = data.pop("expected")
-            print_record(data, title="simulation")
-            print_rows([{"status": k, "expected": v} for k, v in expected.items()],
-                       columns=["status", "expected"], title="what Tideway should record")
+        def progress(p: Any) -> None:
+            if not as_json and p.elapsed_s - last[0] >= 1.0:
+                last[0] = p.elapsed_s
+                err_console.print(f"  {p.elapsed_s:5.1f}s  sent {p.sent:>8}  "
+                                  f"{p.rate:8.0f}/s")
 
-    @dlq_app.command("list")
-    def dlq_list(
-        state: str = typer.Option("open", "--state", help="open, resolved or all."),
-        tenant: str = typer.Option(None, "--tenant", help="Only this tenant."),
-        limit: int = typer.Option(100, "--limit", min=1),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Dead letters, oldest first."""
-        from streams.ingest.dlq import list_dead_letters
+        return await simulate(settings, tenant=name, devices=devices, rate=rate,
+                              duration=duration, duplicates=duplicates, late=late,
+                              invalid=invalid, unknown_topic=unknown_topic, seed=seed,
+                              on_progress=progress)
 
-        if state not in ("open", "resolved", "all"):
-            raise UsageError("--state must be open, resolved or all")
-        rows = _with_conn(lambda c: list_dead_letters(
-            c, state=None if state == "all" else state, tenant=tenant, limit=limit))
-        print_rows(rows, columns=["id", "ingestion_message_id", "tenant", "subject",
-                                  "reason_code", "state", "redrive_count", "first_seen_at",
-                                  "resolution"],
-                   title="dead letters", as_json=as_json)
+    report = asyncio.run(run())
+    data = asdict(report)
+    if as_json:
+        print_json(data)
+    else:
+        expected = data.pop("expected")
+        print_record(data, title="simulation")
+        print_rows([{"status": k, "expected": v} for k, v in expected.items()],
+                   columns=["status", "expected"], title="what Tideway should record")
 
-    @dlq_app.command("show")
-    def dlq_show(dead_letter_id: int = typer.Argument(..., help="Dead letter id."),
-                 as_json: bool = JSON_OPTION) -> None:
-        """One dead letter: the original envelope and every failure."""
-        from streams.ingest.dlq import show_dead_letter
 
-        print_record(_with_conn(lambda c: show_dead_letter(c, dead_letter_id)),
-                     title=f"dead letter {dead_letter_id}", as_json=as_json)
+@dlq_app.command("list")
+def dlq_list(
+    state: str = typer.Option("open", "--state", help="open, resolved or all."),
+    tenant: str = ONLY_TENANT_OPTION,
+    limit: int = typer.Option(100, "--limit", min=1),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Dead letters, oldest first."""
+    from streams.ingest.dlq import list_dead_letters
 
-    @dlq_app.command("redrive")
-    def dlq_redrive(
-        ids: list[int] = typer.Argument(
-            None, help="Dead letter ids (default: every open one that can be redriven)."),
-        page_size: int = typer.Option(500, "--page-size", min=1, max=10_000,
-                                      help="Dead letters per page (one transaction each)."),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Re-run publish for dead-lettered envelopes and record the outcome.
+    if state not in ("open", "resolved", "all"):
+        raise UsageError("--state must be open, resolved or all")
+    rows = _with_conn(lambda c: list_dead_letters(
+        c, state=None if state == "all" else state, tenant=tenant, limit=limit))
+    print_rows(rows, columns=["id", "ingestion_message_id", "tenant", "subject",
+                              "reason_code", "state", "redrive_count", "first_seen_at",
+                              "resolution"],
+               title="dead letters", as_json=as_json)
 
-        Exit 0: every redrivable dead letter completed (or nothing was open); exit 3: some
-        still fail, or dead letters are open and none could be redriven (malformed envelopes:
-        see `dlq resolve`)."""
-        from streams.ingest.dlq import COMPLETED, FAILED, NOT_REDRIVABLE, RedrivePage, redrive
 
-        def progress(page: RedrivePage) -> None:
-            counts = Counter(r.outcome for r in page.results)
-            err_console.print(f"  page {page.number}: {counts[COMPLETED]} completed, "
-                              f"{counts[FAILED]} failed, {counts[NOT_REDRIVABLE]} not "
-                              f"redrivable ({page.total} so far)")
+@dlq_app.command("show")
+def dlq_show(dead_letter_id: int = typer.Argument(..., help="Dead letter id."),
+             as_json: bool = JSON_OPTION) -> None:
+    """One dead letter: the original envelope and every failure."""
+    from streams.ingest.dlq import show_dead_letter
 
-        report = asyncio.run(redrive(load_settings(), ids=ids or None, page_size=page_size,
-                                     on_page=None if as_json else progress))
-        if as_json:
-            print_json(report.as_dict())
-        else:
-            # The completed ones are in the counts (and in --json); the table lists what still
-            # needs a look, which stays readable when a redrive completes thousands.
-            attention = [asdict(r) for r in report.results if r.outcome != COMPLETED]
-            if attention:
-                print_rows(attention,
-                           columns=["dead_letter_id", "message_id", "outcome", "detail"],
-                           title="redrive: not completed")
-            summary = report.as_dict()
-            console.print(", ".join(f"{summary[k]} {k.replace('_', ' ')}" for k in (
-                "completed", "failed", "not_redrivable", "not_open") if summary[k])
-                or "nothing to redrive")
-            if report.unreachable:
-                left = ", ".join(f"{code} {n}" for code, n in report.unreachable.items())
-                err_console.print(f"open dead letters no redrive can publish: {left}; close "
-                                  "them with `tideway dlq resolve --code CODE --note ...`")
-        if report.nothing_done:
-            raise typer.Exit(ExitCode.FAILED)
+    print_record(_with_conn(lambda c: show_dead_letter(c, dead_letter_id)),
+                 title=f"dead letter {dead_letter_id}", as_json=as_json)
 
-    @dlq_app.command("resolve")
-    def dlq_resolve(
-        ids: list[int] = typer.Argument(None, help="Dead letter ids."),
-        code: str = typer.Option(None, "--code", help="Every open dead letter with this "
-                                 "reason code (e.g. ENVELOPE_UNPARSEABLE)."),
-        tenant: str = typer.Option(None, "--tenant", help="Only this tenant (with --code)."),
-        note: str = typer.Option(..., "--note", "--reason",
-                                 help="Why they are resolved (recorded)."),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Close dead letters that will not be redriven (malformed envelopes, say), with a
-        note. Exit 3 if a named id is not an open dead letter."""
-        from streams.ingest.dlq import resolve_dead_letters
 
-        report = _with_conn(lambda c: resolve_dead_letters(
-            c, note=note, ids=ids or None, code=code, tenant=tenant))
-        if as_json:
-            print_json({"resolved": list(report.resolved),
-                        "not_resolved": list(report.not_resolved)})
-        else:
-            print_rows(list(report.resolved),
-                       columns=["id", "ingestion_message_id", "tenant", "reason_code"],
-                       title=f"resolved {len(report.resolved)}")
-            if report.not_resolved:
-                err_console.print("not open dead letters: "
-                                  + " ".join(str(i) for i in report.not_resolved))
+@dlq_app.command("redrive")
+def dlq_redrive(
+    ids: list[int] = typer.Argument(
+        None, help="Dead letter ids (default: every open one that can be redriven)."),
+    page_size: int = typer.Option(500, "--page-size", min=1, max=10_000,
+                                  help="Dead letters per page (one transaction each)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Re-run publish for dead-lettered envelopes and record the outcome.
+
+    Exit 0: every redrivable dead letter completed (or nothing was open); exit 3: some
+    still fail, or dead letters are open and none could be redriven (malformed envelopes:
+    see `dlq resolve`)."""
+    from streams.ingest.dlq import COMPLETED, FAILED, NOT_REDRIVABLE, RedrivePage, redrive
+
+    def progress(page: RedrivePage) -> None:
+        counts = Counter(r.outcome for r in page.results)
+        err_console.print(f"  page {page.number}: {counts[COMPLETED]} completed, "
+                          f"{counts[FAILED]} failed, {counts[NOT_REDRIVABLE]} not "
+                          f"redrivable ({page.total} so far)")
+
+    report = asyncio.run(redrive(load_settings(), ids=ids or None, page_size=page_size,
+                                 on_page=None if as_json else progress))
+    if as_json:
+        print_json(report.as_dict())
+    else:
+        # The completed ones are in the counts (and in --json); the table lists what still
+        # needs a look, which stays readable when a redrive completes thousands.
+        attention = [asdict(r) for r in report.results if r.outcome != COMPLETED]
+        if attention:
+            print_rows(attention,
+                       columns=["dead_letter_id", "message_id", "outcome", "detail"],
+                       title="redrive: not completed")
+        summary = report.as_dict()
+        console.print(", ".join(f"{summary[k]} {k.replace('_', ' ')}" for k in (
+            "completed", "failed", "not_redrivable", "not_open") if summary[k])
+            or "nothing to redrive")
+        if report.unreachable:
+            left = ", ".join(f"{code} {n}" for code, n in report.unreachable.items())
+            err_console.print(f"open dead letters no redrive can publish: {left}; close "
+                              "them with `tideway dlq resolve --code CODE --note ...`")
+    if report.nothing_done:
+        raise typer.Exit(ExitCode.FAILED)
+
+
+@dlq_app.command("resolve")
+def dlq_resolve(
+    ids: list[int] = typer.Argument(None, help="Dead letter ids."),
+    code: str = typer.Option(None, "--code", help="Every open dead letter with this "
+                             "reason code (e.g. ENVELOPE_UNPARSEABLE)."),
+    tenant: str = typer.Option(None, "--tenant", help="Only this tenant (with --code)."),
+    note: str = typer.Option(..., "--note", "--reason",
+                             help="Why they are resolved (recorded)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Close dead letters that will not be redriven (malformed envelopes, say), with a
+    note. Exit 3 if a named id is not an open dead letter."""
+    from streams.ingest.dlq import resolve_dead_letters
+
+    report = _with_conn(lambda c: resolve_dead_letters(
+        c, note=note, ids=ids or None, code=code, tenant=tenant))
+    if as_json:
+        print_json({"resolved": list(report.resolved),
+                    "not_resolved": list(report.not_resolved)})
+    else:
+        print_rows(list(report.resolved),
+                   columns=["id", "ingestion_message_id", "tenant", "reason_code"],
+                   title=f"resolved {len(report.resolved)}")
         if report.not_resolved:
-            raise typer.Exit(ExitCode.FAILED)
+            err_console.print("not open dead letters: "
+                              + " ".join(str(i) for i in report.not_resolved))
+    if report.not_resolved:
+        raise typer.Exit(ExitCode.FAILED)
 
-    @app.command("replay")
-    def replay_cmd(
-        since: str = typer.Option(..., "--since", help="RFC 3339 time or age (15m, 2h)."),
-        until: str = typer.Option(None, "--until", help="RFC 3339 time or age."),
-        subject: str = typer.Option(None, "--subject", help="Only this subject (wildcards ok)."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Report, write nothing."),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Re-feed retained envelopes; processed ones change nothing, missing ones fill in."""
-        from streams.ingest.replay import replay
 
-        report = asyncio.run(replay(load_settings(), since=parse_time(since),
-                                    until=parse_time(until) if until else None,
-                                    subject=subject, dry_run=dry_run))
-        data = report.as_dict()
-        if as_json:
-            print_json(data)
-        else:
-            recorded = dict(report.recorded)
-            data.pop("recorded")
-            print_record({**data, **{f"recorded.{k}": v for k, v in recorded.items()}},
-                         title="replay (dry run)" if dry_run else "replay")
+def replay_cmd(
+    since: str = typer.Option(..., "--since", help="RFC 3339 time or age (15m, 2h)."),
+    until: str = typer.Option(None, "--until", help="RFC 3339 time or age."),
+    subject: str = typer.Option(None, "--subject", help="Only this subject (wildcards ok)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Report, write nothing."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Re-feed retained envelopes; processed ones change nothing, missing ones fill in."""
+    from streams.ingest.replay import replay
 
-    @messages_app.command("show")
-    def messages_show(ident: str = typer.Argument(..., help="Message id or dedupe key."),
-                      as_json: bool = JSON_OPTION) -> None:
-        """Status, stage logs, telemetry row and publication of one envelope."""
-        from streams.ingest.messages import explain
+    report = asyncio.run(replay(load_settings(), since=parse_time(since),
+                                until=parse_time(until) if until else None,
+                                subject=subject, dry_run=dry_run))
+    data = report.as_dict()
+    if as_json:
+        print_json(data)
+    else:
+        recorded = dict(report.recorded)
+        data.pop("recorded")
+        print_record({**data, **{f"recorded.{k}": v for k, v in recorded.items()}},
+                     title="replay (dry run)" if dry_run else "replay")
 
-        data = asyncio.run(explain(load_settings(), ident))
-        if as_json:
-            print_json(data)
-            return
-        print_record(data["message"], title=f"envelope {data['message']['id']}")
-        print_rows(data["stages"], columns=["attempt", "stage", "status", "duration_us",
-                                            "error_code", "error_message"], title="stages")
-        for part in ("telemetry", "published", "dead_letter"):
-            if data.get(part):
-                print_record(data[part], title=part)
-        if data.get("archive"):  # rows retention dropped, read back from their archive
-            print_record({t: ", ".join(keys) for t, keys in data["archive"].items()},
-                         title="from the archive (retention dropped these rows)")
-        if data["duplicates"]:
-            print_rows(data["duplicates"], columns=["id", "stream_seq", "received_at"],
-                       title="duplicates of this envelope")
+
+@messages_app.command("show")
+def messages_show(ident: str = typer.Argument(..., help="Message id or dedupe key."),
+                  as_json: bool = JSON_OPTION) -> None:
+    """Status, stage logs, telemetry row and publication of one envelope."""
+    from streams.ingest.messages import explain
+
+    data = asyncio.run(explain(load_settings(), ident))
+    if as_json:
+        print_json(data)
+        return
+    print_record(data["message"], title=f"envelope {data['message']['id']}")
+    print_rows(data["stages"], columns=["attempt", "stage", "status", "duration_us",
+                                        "error_code", "error_message"], title="stages")
+    for part in ("telemetry", "published", "dead_letter"):
+        if data.get(part):
+            print_record(data[part], title=part)
+    if data.get("archive"):  # rows retention dropped, read back from their archive
+        print_record({t: ", ".join(keys) for t, keys in data["archive"].items()},
+                     title="from the archive (retention dropped these rows)")
+    if data["duplicates"]:
+        print_rows(data["duplicates"], columns=["id", "stream_seq", "received_at"],
+                   title="duplicates of this envelope")
 
 
 def _with_conn(work: Any) -> Any:

@@ -54,6 +54,7 @@ __all__ = [
     "check_run_config",
     "file_name_problem",
     "run_config_from_json",
+    "session_date_from_text",
     "session_id_for",
 ]
 
@@ -168,6 +169,18 @@ def run_config_from_json(text: str, *, name: str = "config") -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UsageError(f"{name} must be a JSON object")
     return check_run_config(value)
+
+
+def session_date_from_text(raw: str | None, *, name: str = "date") -> dt.date | None:
+    """The day a dateless log was recorded, as a client wrote it (``YYYY-MM-DD``: the
+    upload's ``date`` field, the CLI's ``--date``); ``None`` when it is not given, and
+    ``UsageError`` naming ``name`` when it is not a date."""
+    if not raw:
+        return None
+    try:
+        return dt.date.fromisoformat(raw)
+    except ValueError as exc:
+        raise UsageError(f"{name} must be YYYY-MM-DD") from exc
 
 
 def _has_nul(value: Any) -> bool:  # JSON may spell NUL "\u0000"

@@ -1,12 +1,13 @@
 """The process commands: ``up``, ``demo``, ``ingest``, ``intake``, ``worker``, ``api``, ``auth``.
 
 Each of them runs one long-lived part of the system (``up`` and ``demo`` run all of them in one
-loop, :func:`streams.system.system`). They start and stop the same way, through
+loop, :func:`streams.system.system`). What each process does is wired once, in
+:mod:`streams.processes`, which ``up`` runs too. They start and stop the same way, through
 :func:`run_process`: the settings are read once, logging is set up once
 (:func:`streams.observability.logs.configure_logging`), the probes listener (``/metrics``,
 ``/livez``, ``/readyz`` on ``--metrics-port``) is started before the components and stopped
 after them, and SIGINT/SIGTERM only set a ``stop`` event — the process then drains its
-in-flight work and returns. The commands differ only in the coroutine they hand it.
+in-flight work and returns. The commands differ only in the process they hand it.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import IO, Any, Literal, TypeVar
+from typing import IO, Literal, TypeVar
 
 import typer
 
+from streams import processes
+from streams.cli.options import METRICS_PORT_OPTION
 from streams.cli.output import console
 from streams.config import Settings, load_settings
 from streams.errors import UsageError
@@ -36,15 +37,6 @@ DEMO_LOG = "demo.log"
 ProcessMain = Callable[[Settings, asyncio.Event, ProcessObservability | None], Awaitable[T]]
 """What a process runs: the settings, the event that asks it to drain and stop, and the
 process's observability (``None`` when the command starts no probes listener)."""
-
-METRICS_PORT_HELP = ("Port of the probes listener (/metrics, /livez, /readyz); default: "
-                     "TIDEWAY_OBSERVABILITY__METRICS_PORT; 0: any free port.")
-
-
-def metrics_port_option() -> Any:
-    """The ``--metrics-port`` option every process command takes."""
-    return typer.Option(None, "--metrics-port", min=0, max=65535, help=METRICS_PORT_HELP)
-
 
 def run_process(
     main: ProcessMain[T],
@@ -106,18 +98,7 @@ def _logging(settings: Settings, target: Literal["stderr", "file"]) -> Iterator[
             configure_logging(settings.model_copy(update={"log_level": "CRITICAL"}))
 
 
-def register(app: typer.Typer) -> None:
-    """Add the process commands to ``app``."""
-    app.command("up")(up)
-    app.command("demo")(demo)
-    app.command("ingest")(ingest)
-    app.command("intake")(intake)
-    app.command("worker")(worker)
-    app.command("api")(api)
-    app.command("auth")(auth)
-
-
-def up(metrics_port: int | None = metrics_port_option()) -> None:
+def up(metrics_port: int | None = METRICS_PORT_OPTION) -> None:
     """Run the whole system (starting any unconfigured service) until Ctrl-C."""
     from streams.cli.services import services_table
     from streams.system import component_names, system
@@ -144,7 +125,7 @@ def demo(
     devices: int = typer.Option(25, help="Simulated devices."),
     rate: float = typer.Option(500.0, help="Envelopes per second, whole fleet."),
     laps: int = typer.Option(3, help="Laps in the demo session file."),
-    metrics_port: int | None = metrics_port_option(),
+    metrics_port: int | None = METRICS_PORT_OPTION,
 ) -> None:
     """Run the system for a while, feed it a fleet and a session file, print a summary."""
     from streams.cli.demo import run_demo
@@ -165,37 +146,28 @@ def demo(
                                  metrics_port=metrics_port))
 
 
-def auth(metrics_port: int | None = metrics_port_option()) -> None:
+def auth(metrics_port: int | None = METRICS_PORT_OPTION) -> None:
     """Answer nats-server's authorization requests: check device credentials against the
     registry, disconnect devices whose credential is revoked (docs/security.md)."""
-    from streams.identity.callout import run_auth
-
-    run_process(lambda settings, stop, obs: run_auth(settings, stop=stop, hooks=obs),
-                components=("auth",), metrics_port=metrics_port)
+    run_process(processes.auth, components=("auth",), metrics_port=metrics_port)
 
 
 def ingest(
     concurrency: int = typer.Option(
         None, "--concurrency", min=1, max=64, help="Batches in flight (default: settings)."
     ),
-    metrics_port: int | None = metrics_port_option(),
+    metrics_port: int | None = METRICS_PORT_OPTION,
 ) -> None:
     """Consume telemetry envelopes until SIGTERM/Ctrl-C (drains in-flight batches)."""
-    run_process(lambda settings, stop, obs: _ingest(settings, stop, concurrency, obs),
-                components=("ingest",), metrics_port=metrics_port)
+    run_process(
+        lambda settings, stop, obs: processes.ingest(settings, stop, obs, concurrency=concurrency),
+        components=("ingest",), metrics_port=metrics_port,
+    )  # fmt: skip
 
 
-def intake(metrics_port: int | None = metrics_port_option()) -> None:
+def intake(metrics_port: int | None = METRICS_PORT_OPTION) -> None:
     """Run the session intake consumer (SESSIONS stream → runs and jobs) until Ctrl-C."""
-    from streams.sessions.intake import provision_sessions, run_intake
-
-    async def main(
-        settings: Settings, stop: asyncio.Event, observability: ProcessObservability | None
-    ) -> None:
-        await provision_sessions(settings)
-        await run_intake(settings, stop=stop, hooks=observability)
-
-    run_process(main, components=("intake",), metrics_port=metrics_port)
+    run_process(processes.intake, components=("intake",), metrics_port=metrics_port)
 
 
 def worker(
@@ -211,76 +183,26 @@ def worker(
         help="sessions: the real session stages; placeholder: pass-through jobs that exercise"
         " the engine on its own.",
     ),
-    metrics_port: int | None = metrics_port_option(),
+    metrics_port: int | None = METRICS_PORT_OPTION,
 ) -> None:
     """Run batch jobs until interrupted (SIGINT/SIGTERM finish running jobs, then exit)."""
     if executors_kind not in {"sessions", "placeholder"}:
         raise UsageError("--executors must be sessions or placeholder")
-    from streams.jobs.worker import run_worker
-
-    async def main(
-        settings: Settings, stop: asyncio.Event, observability: ProcessObservability | None
-    ) -> None:
-        jobs_at_once = concurrency or settings.worker.concurrency
-        if executors_kind == "placeholder":
-            from streams.jobs.executor import placeholder_executors
-
-            await run_worker(settings, executors=placeholder_executors(), pool=pool,
-                             concurrency=jobs_at_once, stop=stop,
-                             hooks=observability)  # fmt: skip
-            return
-        from streams.sessions.clickhouse_jobs import hold_embedded_clickhouse
-        from streams.sessions.stage_executors import default_executors
-
-        # Before anything starts: a second worker on one embedded ClickHouse refuses here
-        # rather than bounce every ClickHouse job (streams.sessions.clickhouse_jobs).
-        await hold_embedded_clickhouse(settings, pool=pool)
-        executors = default_executors(settings)
-        try:
-            await executors.warm_up()
-            await run_worker(settings, executors=executors, pool=pool,
-                             concurrency=jobs_at_once, stop=stop,
-                             hooks=observability)  # fmt: skip
-        finally:
-            await executors.aclose()
-
-    run_process(main, components=("worker",), metrics_port=metrics_port)
+    kind: processes.Executors = "placeholder" if executors_kind == "placeholder" else "sessions"
+    run_process(
+        lambda settings, stop, obs: processes.worker(
+            settings, stop, obs, pool=pool, concurrency=concurrency, executors=kind),
+        components=("worker",), metrics_port=metrics_port,
+    )  # fmt: skip
 
 
-def api(metrics_port: int | None = metrics_port_option()) -> None:
+def api(metrics_port: int | None = METRICS_PORT_OPTION) -> None:
     """Serve the HTTP API (TIDEWAY_API__HOST / TIDEWAY_API__PORT) until Ctrl-C."""
-    from streams.api.server import run_api
 
     async def main(
         settings: Settings, stop: asyncio.Event, observability: ProcessObservability | None
     ) -> None:
         console.print(f"serving http://{settings.api.host}:{settings.api.port}")
-        await run_api(settings, stop=stop, hooks=observability)
+        await processes.api(settings, stop, observability)
 
     run_process(main, components=("api",), metrics_port=metrics_port)
-
-
-async def _ingest(
-    settings: Settings, stop: asyncio.Event, concurrency: int | None,
-    observability: ProcessObservability | None,
-) -> None:
-    from streams.ingest.consumer import run_consumer
-
-    log = logging.getLogger("tideway.ingest")
-    totals: Counter[str] = Counter()
-    window = {"start": time.monotonic(), "count": 0}
-
-    def on_batch(stats: Any) -> None:
-        totals.update(stats.statuses)
-        window["count"] += stats.size
-        elapsed = time.monotonic() - window["start"]
-        if elapsed >= 5.0:
-            rate = window["count"] / elapsed
-            summary = ", ".join(f"{k} {v}" for k, v in sorted(totals.items()))
-            log.info("%.0f envelopes/s; recorded: %s", rate, summary)
-            window.update(start=time.monotonic(), count=0)
-
-    log.info("consuming (Ctrl-C or SIGTERM drains and stops)")
-    await run_consumer(settings, stop=stop, concurrency=concurrency, on_batch=on_batch,
-                       hooks=observability)
-    log.info("drained; recorded: %s", dict(totals))
