@@ -75,6 +75,7 @@ def components(settings: Settings, keys: BrokerKeys | None = None) -> list[Compo
     permissions of its role, ``streams.identity.permissions``) and the auth service runs
     beside them. Without them the auth service runs only if ``auth.issuer_seed_file`` says
     this process is to answer for a broker configured elsewhere."""
+    from stages.jobs.dag import DEFAULT_DAG  # the standard DAG: this is the top-level wiring
     from streams.api.server import run_api
     from streams.identity.callout import run_auth
     from streams.ingest.consumer import run_consumer
@@ -83,12 +84,12 @@ def components(settings: Settings, keys: BrokerKeys | None = None) -> list[Compo
     from streams.sessions.stage_executors import default_executors
 
     async def worker(s: Settings, stop: asyncio.Event, hooks: ProcessHooks | None) -> None:
-        executors = default_executors(s)
+        executors = default_executors(s, DEFAULT_DAG)
         try:
             await executors.warm_up()  # start compute processes before the first job arrives
             await run_worker(
-                s, executors=executors, pool=None, concurrency=s.worker.concurrency, stop=stop,
-                hooks=hooks,
+                s, dag=DEFAULT_DAG, executors=executors, pool=None,
+                concurrency=s.worker.concurrency, stop=stop, hooks=hooks,
             )
         finally:
             await executors.aclose()

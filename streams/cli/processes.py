@@ -216,6 +216,7 @@ def worker(
     """Run batch jobs until interrupted (SIGINT/SIGTERM finish running jobs, then exit)."""
     if executors_kind not in {"sessions", "placeholder"}:
         raise UsageError("--executors must be sessions or placeholder")
+    from stages.jobs.dag import DEFAULT_DAG  # the standard DAG: this is the top-level wiring
     from streams.jobs.worker import run_worker
 
     async def main(
@@ -225,7 +226,8 @@ def worker(
         if executors_kind == "placeholder":
             from streams.jobs.executor import placeholder_executors
 
-            await run_worker(settings, executors=placeholder_executors(), pool=pool,
+            await run_worker(settings, dag=DEFAULT_DAG,
+                             executors=placeholder_executors(DEFAULT_DAG), pool=pool,
                              concurrency=jobs_at_once, stop=stop,
                              hooks=observability)  # fmt: skip
             return
@@ -235,10 +237,10 @@ def worker(
         # Before anything starts: a second worker on one embedded ClickHouse refuses here
         # rather than bounce every ClickHouse job (streams.sessions.clickhouse_jobs).
         await hold_embedded_clickhouse(settings, pool=pool)
-        executors = default_executors(settings)
+        executors = default_executors(settings, DEFAULT_DAG)
         try:
             await executors.warm_up()
-            await run_worker(settings, executors=executors, pool=pool,
+            await run_worker(settings, dag=DEFAULT_DAG, executors=executors, pool=pool,
                              concurrency=jobs_at_once, stop=stop,
                              hooks=observability)  # fmt: skip
         finally:

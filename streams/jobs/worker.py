@@ -72,6 +72,7 @@ import asyncpg
 
 from schemas import error_codes as codes
 from stages.jobs.errors import AttemptFailure, ErrorSource, describe
+from stages.jobs.graph import Dag
 from stages.jobs.job_state import JobState
 from streams.adapters import postgres
 from streams.adapters.postgres import Conn
@@ -136,6 +137,7 @@ class _Running:
 async def run_worker(
     settings: Settings,
     *,
+    dag: Dag,
     executors: Mapping[str, Executor],
     pool: str | None,
     concurrency: int,
@@ -146,10 +148,14 @@ async def run_worker(
 ) -> None:
     """Run jobs of ``pool`` (``None``: every pool) whose type has an executor, until ``stop``.
 
+    ``dag``: the DAG this worker runs (retry policies and failure reasons of its job types,
+    the gates and features that settle and finalise runs).
+
     ``hooks``: the process's observability (readiness checks, the claim loop's heartbeat, the
     job observer, the queue-depth sampler)."""
     worker = _Worker(
         settings,
+        dag=dag,
         executors=executors,
         pool=pool,
         concurrency=concurrency,
@@ -166,6 +172,7 @@ class _Worker:
         self,
         settings: Settings,
         *,
+        dag: Dag,
         executors: Mapping[str, Executor],
         pool: str | None,
         concurrency: int,
@@ -179,6 +186,7 @@ class _Worker:
         self.settings = settings
         self.cfg = settings.worker
         self.max_active_runs = settings.quotas.max_active_runs
+        self.dag = dag
         self.executors = dict(executors)
         self.pools = None if pool is None else [pool]
         self.concurrency = concurrency
@@ -477,10 +485,13 @@ class _Worker:
                 schedule=self.settings.retry.job_backoff_s,
                 u=self._u(),
                 timed_out=timed_out,
+                dag=self.dag,
                 channel=self.channel,
             )
             if result.outcome is Outcome.CANCEL_REQUESTED:
-                result = await queue.acknowledge_cancel(conn, job, channel=self.channel)
+                result = await queue.acknowledge_cancel(
+                    conn, job, dag=self.dag, channel=self.channel
+                )
         self._runs_finished(result.finished_runs)
         if result.outcome is not Outcome.APPLIED:
             return  # lost: reported when the worker lets go of it
@@ -501,10 +512,13 @@ class _Worker:
                 entry.job,
                 max_lost=self.cfg.max_lost,
                 drain_s=self.cfg.drain_s,
+                dag=self.dag,
                 channel=self.channel,
             )
             if result.outcome is Outcome.CANCEL_REQUESTED:
-                result = await queue.acknowledge_cancel(conn, entry.job, channel=self.channel)
+                result = await queue.acknowledge_cancel(
+                conn, entry.job, dag=self.dag, channel=self.channel
+            )
         self._runs_finished(result.finished_runs)
         if result.outcome is not Outcome.APPLIED:
             return
@@ -517,7 +531,9 @@ class _Worker:
 
     async def _acknowledge(self, entry: _Running) -> None:
         async with self.db.acquire() as conn:
-            result = await queue.acknowledge_cancel(conn, entry.job, channel=self.channel)
+            result = await queue.acknowledge_cancel(
+                conn, entry.job, dag=self.dag, channel=self.channel
+            )
         self._runs_finished(result.finished_runs)
         if result.outcome is Outcome.APPLIED:
             self._ended(entry, "cancelled")
@@ -554,6 +570,7 @@ class _Worker:
                 completed = await queue.complete_batch(
                     conn,
                     [(e.job, e.result or JobResult()) for e in batch],
+                    dag=self.dag,
                     channel=self.channel,
                 )
         except Exception as exc:
@@ -658,6 +675,7 @@ class _Worker:
                             max_lost=self.cfg.max_lost,
                             schedule=self.settings.retry.job_backoff_s,
                             rand=self._u,
+                            dag=self.dag,
                             channel=self.channel,
                         )
                         self._reaped(reaped_jobs)
