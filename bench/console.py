@@ -46,6 +46,7 @@ import nats  # noqa: E402
 from aiohttp import web  # noqa: E402
 
 from schemas.device_schema import parse_schema_text  # noqa: E402
+from stages.jobs.dag import DEFAULT_DAG  # noqa: E402
 from stages.jobs.planner import plan_run  # noqa: E402
 from streams import migrate, registry  # noqa: E402
 from streams.adapters import postgres  # noqa: E402
@@ -189,6 +190,7 @@ async def seed(dsn: str, *, devices: int, runs: int, dead_letters: int) -> dict[
                 conn, tenant_id=tenant, session_id=session, plan=plan, config={},
                 versions=RunVersions(parser="b", pipeline="b"), artifact_ids=[],
                 artifact_set_hash=uuid.uuid4().hex * 2, channel="bench_unused",
+                dag=DEFAULT_DAG,
             )  # fmt: skip
             run_ids.append(created)
         await conn.execute("ANALYZE")

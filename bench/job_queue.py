@@ -33,7 +33,7 @@ from typing import Any  # noqa: E402
 
 from bench_pg import ADMIN_DSN, fresh_database  # noqa: E402
 
-from stages.jobs.dag import JobSpec  # noqa: E402
+from stages.jobs.dag import DEFAULT_DAG, JobSpec  # noqa: E402
 from stages.jobs.planner import plan_run  # noqa: E402
 from streams import migrate  # noqa: E402
 from streams.adapters import postgres  # noqa: E402
@@ -67,6 +67,7 @@ async def enqueue(dsn: str, jobs: int, per_run: int) -> int:
                 conn, tenant_id=tenant, session_id=session, plan=plan, config={},
                 versions=RunVersions(parser="b", pipeline="b"), artifact_ids=[],
                 artifact_set_hash="0" * 64, channel="bench_unused",
+                dag=DEFAULT_DAG,
             )  # fmt: skip
         return runs * per_run
     finally:
@@ -97,7 +98,7 @@ async def tideway_round(workers: int, jobs: int, per_run: int, concurrency: int)
         started = time.perf_counter()
         tasks = [
             asyncio.create_task(
-                run_worker(settings, executors={"noop": noop}, pool=None,
+                run_worker(settings, dag=DEFAULT_DAG, executors={"noop": noop}, pool=None,
                            concurrency=concurrency, stop=stop, worker_id=f"bench-{i}")
             )
             for i in range(workers)

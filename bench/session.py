@@ -176,7 +176,9 @@ async def run_dag(
         data_dir=work / "data",
         object_store=str(work / "objects"),
     )
-    executors = SessionExecutors(settings, compute=args.compute, workers=args.stage_workers)
+    executors = SessionExecutors(
+        settings, compute=args.compute, workers=args.stage_workers, dag=DEFAULT_DAG
+    )
     results: list[dict[str, Any]] = []
     try:
         await asyncio.to_thread(migrate.upgrade, dsn)
@@ -192,6 +194,7 @@ async def run_dag(
                     pool=None,
                     concurrency=args.concurrency,
                     stop=stop,
+                    dag=DEFAULT_DAG,
                 )
             )
             for _ in range(args.workers)

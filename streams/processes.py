@@ -84,14 +84,15 @@ async def worker(
     """Run batch jobs until ``stop``, then finish the running ones. ``pool``: only jobs of
     this pool (``None``: every pool); ``concurrency``: jobs at a time (default:
     ``worker.concurrency``)."""
+    from stages.jobs.dag import DEFAULT_DAG  # the standard DAG: this is the top-level wiring
     from streams.jobs.worker import run_worker
 
     jobs_at_once = concurrency or settings.worker.concurrency
     if executors == "placeholder":
         from streams.jobs.executor import placeholder_executors
 
-        await run_worker(settings, executors=placeholder_executors(), pool=pool,
-                         concurrency=jobs_at_once, stop=stop, hooks=hooks)  # fmt: skip
+        await run_worker(settings, dag=DEFAULT_DAG, executors=placeholder_executors(DEFAULT_DAG),
+                         pool=pool, concurrency=jobs_at_once, stop=stop, hooks=hooks)
         return
     from streams.sessions.clickhouse_jobs import hold_embedded_clickhouse
     from streams.sessions.stage_executors import default_executors
@@ -99,11 +100,11 @@ async def worker(
     # Before anything starts: a second worker on one embedded ClickHouse refuses here
     # rather than bounce every ClickHouse job (streams.sessions.clickhouse_jobs).
     await hold_embedded_clickhouse(settings, pool=pool)
-    found = default_executors(settings)
+    found = default_executors(settings, DEFAULT_DAG)
     try:
         await found.warm_up()  # start compute processes before the first job arrives
-        await run_worker(settings, executors=found, pool=pool, concurrency=jobs_at_once,
-                         stop=stop, hooks=hooks)  # fmt: skip
+        await run_worker(settings, dag=DEFAULT_DAG, executors=found, pool=pool,
+                         concurrency=jobs_at_once, stop=stop, hooks=hooks)
     finally:
         await found.aclose()
 

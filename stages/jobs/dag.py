@@ -17,30 +17,47 @@ failure, the hard one lets the reaper take the job back from a worker that did n
 
 One declaration per job type
 ----------------------------
-A :class:`JobSpec` is everything the house knows about a job type, and every table keyed by job
-type is derived from :data:`DEFAULT_DAG`: the executor table (``stage`` names the pure stage a
-compute pool runs, ``executor`` the factory of an event-loop executor - strings, so ``stages``
-never imports ``streams``), the capability gates (:data:`GATES`), the user-facing feature flags
-(:data:`FEATURES`), the retry policy, the timeouts, the stale threshold after which the reaper
-takes the job back from a silent worker (spec 000 §5.3) and the pinned version the job's code
-belongs to (``version_group``). Adding a job type is adding one entry here.
+A :class:`~stages.jobs.job_spec.JobSpec` is everything the house knows about a job type, and
+every table keyed by job type is derived from the DAG it belongs to
+(:class:`~stages.jobs.graph.Dag`): the executor table (``stage`` names the pure stage a compute
+pool runs, ``executor`` the factory of an event-loop executor - strings, so ``stages`` never
+imports ``streams``; ``streams.sessions.job_code`` resolves both), the capability gates, the
+user-facing feature flags, the retry policy, the timeouts, the stale threshold after which the
+reaper takes the job back from a silent worker (spec 000 §5.3), the pinned version the job's
+code belongs to (``version_group``) and the job's outputs: the typed model of its summary
+(``summary``) and the rules that read, from it, whether a feature's content is there
+(``content``, :mod:`stages.jobs.summaries`). Adding a job type is adding one entry here.
+
+:data:`DEFAULT_DAG` is the standard DAG. The runtime reads no module global: whoever runs a DAG
+is given it (the top-level wiring passes this one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
 from typing import Final
 
 from schemas import error_codes as codes
 from stages.batch.formats import BAD_INPUT as FORMAT_BAD_INPUT
-from stages.errors import StageError
+from stages.jobs import summaries as out
 from stages.jobs.gating import Gate
+from stages.jobs.graph import POOLS, Dag, DagError, dependents, topological_order, validate_dag
+from stages.jobs.job_spec import VERSION_GROUPS, Dep, JobSpec
 from stages.jobs.retry import RetryPolicy
-from stages.jobs.run_state import Feature
+from stages.jobs.summaries import ContentRule
 
-POOLS: Final = ("io", "cpu", "heavy")
-VERSION_GROUPS: Final = ("parser", "pipeline", "fusion")
+__all__ = [
+    "DEFAULT_DAG",
+    "POOLS",
+    "VERSION_GROUPS",
+    "Dag",
+    "DagError",
+    "Dep",
+    "JobSpec",
+    "dependents",
+    "topological_order",
+    "validate_dag",
+]
+
 
 # Codes a retry cannot fix: the input itself is the problem (spec 000 §7.1, §9.1). Each format
 # declares its own (``FormatSpec.bad_input``: FIT_CORRUPT, NO_SESSION_DATE, ...).
@@ -56,63 +73,6 @@ _BAD_INPUT: Final = FORMAT_BAD_INPUT | frozenset(
         codes.INTEGRITY_ERROR,
     }
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Dep:
-    """``on`` must finish first; ``hard``: it must also succeed."""
-
-    on: str
-    hard: bool = True
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobSpec:
-    """One node of a DAG and the one declaration of its job type (see the module docstring).
-
-    ``name`` is unique in a run; ``job_type`` picks the executor. ``stage`` is the
-    ``module:function`` of a pure stage (run in the compute pool), ``executor`` the
-    ``module:factory`` of an event-loop executor built from the executor table's resources;
-    a DAG used only with hand-made executors (tests, benchmarks) sets neither.
-    ``stale_after_s``: a running job whose worker has not heartbeated for this long is taken
-    back by the reaper (a lost worker, not a failure of the job). ``gates`` skip the job when
-    config or capabilities rule it out; ``feature`` is the user-facing flag it produces.
-    """
-
-    name: str
-    job_type: str = ""
-    critical: bool = True
-    pool: str = "cpu"
-    heavy: bool = False
-    deps: tuple[Dep, ...] = ()
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    soft_timeout_s: float = 300.0
-    hard_timeout_s: float = 600.0
-    stale_after_s: float = 120.0
-    failed_reason: str = ""
-    stage: str = ""
-    executor: str = ""
-    gates: tuple[Gate, ...] = ()
-    feature: str = ""
-    version_group: str = "pipeline"
-
-    def __post_init__(self) -> None:
-        if not self.job_type:
-            object.__setattr__(self, "job_type", self.name)
-        if not self.failed_reason:
-            object.__setattr__(self, "failed_reason", f"{self.name.upper()}_FAILED")
-        if not 0 < self.soft_timeout_s <= self.hard_timeout_s:
-            raise ValueError(f"{self.name}: need 0 < soft_timeout_s <= hard_timeout_s")
-        if self.stale_after_s <= 0:
-            raise ValueError(f"{self.name}: need stale_after_s > 0")
-        if self.stage and self.executor:
-            raise ValueError(f"{self.name}: a stage or an executor, not both")
-        if self.version_group not in VERSION_GROUPS:
-            raise ValueError(f"{self.name}: unknown version group {self.version_group!r}")
-        # A gate belongs to the job type it is declared on.
-        object.__setattr__(
-            self, "gates", tuple(replace(g, job_type=self.job_type) for g in self.gates)
-        )
 
 
 def _deps(hard: tuple[str, ...] = (), soft: tuple[str, ...] = ()) -> tuple[Dep, ...]:
@@ -134,9 +94,8 @@ def _stage(module: str, function: str = "run") -> str:
     return f"stages.batch.{module}:{function}"
 
 
-DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
-    spec.name: spec
-    for spec in (
+DEFAULT_DAG: Final = Dag(
+    (
         JobSpec(
             name="artifact_validate",
             stage=_stage("artifact_validate"),
@@ -157,6 +116,7 @@ DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
             hard_timeout_s=120,
             stale_after_s=_IO_STALE_S,
             version_group="parser",
+            summary=out.ClassifySummary,
         ),
         JobSpec(
             name="parse_raw",
@@ -167,6 +127,7 @@ DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
             hard_timeout_s=900,
             stale_after_s=_CPU_STALE_S,
             version_group="parser",
+            summary=out.ParseSummary,
         ),
         JobSpec(
             name="normalise_units",
@@ -181,6 +142,7 @@ DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
             deps=_deps(("normalise_units",)),
             stale_after_s=_CPU_STALE_S,
             version_group="parser",
+            summary=out.TimelineSummary,
         ),
         JobSpec(
             name="downsample_L0",
@@ -237,6 +199,10 @@ DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
                     test=lambda c, k: k.get("gnss_quality") == "insufficient",
                 ),
             ),
+            summary=out.FusionSummary,
+            content=(
+                ContentRule(feature="fusion", flag="fused", reason="reason", also=("degraded",)),
+            ),
         ),
         JobSpec(
             name="fuse_quality_summary",
@@ -247,6 +213,7 @@ DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
             failed_reason="FUSION_QUALITY_FAILED",
             feature="fusion_quality",
             version_group="fusion",
+            summary=out.FusionQualitySummary,
         ),
         JobSpec(
             name="detect_laps",
@@ -270,6 +237,12 @@ DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
                     test=lambda c, k: k.get("gnss") is False,
                 ),
             ),
+            summary=out.LapsSummary,
+            content=(
+                ContentRule(
+                    feature="laps", flag="laps_available", reason="reason", fallback="NO_LAPS"
+                ),
+            ),
         ),
         JobSpec(
             name="detect_segments",
@@ -287,6 +260,21 @@ DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
                     test=lambda c, k: c.get("skip_segments") is True,
                 ),
             ),
+            summary=out.SegmentsSummary,
+            content=(
+                ContentRule(
+                    feature="segments",
+                    flag="segments_available",
+                    reason="reason",
+                    fallback="NO_SEGMENTS",
+                ),
+                ContentRule(
+                    feature="jumps",
+                    flag="jumps_available",
+                    reason="jumps_reason",
+                    fallback="NO_JUMPS",
+                ),
+            ),
         ),
         JobSpec(
             name="compute_metrics",
@@ -296,6 +284,14 @@ DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
             stale_after_s=_CPU_STALE_S,
             failed_reason="METRICS_FAILED",
             feature="lap_compare",
+            summary=out.MetricsSummary,
+            content=(
+                ContentRule(
+                    feature="lap_compare",
+                    flag="lap_compare_available",
+                    fallback="FEWER_THAN_2_VALID_LAPS",
+                ),
+            ),
         ),
         JobSpec(
             name="build_indexes",
@@ -305,6 +301,7 @@ DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
             stale_after_s=_CPU_STALE_S,
             failed_reason="INDEXING_FAILED",
             feature="indexes",
+            summary=out.IndexesSummary,
         ),
         JobSpec(
             name="materialise_clickhouse",
@@ -316,6 +313,7 @@ DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
             soft_timeout_s=600,
             hard_timeout_s=900,
             stale_after_s=_LONG_STALE_S,
+            summary=out.MaterialiseSummary,
         ),
         JobSpec(
             name="publish_session",
@@ -327,82 +325,4 @@ DEFAULT_DAG: Final[Mapping[str, JobSpec]] = {
             stale_after_s=_IO_STALE_S,
         ),
     )
-}
-
-FEATURES: Final[tuple[Feature, ...]] = tuple(
-    Feature(name=spec.feature, job_type=spec.job_type, failed_reason=spec.failed_reason)
-    for spec in DEFAULT_DAG.values()
-    if spec.feature
 )
-"""User-facing features of spec 000 §11 and the job producing each."""
-
-GATES: Final[tuple[Gate, ...]] = tuple(g for spec in DEFAULT_DAG.values() for g in spec.gates)
-"""Every capability gate of the default DAG (spec 000 §4.2), in DAG order."""
-
-STAGES: Final[Mapping[str, str]] = {
-    spec.job_type: spec.stage for spec in DEFAULT_DAG.values() if spec.stage
-}
-"""Job type -> ``module:function`` of its pure stage."""
-
-
-class DagError(StageError):
-    """A DAG definition breaks a structural rule (cycle, unknown dep, required on optional)."""
-
-    code = "INVALID_DAG"
-
-
-def validate_dag(specs: Mapping[str, JobSpec]) -> None:
-    """Check names, pools, that deps exist, that there is no cycle, and the criticality rule."""
-    for name, spec in specs.items():
-        if name != spec.name:
-            raise DagError(f"{name}: key and spec name differ")
-        if spec.pool not in POOLS:
-            raise DagError(f"{name}: unknown pool {spec.pool!r}")
-        for dep in spec.deps:
-            target = specs.get(dep.on)
-            if target is None:
-                raise DagError(f"{name}: depends on unknown job {dep.on!r}")
-            if spec.critical and dep.hard and not target.critical:
-                raise DagError(f"{name}: required job hard-depends on optional {dep.on!r}")
-    topological_order(specs)
-
-
-def topological_order(specs: Mapping[str, JobSpec]) -> list[str]:
-    """Job names with every dependency before its dependents (raises on a cycle)."""
-    order: list[str] = []
-    state: dict[str, int] = {}  # 1 = on the path, 2 = done
-
-    def visit(name: str, path: tuple[str, ...]) -> None:
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            raise DagError(f"cycle: {' -> '.join((*path, name))}")
-        state[name] = 1
-        for dep in specs[name].deps:
-            visit(dep.on, (*path, name))
-        state[name] = 2
-        order.append(name)
-
-    for name in specs:
-        visit(name, ())
-    return order
-
-
-def dependents(specs: Mapping[str, JobSpec], names: Iterable[str]) -> set[str]:
-    """Every job that (transitively, through any edge) waits for one of ``names``."""
-    wanted = set(names)
-    found: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for spec in specs.values():
-            if spec.name not in found and any(d.on in wanted | found for d in spec.deps):
-                found.add(spec.name)
-                changed = True
-    return found
-
-
-def failed_reason(job_type: str) -> str:
-    """The reason code dependents and feature flags inherit when a job of this type fails."""
-    spec = DEFAULT_DAG.get(job_type)
-    return spec.failed_reason if spec is not None else f"{job_type.upper()}_FAILED"

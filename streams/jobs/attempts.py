@@ -12,8 +12,8 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from stages.jobs.dag import failed_reason
 from stages.jobs.errors import AttemptFailure, recorded_severity
+from stages.jobs.graph import Dag
 from stages.jobs.job_state import JobState
 from streams.adapters.postgres import Conn
 from streams.jobs import sql
@@ -27,6 +27,7 @@ async def end_attempt(
     conn: Conn,
     job_id: uuid.UUID,
     *,
+    dag: Dag,
     worker: str,
     attempt: int,
     expected: JobState,
@@ -42,7 +43,8 @@ async def end_attempt(
     """End attempt ``attempt`` of ``job_id`` held by ``worker`` (in state ``expected``).
 
     ``lost``: the attempt was lost to its worker (reaped, drained), so it counts in the job's
-    ``lost_count`` rather than against its own attempts."""
+    ``lost_count`` rather than against its own attempts. ``dag``: the DAG the runtime runs (the
+    failed job's reason, and the settling that follows)."""
     final = target in (JobState.FAILED, JobState.CANCELLED)
     row = await conn.fetchrow(
         sql.END_ATTEMPT,
@@ -66,7 +68,7 @@ async def end_attempt(
         return FailOutcome(outcome=await holder_outcome(conn, job_id, worker, attempt))
     finished_runs: tuple[FinishedRun, ...] = ()
     if final:
-        reason = "CANCELLED" if target is JobState.CANCELLED else failed_reason(row["job_type"])
+        reason = "CANCELLED" if target is JobState.CANCELLED else dag.failed_reason(row["job_type"])
         closed = Closed(
             id=job_id,
             run_id=row["run_id"],
@@ -77,7 +79,7 @@ async def end_attempt(
         )
         finished = [row["run_id"]] if row["jobs_open"] == 0 else []
         finished_runs = await settle(
-            conn, closed=[closed], finished_runs=finished, now=now, channel=channel
+            conn, dag=dag, closed=[closed], finished_runs=finished, now=now, channel=channel
         )
     return FailOutcome(
         outcome=Outcome.APPLIED,

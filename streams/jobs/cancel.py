@@ -14,6 +14,7 @@ from datetime import datetime
 
 from schemas import error_codes as codes
 from stages.jobs.errors import ErrorSource
+from stages.jobs.graph import Dag
 from stages.jobs.job_state import JobState
 from stages.jobs.run_state import TERMINAL_RUN, RunState
 from streams.adapters.postgres import Conn
@@ -39,6 +40,7 @@ async def cancel_run(
     conn: Conn,
     run_id: uuid.UUID,
     *,
+    dag: Dag,
     source: ErrorSource = ErrorSource.OPERATOR,
     now: Now = None,
     channel: str | None = None,
@@ -75,7 +77,7 @@ async def cancel_run(
         if row["requested"] and channel is not None:
             await c.execute(sql.NOTIFY_STOP, channel)
         if row["jobs_open"] == 0:
-            await finalise(c, run_id, now=now)
+            await finalise(c, run_id, dag=dag, now=now)
         return CancelSummary(
             run_id=run_id,
             cancelled=row["stopped"],
@@ -90,6 +92,7 @@ async def cancel_job(
     conn: Conn,
     job_id: uuid.UUID,
     *,
+    dag: Dag,
     source: ErrorSource = ErrorSource.OPERATOR,
     now: Now = None,
     channel: str,
@@ -118,7 +121,9 @@ async def cancel_job(
                 reason="CANCELLED",
             )
             finished = [row["run_id"]] if row["jobs_open"] == 0 else []
-            await settle(c, closed=[closed], finished_runs=finished, now=now, channel=channel)
+            await settle(
+                c, dag=dag, closed=[closed], finished_runs=finished, now=now, channel=channel
+            )
         return state
 
     return await atomically(conn, work)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stages.jobs.graph import Dag
 from stages.jobs.planner import RunPlan, plan_run
 from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 from stages.jobs.run_state import RunState
@@ -35,6 +36,7 @@ class EnqueuedRun:
 async def enqueue_run(
     conn: Conn,
     *,
+    dag: Dag,
     tenant_id: uuid.UUID,
     session_id: uuid.UUID,
     plan: RunPlan,
@@ -48,7 +50,10 @@ async def enqueue_run(
     retry_of: uuid.UUID | None = None,
     channel: str,
 ) -> EnqueuedRun:
-    """Insert a run and its planned jobs; jobs with nothing to wait for start ``queued``."""
+    """Insert a run and its planned jobs; jobs with nothing to wait for start ``queued``.
+
+    ``dag``: the DAG the runtime runs, whose features finalise a run planned with no job left
+    to run."""
     jobs = [
         {
             "name": j.name,
@@ -95,7 +100,7 @@ async def enqueue_run(
             await c.execute(sql.INSERT_RUN_ARTIFACTS, run_id, list(artifact_ids))
         await c.fetchrow(sql.INSERT_JOBS, run_id, tenant_id, priority, jobs, edges, channel)
         if plan.open_jobs == 0:
-            await finalise(c, run_id, now=None)
+            await finalise(c, run_id, dag=dag, now=None)
         return EnqueuedRun(run_id=run_id, created=True)
 
     return await atomically(conn, work)
@@ -105,13 +110,15 @@ async def retry_run(
     conn: Conn,
     run_id: uuid.UUID,
     *,
+    dag: Dag,
     requested_by: str = "operator",
     channel: str,
     default_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> EnqueuedRun:
     """Start a new run that repeats ``run_id``: same session, artifacts, config and pinned
     versions, planned afresh, linked by ``retry_of``. The old run stays as it was (audit);
-    the session's pointer moves to the new run only if it ends succeeded or partial."""
+    the session's pointer moves to the new run only if it ends succeeded or partial. The new
+    run is planned from ``dag``, the DAG the runtime runs."""
     old = await conn.fetchrow(sql.RUN_FOR_RETRY, run_id)
     if old is None:
         raise NotFoundError(f"no run {run_id}")
@@ -123,9 +130,10 @@ async def retry_run(
         )
     return await enqueue_run(
         conn,
+        dag=dag,
         tenant_id=old["tenant_id"],
         session_id=old["session_id"],
-        plan=plan_run(old["config"], default_attempts=default_attempts),
+        plan=plan_run(old["config"], dag=dag, default_attempts=default_attempts),
         config=old["config"],
         versions=RunVersions(
             parser=old["parser_version"],

@@ -25,7 +25,7 @@ from concurrent.futures import Executor as PoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from stages.jobs.dag import DEFAULT_DAG
+from stages.jobs.graph import Dag
 from streams.errors import TidewayError
 from streams.jobs.model import ClaimedJob, JobResult, RunVersions
 
@@ -155,6 +155,6 @@ async def noop(ctx: JobContext, /) -> JobResult:
     return JobResult()
 
 
-def placeholder_executors() -> dict[str, Executor]:
-    """A placeholder executor for every job type of the default DAG."""
-    return {spec.job_type: placeholder for spec in DEFAULT_DAG.values()}
+def placeholder_executors(dag: Dag) -> dict[str, Executor]:
+    """A placeholder executor for every job type of ``dag``."""
+    return {spec.job_type: placeholder for spec in dag.values()}

@@ -7,6 +7,10 @@ return what happened to the job instead of raising when a guard refused: :class:
 ``LOST`` means the attempt is no longer this worker's (reaped, cancelled);
 ``CANCEL_REQUESTED`` means acknowledge it.
 
+Functions that end jobs take ``dag``: the DAG the runtime runs (:class:`~stages.jobs.graph.Dag`,
+the worker's), whose specs give a failing job its retry policy and failure reason, whose gates
+skip jobs a completed job's capabilities rule out and whose features finalise runs.
+
 Functions that can make jobs runnable take ``channel``: the LISTEN/NOTIFY channel of the
 deployment, ``Names(namespace=settings.namespace).jobs_channel`` (see :func:`jobs_channel`).
 Runs are created by :func:`streams.jobs.enqueue.enqueue_run`; the reaper lives in
@@ -22,9 +26,9 @@ from datetime import datetime
 from typing import Any
 
 from schemas import error_codes as codes
-from stages.jobs.dag import DEFAULT_DAG
 from stages.jobs.errors import AttemptFailure, ErrorSource, describe
 from stages.jobs.gating import capabilities_of
+from stages.jobs.graph import Dag
 from stages.jobs.job_state import JobState
 from stages.jobs.retry import decide
 from streams.adapters.postgres import Conn
@@ -183,17 +187,19 @@ async def complete(
     job: ClaimedJob,
     result: JobResult,
     *,
+    dag: Dag,
     now: Now = None,
     channel: str,
 ) -> Outcome:
     """Record ``job``'s success, its datasets and attempt, release dependents - atomically."""
-    return (await complete_many(conn, [(job, result)], now=now, channel=channel))[job.id]
+    return (await complete_many(conn, [(job, result)], dag=dag, now=now, channel=channel))[job.id]
 
 
 async def complete_many(
     conn: Conn,
     items: Sequence[tuple[ClaimedJob, JobResult]],
     *,
+    dag: Dag,
     now: Now = None,
     channel: str,
 ) -> dict[uuid.UUID, Outcome]:
@@ -203,13 +209,14 @@ async def complete_many(
     dependencies are now all finished moved to ``queued`` (or ``skipped``), capability gating
     from its summary, and the run finalised if this was its last open job.
     """
-    return dict((await complete_batch(conn, items, now=now, channel=channel)).outcomes)
+    return dict((await complete_batch(conn, items, dag=dag, now=now, channel=channel)).outcomes)
 
 
 async def complete_batch(
     conn: Conn,
     items: Sequence[tuple[ClaimedJob, JobResult]],
     *,
+    dag: Dag,
     now: Now = None,
     channel: str,
 ) -> Completed:
@@ -245,14 +252,14 @@ async def complete_batch(
             caps = capabilities_of(result.summary)
             if job.id in done and caps:
                 gated, ended = await apply_gating(
-                    c, run_id=job.run_id, reporter=job.name, capabilities=caps, now=now
+                    c, dag=dag, run_id=job.run_id, reporter=job.name, capabilities=caps, now=now
                 )
                 closed.extend(gated)
                 if ended:
                     finished.add(job.run_id)
         if closed or finished:
             finalised = await settle(
-                c, closed=closed, finished_runs=finished, now=now, channel=channel
+                c, dag=dag, closed=closed, finished_runs=finished, now=now, channel=channel
             )
         return done
 
@@ -268,6 +275,7 @@ async def fail(
     job: ClaimedJob,
     error: AttemptFailure,
     *,
+    dag: Dag,
     schedule: Sequence[float],
     u: float,
     timed_out: bool = False,
@@ -280,7 +288,7 @@ async def fail(
     fail for good. ``schedule`` is the configured backoff (``Settings.retry.job_backoff_s``)
     unless the type has its own; ``u`` in [0, 1) is the random draw for the jitter.
     """
-    spec = DEFAULT_DAG.get(job.job_type)
+    spec = dag.spec_of(job.job_type)
     decision = decide(
         code=error.code,
         retriable=error.retriable,
@@ -296,6 +304,7 @@ async def fail(
         lambda c: end_attempt(
             c,
             job.id,
+            dag=dag,
             worker=job.locked_by,
             attempt=job.attempt,
             expected=JobState.RUNNING,
@@ -314,6 +323,7 @@ async def release(
     conn: Conn,
     job: ClaimedJob,
     *,
+    dag: Dag,
     max_lost: int,
     drain_s: float,
     now: Now = None,
@@ -340,6 +350,7 @@ async def release(
         lambda c: end_attempt(
             c,
             job.id,
+            dag=dag,
             worker=job.locked_by,
             attempt=job.attempt,
             expected=JobState.RUNNING,
@@ -356,7 +367,7 @@ async def release(
 
 
 async def acknowledge_cancel(
-    conn: Conn, job: ClaimedJob, *, now: Now = None, channel: str
+    conn: Conn, job: ClaimedJob, *, dag: Dag, now: Now = None, channel: str
 ) -> FailOutcome:
     """The worker stopped ``job`` at a checkpoint: ``cancel_requested`` -> ``cancelled``."""
     error = describe(
@@ -370,6 +381,7 @@ async def acknowledge_cancel(
         lambda c: end_attempt(
             c,
             job.id,
+            dag=dag,
             worker=job.locked_by,
             attempt=job.attempt,
             expected=JobState.CANCEL_REQUESTED,

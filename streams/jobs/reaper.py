@@ -9,6 +9,7 @@ from datetime import datetime
 
 from schemas import error_codes as codes
 from stages.jobs.errors import ErrorSource, describe
+from stages.jobs.graph import Dag
 from stages.jobs.job_state import JobState
 from stages.jobs.retry import DEFAULT_MAX_LOST, decide
 from streams.adapters.postgres import Conn
@@ -39,6 +40,7 @@ class Reaped:
 async def reap(
     conn: Conn,
     *,
+    dag: Dag,
     stale_after_s: float | None = None,
     max_lost: int = DEFAULT_MAX_LOST,
     schedule: Sequence[float],
@@ -106,6 +108,7 @@ async def reap(
             result = await end_attempt(
                 c,
                 row["id"],
+                dag=dag,
                 worker=row["locked_by"],
                 attempt=row["attempt_count"],
                 expected=previous,

@@ -9,6 +9,9 @@
   feature flags from the job outcomes and the content summary ``publish_session`` wrote (the
   run's only flags), and a succeeded or partial run takes the session's active pointer unless
   a newer run already has it.
+
+Every function is given the DAG the runtime runs (:class:`~stages.jobs.graph.Dag`): its
+feature table finalises runs, its capability gates skip jobs.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stages.jobs.dag import FEATURES, GATES
 from stages.jobs.gating import Candidate, evaluate
+from stages.jobs.graph import Dag
 from stages.jobs.job_state import JobState
 from stages.jobs.run_state import TERMINAL_RUN, JobOutcome, RunState, reduce_run
 from streams.adapters.postgres import Conn
@@ -56,6 +59,7 @@ class Closed:
 async def settle(
     conn: Conn,
     *,
+    dag: Dag,
     closed: Iterable[Closed] = (),
     finished_runs: Iterable[uuid.UUID] = (),
     now: Any,
@@ -89,7 +93,7 @@ async def settle(
         assert row is not None
         finished.update(row["finished_runs"])
         pending = [Closed.from_json(item, JobState.SKIPPED) for item in row["skipped"]]
-    return tuple((await finalise_many(conn, finished, now=now)).values())
+    return tuple((await finalise_many(conn, finished, dag=dag, now=now)).values())
 
 
 async def stop_run(
@@ -112,14 +116,14 @@ async def stop_run(
     return int(row["jobs_open"])
 
 
-async def finalise(conn: Conn, run_id: uuid.UUID, *, now: Any) -> RunState | None:
+async def finalise(conn: Conn, run_id: uuid.UUID, *, dag: Dag, now: Any) -> RunState | None:
     """Derive the run's final state and flags once every job has ended; move the session."""
-    finished = (await finalise_many(conn, [run_id], now=now)).get(run_id)
+    finished = (await finalise_many(conn, [run_id], dag=dag, now=now)).get(run_id)
     return RunState(finished.status) if finished is not None else None
 
 
 async def finalise_many(
-    conn: Conn, run_ids: Iterable[uuid.UUID], *, now: Any
+    conn: Conn, run_ids: Iterable[uuid.UUID], *, dag: Dag, now: Any
 ) -> dict[uuid.UUID, FinishedRun]:
     """Finalise every run of ``run_ids`` whose jobs have all ended (two statements in all)."""
     ids = sorted(set(run_ids))
@@ -143,7 +147,7 @@ async def finalise_many(
         verdict = reduce_run(
             outcomes,
             cancelled=run["status"] == RunState.CANCELLED,
-            features=FEATURES,
+            features=dag.features,
             content=run["content"],  # publish_session's summary of what the content offers
         )
         if verdict.state not in TERMINAL_RUN:
@@ -176,6 +180,7 @@ async def finalise_many(
 async def apply_gating(
     conn: Conn,
     *,
+    dag: Dag,
     run_id: uuid.UUID,
     reporter: str,
     capabilities: Mapping[str, Any],
@@ -184,7 +189,7 @@ async def apply_gating(
     """Skip optional jobs that ``capabilities`` rule out; returns them and whether the run ended."""
     rows = await conn.fetch(sql.GATE_CANDIDATES, run_id)
     candidates = [Candidate(name=r["name"], job_type=r["job_type"]) for r in rows]
-    decisions = evaluate(candidates, capabilities=capabilities, gates=GATES)
+    decisions = evaluate(candidates, capabilities=capabilities, gates=dag.gates)
     if not decisions:
         return [], False
     ids = {r["name"]: r["id"] for r in rows}

@@ -70,6 +70,7 @@ from typing import Any
 
 from schemas import error_codes as codes
 from stages.jobs.errors import AttemptFailure, ErrorSource, describe
+from stages.jobs.graph import Dag
 from stages.jobs.job_state import JobState
 from streams.adapters import postgres
 from streams.adapters.errors import PgError
@@ -135,6 +136,7 @@ class _Running:
 async def run_worker(
     settings: Settings,
     *,
+    dag: Dag,
     executors: Mapping[str, Executor],
     pool: str | None,
     concurrency: int,
@@ -145,10 +147,14 @@ async def run_worker(
 ) -> None:
     """Run jobs of ``pool`` (``None``: every pool) whose type has an executor, until ``stop``.
 
+    ``dag``: the DAG this worker runs (retry policies and failure reasons of its job types,
+    the gates and features that settle and finalise runs).
+
     ``hooks``: the process's observability (readiness checks, the claim loop's heartbeat, the
     job observer, the queue-depth sampler)."""
     worker = _Worker(
         settings,
+        dag=dag,
         executors=executors,
         pool=pool,
         concurrency=concurrency,
@@ -165,6 +171,7 @@ class _Worker:
         self,
         settings: Settings,
         *,
+        dag: Dag,
         executors: Mapping[str, Executor],
         pool: str | None,
         concurrency: int,
@@ -178,6 +185,7 @@ class _Worker:
         self.settings = settings
         self.cfg = settings.worker
         self.max_active_runs = settings.quotas.max_active_runs
+        self.dag = dag
         self.executors = dict(executors)
         self.pools = None if pool is None else [pool]
         self.concurrency = concurrency
@@ -476,10 +484,13 @@ class _Worker:
                 schedule=self.settings.retry.job_backoff_s,
                 u=self._u(),
                 timed_out=timed_out,
+                dag=self.dag,
                 channel=self.channel,
             )
             if result.outcome is Outcome.CANCEL_REQUESTED:
-                result = await queue.acknowledge_cancel(conn, job, channel=self.channel)
+                result = await queue.acknowledge_cancel(
+                    conn, job, dag=self.dag, channel=self.channel
+                )
         self._runs_finished(result.finished_runs)
         if result.outcome is not Outcome.APPLIED:
             return  # lost: reported when the worker lets go of it
@@ -500,10 +511,13 @@ class _Worker:
                 entry.job,
                 max_lost=self.cfg.max_lost,
                 drain_s=self.cfg.drain_s,
+                dag=self.dag,
                 channel=self.channel,
             )
             if result.outcome is Outcome.CANCEL_REQUESTED:
-                result = await queue.acknowledge_cancel(conn, entry.job, channel=self.channel)
+                result = await queue.acknowledge_cancel(
+                conn, entry.job, dag=self.dag, channel=self.channel
+            )
         self._runs_finished(result.finished_runs)
         if result.outcome is not Outcome.APPLIED:
             return
@@ -516,7 +530,9 @@ class _Worker:
 
     async def _acknowledge(self, entry: _Running) -> None:
         async with self.db.acquire() as conn:
-            result = await queue.acknowledge_cancel(conn, entry.job, channel=self.channel)
+            result = await queue.acknowledge_cancel(
+                conn, entry.job, dag=self.dag, channel=self.channel
+            )
         self._runs_finished(result.finished_runs)
         if result.outcome is Outcome.APPLIED:
             self._ended(entry, "cancelled")
@@ -553,6 +569,7 @@ class _Worker:
                 completed = await queue.complete_batch(
                     conn,
                     [(e.job, e.result or JobResult()) for e in batch],
+                    dag=self.dag,
                     channel=self.channel,
                 )
         except Exception as exc:
@@ -657,6 +674,7 @@ class _Worker:
                             max_lost=self.cfg.max_lost,
                             schedule=self.settings.retry.job_backoff_s,
                             rand=self._u,
+                            dag=self.dag,
                             channel=self.channel,
                         )
                         self._reaped(reaped_jobs)

@@ -1,7 +1,7 @@
 """What the I/O executors of the session DAG borrow from the executor table.
 
 ``materialise_clickhouse`` and ``publish_session`` run on the event loop and share the table's
-settings, object store and database pool (provided by
+DAG, settings, object store and database pool (provided by
 :class:`~streams.sessions.stage_executors.SessionExecutors`). They depend on this protocol
 rather than on that class, so the table can build them without the modules importing each
 other.
@@ -11,12 +11,18 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from stages.jobs.graph import Dag
 from streams.config import Settings
 from streams.objects import ObjectStore
 
 
 class ExecutorResources(Protocol):
-    """Settings, object store and a lazily created asyncpg pool, shared by the executors."""
+    """The DAG, settings, object store and a lazily created asyncpg pool the executors share."""
+
+    @property
+    def dag(self) -> Dag:
+        """The DAG the executors were built for (its declarations type the job summaries)."""
+        ...
 
     @property
     def settings(self) -> Settings:

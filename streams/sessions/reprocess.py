@@ -34,6 +34,7 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 from schemas import error_codes as codes
+from stages.jobs.dag import DEFAULT_DAG
 from stages.jobs.planner import plan_run
 from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 from streams.errors import NotFoundError, UsageError
@@ -239,6 +240,7 @@ async def reprocess(
                 return EnqueuedRun(run_id=existing, created=False)
         enqueued = await enqueue_run(
             conn,
+            dag=DEFAULT_DAG,
             tenant_id=session["tenant_id"],
             session_id=session_id,
             plan=plan_run(run_config, default_attempts=default_attempts),

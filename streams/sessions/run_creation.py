@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stages.jobs.dag import DEFAULT_DAG
 from stages.jobs.planner import plan_run
 from stages.jobs.retry import DEFAULT_MAX_ATTEMPTS
 from streams.jobs.enqueue import enqueue_run
@@ -108,6 +109,7 @@ async def create_run(
         ids = dict(await conn.fetch(_ARTIFACT_IDS, tenant_id, [a.sha256 for a in req.artifacts]))
         enqueued = await enqueue_run(
             conn,
+            dag=DEFAULT_DAG,
             tenant_id=tenant_id,
             session_id=req.session_id,
             plan=plan_run(req.config, default_attempts=default_attempts),

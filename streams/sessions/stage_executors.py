@@ -2,10 +2,12 @@
 
 Theory of operation
 -------------------
-The table is derived from the DAG's :class:`~stages.jobs.dag.JobSpec` entries: a spec with a
-``stage`` gets the pure-stage executor below, one with an ``executor`` gets what that factory
-builds from this table's resources (``materialise_clickhouse``, ``publish_session``), so adding
-a job type is one DAG entry and this module imports neither of those executors.
+The table is derived from the :class:`~stages.jobs.dag.JobSpec` entries of the DAG it is given
+(the top-level wiring passes the standard one): a spec with a ``stage`` gets the pure-stage
+executor below, one with an ``executor`` gets what that factory builds from this table's
+resources (``materialise_clickhouse``, ``publish_session``; the DAG is one of them), both
+references resolved by ``streams.sessions.job_code``, so adding a job type is one DAG entry and
+this module imports neither of those executors.
 
 For the pure-stage job types the executor turns the engine's :class:`JobContext`
 into a picklable :class:`~streams.sessions.stage_job.StageJob` and runs its body in a compute
@@ -47,23 +49,22 @@ engine per process, so the ClickHouse load must stay in the process that owns it
 from __future__ import annotations
 
 import asyncio
-import importlib
 import multiprocessing
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from functools import partial
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import pebble
 
 from stages.batch import canonical
 from stages.errors import StageError
-from stages.jobs.dag import DEFAULT_DAG, STAGES, topological_order
+from stages.jobs.graph import Dag, topological_order
 from streams.config import Settings
 from streams.errors import PermanentError, TransientError
 from streams.jobs.executor import Executor, JobContext
@@ -71,14 +72,12 @@ from streams.jobs.model import DatasetRecord, JobResult
 from streams.objects import ObjectStore
 from streams.sessions import artifact_lifecycle
 from streams.sessions.datasets import DatasetFile, idempotency_key, output_prefix
-from streams.sessions.executor_resources import ExecutorResources
+from streams.sessions.job_code import resolve
 from streams.sessions.pool_process import die_with_parent
 from streams.sessions.resume import Lineages, resume_job
 from streams.sessions.stage_job import InputRef, StageJob, StageRun, run_stage_job
 
-__all__ = ["STAGES", "SessionExecutors", "default_executors", "local_name", "record_name"]
-
-_ORDER: Final = {name: i for i, name in enumerate(topological_order(DEFAULT_DAG))}
+__all__ = ["SessionExecutors", "default_executors", "local_name", "record_name"]
 
 Compute = Literal["process", "thread"]
 
@@ -123,15 +122,22 @@ def _raise(run: StageRun) -> None:
 
 
 class SessionExecutors(Mapping[str, Executor]):
-    """The executors of every session job type, sharing one compute pool and one DB pool.
+    """The executors of every job type of ``dag``, sharing one compute pool and one DB pool.
 
     Pools are created on first use and released by :meth:`aclose` (or at interpreter exit).
     """
 
     def __init__(
-        self, settings: Settings, *, compute: Compute = "process", workers: int | None = None
+        self,
+        settings: Settings,
+        *,
+        dag: Dag,
+        compute: Compute = "process",
+        workers: int | None = None,
     ) -> None:
         self.settings = settings
+        self.dag = dag
+        self._order = {name: i for i, name in enumerate(topological_order(dag))}
         self.compute = compute
         self.workers = workers or max(1, settings.worker.concurrency)
         self.store = ObjectStore(settings.objects())
@@ -142,11 +148,11 @@ class SessionExecutors(Mapping[str, Executor]):
         self.lineages = Lineages()
 
         self._table: dict[str, Executor] = {}
-        for spec in DEFAULT_DAG.values():
+        for spec in dag.values():
             if spec.stage:
                 self._table[spec.job_type] = self._stage_executor(spec.job_type)
             elif spec.executor:
-                self._table[spec.job_type] = _factory(spec.executor)(self)
+                self._table[spec.job_type] = resolve(spec.executor)(self)
 
     # -- Mapping ---------------------------------------------------------------------------
     def __getitem__(self, job_type: str) -> Executor:
@@ -170,7 +176,7 @@ class SessionExecutors(Mapping[str, Executor]):
             self._processes = pebble.ProcessPool(
                 max_workers=self.workers,
                 initializer=_start_process,
-                initargs=(os.getpid(),),
+                initargs=(os.getpid(), tuple(self.dag.stages.values())),
                 context=multiprocessing.get_context("spawn"),
             )
         return self._processes
@@ -256,13 +262,13 @@ class SessionExecutors(Mapping[str, Executor]):
             config=config,
             versions=ctx.versions.as_json(),
         )
-        upstream = sorted(ctx.datasets.values(), key=lambda d: -_ORDER.get(d.job, -1))
+        upstream = sorted(ctx.datasets.values(), key=lambda d: -self._order.get(d.job, -1))
         return StageJob(
             store_root=self.settings.objects(),
             run_id=str(job.run_id),
             job_name=job.name,
             job_type=job.job_type,
-            stage=STAGES[job.job_type],
+            stage=self.dag.stages[job.job_type],
             key=key,
             prefix=output_prefix(str(job.run_id), job.name, key),
             artifacts=tuple(
@@ -326,32 +332,23 @@ class SessionExecutors(Mapping[str, Executor]):
         return execute
 
 
-def _factory(path: str) -> Callable[[ExecutorResources], Executor]:
-    """The executor factory a spec names (``module:function``)."""
-    module, _, name = path.partition(":")
-    factory: Callable[[ExecutorResources], Executor] = getattr(
-        importlib.import_module(module), name
-    )
-    return factory
-
-
-def _start_process(worker_pid: int) -> None:
+def _start_process(worker_pid: int, stages: tuple[str, ...]) -> None:
     """The pool's initializer: die with the worker, then import the stages."""
     die_with_parent(worker_pid)
-    _import_stages()
+    _import_stages(stages)
 
 
-def _import_stages() -> None:
+def _import_stages(stages: tuple[str, ...]) -> None:
     """Import every stage and round-trip a Parquet file once (first use costs ~0.2 s)."""
     import pyarrow as pa
 
     from streams.sessions.datasets import decode_parquet, encode_parquet
 
-    for path in STAGES.values():
-        importlib.import_module(path.partition(":")[0])
+    for path in stages:
+        resolve(path)
     decode_parquet(encode_parquet(pa.table({"x": [1.0, 2.0], "s": ["a", "b"]})))
 
 
-def default_executors(settings: Settings) -> SessionExecutors:
-    """Every session job type's executor for ``settings`` (process pool for the stages)."""
-    return SessionExecutors(settings)
+def default_executors(settings: Settings, dag: Dag) -> SessionExecutors:
+    """Every job type's executor of ``dag`` for ``settings`` (process pool for the stages)."""
+    return SessionExecutors(settings, dag=dag)

@@ -22,7 +22,6 @@ constructor arguments do not survive pickling; the executor raises them again on
 
 from __future__ import annotations
 
-import importlib
 import threading
 import time
 from collections import OrderedDict
@@ -39,6 +38,7 @@ from stages.errors import StageError
 from streams.errors import TidewayError, TransientError
 from streams.objects import ObjectStore
 from streams.sessions.datasets import JobOutputs, load_outputs, read_table, write_outputs
+from streams.sessions.job_code import resolve
 
 __all__ = ["InputRef", "LazyDatasets", "StageFailure", "StageJob", "StageRun", "run_stage_job"]
 
@@ -187,11 +187,6 @@ def _remember(sha256: str, table: pa.Table, data: bytes) -> None:
         VERIFIED.put(sha256, table)
 
 
-def _stage(path: str) -> Any:
-    module, _, func = path.partition(":")
-    return getattr(importlib.import_module(module), func)
-
-
 def run_stage_job(job: StageJob, *, stop: Callable[[], bool] | None = None) -> StageRun:
     """Run one job's body (see the module docstring). Never raises for expected failures.
 
@@ -227,7 +222,7 @@ def run_stage_job(job: StageJob, *, stop: Callable[[], bool] | None = None) -> S
             checkpoint=checkpoint,
         )
         started = time.perf_counter()
-        out: StageOutput = _stage(job.stage)(inp)
+        out: StageOutput = resolve(job.stage)(inp)
         timings["stage_s"] = time.perf_counter() - started - datasets.read_s
         timings["inputs_s"] = datasets.read_s
         timings["inputs_cached"] = datasets.cache_hits

@@ -38,6 +38,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from stages.batch import formats
 from stages.batch.synth import synthesize
+from stages.jobs.dag import DEFAULT_DAG
 from streams.config import Settings
 from streams.jobs.worker import run_worker
 from streams.sessions.stage_executors import SessionExecutors
@@ -410,10 +411,12 @@ def compare_laps(p: Person, session_id: str) -> None:
 
 @contextlib.asynccontextmanager
 async def worker(settings: Settings) -> Any:
-    executors = SessionExecutors(settings, compute="thread")
+    executors = SessionExecutors(settings, compute="thread", dag=DEFAULT_DAG)
     stop = asyncio.Event()
     task = asyncio.create_task(
-        run_worker(settings, executors=executors, pool=None, concurrency=2, stop=stop)
+        run_worker(
+            settings, executors=executors, pool=None, concurrency=2, stop=stop, dag=DEFAULT_DAG
+        )
     )
     try:
         yield

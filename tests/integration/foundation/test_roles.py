@@ -18,6 +18,7 @@ import pytest
 
 from stages.batch import formats
 from stages.batch.synth import synthesize
+from stages.jobs.dag import DEFAULT_DAG
 from streams.adapters import postgres
 from streams.config import Settings
 from streams.identity import credentials
@@ -188,12 +189,12 @@ async def test_a_session_goes_through_intake_worker_and_api_each_as_its_role(
     session = synthesize(laps=2, imu_hz=20, gnss_hz=5)
     data = formats.write("csv", {"gnss": session.gnss, "imu": session.imu})
     api_pool = await postgres.create_pool(api.postgres(), postgres.API_POOL)
-    executors = SessionExecutors(worker, compute="thread")
+    executors = SessionExecutors(worker, compute="thread", dag=DEFAULT_DAG)
     stop = asyncio.Event()
     try:
         async with running_intake(intake), api_client(api, api_pool) as client:
             task = asyncio.create_task(run_worker(worker, executors=executors, pool=None,
-                                                  concurrency=2, stop=stop))
+                                                  concurrency=2, stop=stop, dag=DEFAULT_DAG))
             try:
                 resp = await client.post("/v1/sessions?filename=race.csv&device=car-7",
                                          data=data, headers=headers)

@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from stages.jobs.dag import JobSpec
+from stages.jobs.dag import DEFAULT_DAG, JobSpec
 from stages.jobs.planner import RunPlan, plan_run
 from streams.adapters import postgres
 from streams.jobs.enqueue import enqueue_run
@@ -81,6 +81,7 @@ async def start_run(
         priority=priority,
         idempotency_key=key,
         channel=channel,
+        dag=DEFAULT_DAG,
     )
     return run.run_id
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from stages.jobs.dag import DEFAULT_DAG
 from streams.config import Settings, WorkerSettings
 from streams.jobs.executor import Executor, JobContext, threaded
 from streams.jobs.model import DatasetRecord, JobResult
@@ -79,6 +80,7 @@ def main() -> None:
             concurrency=1,
             stop=asyncio.Event(),
             worker_id="crash-worker",
+            dag=DEFAULT_DAG,
         )
     )
 

@@ -11,6 +11,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from stages.jobs.dag import DEFAULT_DAG
 from streams.config import Settings, WorkerSettings
 from streams.jobs.executor import JobContext
 from streams.jobs.model import JobResult
@@ -33,8 +34,9 @@ def main() -> None:
             postgres_dsn=dsn, namespace=namespace,
             worker=WorkerSettings(heartbeat_s=0.1, poll_interval_s=0.1, drain_s=float(drain_s)),
         )  # fmt: skip
-        await run_worker(settings, executors={"long": long}, pool=None, concurrency=2,
-                         stop=stop_on_signals(), worker_id="draining-worker")  # fmt: skip
+        await run_worker(settings, dag=DEFAULT_DAG, executors={"long": long}, pool=None,
+                         concurrency=2, stop=stop_on_signals(),
+                         worker_id="draining-worker")  # fmt: skip
 
     asyncio.run(serve())
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import asyncpg
 
+from stages.jobs.dag import DEFAULT_DAG
 from streams.config import Settings, WorkerSettings
 from streams.jobs.executor import Executor
 from streams.jobs.worker import run_worker
@@ -52,6 +53,7 @@ async def workers(
                 concurrency=concurrency,
                 stop=stop,
                 worker_id=f"test-worker-{i}",
+                dag=DEFAULT_DAG,
             )
         )
         for i in range(count)
@@ -120,7 +122,16 @@ async def drive(
             if callable(outcome):
                 outcome = outcome(job)
             if isinstance(outcome, AttemptFailure):
-                await queue.fail(conn, job, outcome, schedule=(30.0,), u=0.0, now=now, channel=CH)
+                await queue.fail(
+                    conn,
+                    job,
+                    outcome,
+                    schedule=(30.0,),
+                    u=0.0,
+                    now=now,
+                    channel=CH,
+                    dag=DEFAULT_DAG,
+                )
             else:
-                await queue.complete(conn, job, outcome, now=now, channel=CH)
+                await queue.complete(conn, job, outcome, now=now, channel=CH, dag=DEFAULT_DAG)
     raise AssertionError("drive: too many rounds")

@@ -7,7 +7,7 @@ import uuid
 
 import asyncpg
 
-from stages.jobs.dag import Dep, JobSpec
+from stages.jobs.dag import DEFAULT_DAG, Dep, JobSpec
 from streams.adapters import postgres
 from streams.config import QuotaSettings, Settings
 from streams.jobs import queue
@@ -45,7 +45,9 @@ async def test_new_runs_are_admitted_best_first_up_to_the_limit(
     assert await claim(conn, max_active_runs=2) == []  # at the limit: low waits, queued
     assert await conn.fetchval("SELECT state FROM jobs WHERE run_id = $1", low) == "queued"
 
-    await queue.complete(conn, claimed[0], JobResult(), channel=CH)  # one run ends...
+    await queue.complete(
+        conn, claimed[0], JobResult(), channel=CH, dag=DEFAULT_DAG
+    )  # one run ends...
     (admitted,) = await claim(conn, max_active_runs=2)  # ...and the waiting one starts
     assert admitted.run_id == low
 
@@ -58,10 +60,10 @@ async def test_a_tenant_at_its_limit_still_runs_its_started_runs(
     started = await start_run(conn, owner, dag=CHAIN, priority=0)
     (first,) = await claim(conn, max_active_runs=1)
     urgent = [await start_run(conn, owner, dag=CHAIN, priority=50) for _ in range(12)]
-    await queue.complete(conn, first, JobResult(), channel=CH)
+    await queue.complete(conn, first, JobResult(), channel=CH, dag=DEFAULT_DAG)
     (second,) = await claim(conn, max_active_runs=1)
     assert (second.run_id, second.name) == (started, "b")
-    await queue.complete(conn, second, JobResult(), channel=CH)
+    await queue.complete(conn, second, JobResult(), channel=CH, dag=DEFAULT_DAG)
     assert await wait_run(conn, started, within_s=5) == "succeeded"
     (next_job,) = await claim(conn, max_active_runs=1)
     assert next_job.run_id in urgent

@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from stages.jobs.dag import DEFAULT_DAG
 from stages.jobs.errors import ErrorSource, describe
 from streams.cli.exit_codes import ExitCode
 from streams.config import Settings
@@ -201,7 +202,9 @@ async def test_cancelling_an_ended_run_is_refused_and_changes_nothing(
     )  # fmt: skip
     assert (moved.from_run, moved.to_run) == (second, first)
     cancelled = await start_run(conn, owner)
-    await queue.cancel_run(conn, cancelled)  # nothing running: cancelled and finalised at once
+    await queue.cancel_run(
+        conn, cancelled, dag=DEFAULT_DAG
+    )  # nothing running: cancelled and finalised at once
     failed = await start_run(conn, owner)
     broken = describe("PARSE_FAILED", "bad input", retriable=False, source=ErrorSource.STAGE)
     await drive(conn, {"parse_raw": broken})

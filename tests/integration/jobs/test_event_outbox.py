@@ -18,7 +18,7 @@ import nats
 import orjson
 import pytest
 
-from stages.jobs.dag import JobSpec
+from stages.jobs.dag import DEFAULT_DAG, JobSpec
 from streams.adapters import postgres
 from streams.config import Settings
 from streams.domain_events import EventRelay
@@ -85,7 +85,7 @@ async def test_each_change_writes_its_event_in_its_own_transaction(
     # A cancel whose transaction rolls back announces nothing.
     with pytest.raises(RuntimeError):
         async with conn.transaction():
-            await queue.cancel_run(conn, run_id, channel=CH)
+            await queue.cancel_run(conn, run_id, channel=CH, dag=DEFAULT_DAG)
             raise RuntimeError("the caller gave up")
     assert await conn.fetchval("SELECT status FROM processing_runs WHERE id = $1",
                                run_id) == "pending"  # fmt: skip
@@ -95,7 +95,7 @@ async def test_each_change_writes_its_event_in_its_own_transaction(
     [job] = await queue.claim(conn, worker_id="w", limit=1, tenant_max_running=8,
                               heavy_max_running=8)  # fmt: skip
     assert await _events_of(conn, run_id) == ["run.pending", "run.running"]
-    await queue.complete(conn, job, JobResult(), channel=CH)
+    await queue.complete(conn, job, JobResult(), channel=CH, dag=DEFAULT_DAG)
     assert await _events_of(conn, run_id) == ["run.pending", "run.running", "run.succeeded"]
     published = await conn.fetch(
         "SELECT run_id, fields FROM event_outbox WHERE session_id = $1"
@@ -130,8 +130,8 @@ async def test_a_completion_refused_by_a_cancel_is_never_announced(
     run_id = await start_run(conn, owner, dag=ONE_JOB)
     [job] = await queue.claim(conn, worker_id="w", limit=1, tenant_max_running=8,
                               heavy_max_running=8)  # fmt: skip
-    await queue.cancel_run(conn, run_id, channel=CH)
-    await queue.complete(conn, job, JobResult(), channel=CH)
+    await queue.cancel_run(conn, run_id, channel=CH, dag=DEFAULT_DAG)
+    await queue.complete(conn, job, JobResult(), channel=CH, dag=DEFAULT_DAG)
     status = await conn.fetchval("SELECT status FROM processing_runs WHERE id = $1", run_id)
     assert status == "cancelled"
     assert await _events_of(conn, run_id) == ["run.pending", "run.running", "run.cancelled"]
@@ -161,7 +161,7 @@ async def test_events_wait_out_a_nats_outage_and_arrive_once_in_order(
         server.proc.wait(10)
         server.proc = None
         for run_id in runs[:3]:
-            await queue.cancel_run(conn, run_id, channel=CH)
+            await queue.cancel_run(conn, run_id, channel=CH, dag=DEFAULT_DAG)
         runs += [await start_run(conn, owner, dag=ONE_JOB) for _ in range(20)]
         await asyncio.sleep(2.0)  # the relay keeps trying meanwhile
         assert await _unrelayed(conn) == 23

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from stages.jobs.dag import JobSpec
+from stages.jobs.dag import DEFAULT_DAG, JobSpec
 from stages.jobs.errors import ErrorSource, describe
 from streams.jobs import queue
 from streams.jobs.model import ClaimedJob, JobResult
@@ -39,7 +39,7 @@ async def test_an_attempt_is_recorded_while_it_runs_and_its_retry_when_scheduled
 
     transient = describe("TRANSIENT", "store away", retriable=True, source=ErrorSource.STORAGE)
     failed = await queue.fail(conn, job, transient, schedule=(30.0,), u=0.0, now=at(5),
-                              channel=CH)  # fmt: skip
+                              channel=CH, dag=DEFAULT_DAG)  # fmt: skip
     assert failed.state == "retry_wait" and failed.next_run_at == at(35)
     ended = await conn.fetchrow(
         "SELECT status, error_sub_type, error_message, ended_at, retry_at FROM job_attempts"
@@ -50,7 +50,7 @@ async def test_an_attempt_is_recorded_while_it_runs_and_its_retry_when_scheduled
 
     await queue.promote(conn, now=at(35), channel=CH)
     [again] = await _claim(conn, 35)
-    await queue.complete(conn, again, JobResult(), now=at(36), channel=CH)
+    await queue.complete(conn, again, JobResult(), now=at(36), channel=CH, dag=DEFAULT_DAG)
     rows = await conn.fetch(
         "SELECT attempt_number, status, step_type, error_message, ended_at, retry_at"
         " FROM job_attempts ORDER BY attempt_number"
@@ -68,9 +68,9 @@ async def test_a_users_cancel_is_recorded_as_the_operators(
 ) -> None:
     run_id = await start_run(conn, owner, dag={"long": JobSpec(name="long")})
     [job] = await _claim(conn, 0)
-    summary = await queue.cancel_run(conn, run_id, now=at(1))
+    summary = await queue.cancel_run(conn, run_id, now=at(1), dag=DEFAULT_DAG)
     assert summary.requested == 1
-    ack = await queue.acknowledge_cancel(conn, job, now=at(2), channel=CH)
+    ack = await queue.acknowledge_cancel(conn, job, now=at(2), channel=CH, dag=DEFAULT_DAG)
     assert ack.state == "cancelled"
     row = await conn.fetchrow(
         "SELECT status, error_sub_type, error_source FROM job_attempts WHERE job_id = $1", job.id

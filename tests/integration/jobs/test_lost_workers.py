@@ -89,9 +89,13 @@ async def test_each_job_type_is_reaped_after_its_own_threshold(
         conn, worker_id="w", limit=2, tenant_max_running=8, heavy_max_running=8, now=at(0)
     )
     assert len(claimed) == 2
-    reaped = await queue.reap(conn, schedule=(5.0,), rand=lambda: 0.0, now=at(90), channel=CH)
+    reaped = await queue.reap(
+        conn, schedule=(5.0,), rand=lambda: 0.0, now=at(90), channel=CH, dag=DEFAULT_DAG
+    )
     assert [(r.name, r.code) for r in reaped] == [("quick", "WORKER_LOST")]
-    reaped = await queue.reap(conn, schedule=(5.0,), rand=lambda: 0.0, now=at(301), channel=CH)
+    reaped = await queue.reap(
+        conn, dag=DEFAULT_DAG, schedule=(5.0,), rand=lambda: 0.0, now=at(301), channel=CH
+    )
     assert [(r.name, r.code) for r in reaped] == [("long", "WORKER_LOST")]
 
 
@@ -109,8 +113,9 @@ async def test_lost_attempts_have_their_own_bound(conn: asyncpg.Connection, owne
         )  # fmt: skip
         assert job.attempt == round_ + 1 and job.own_attempt == 1
         [r] = await queue.reap(
-            conn, max_lost=3, schedule=(5.0,), rand=lambda: 0.0, now=at(start + 11), channel=CH
-        )
+            conn, dag=DEFAULT_DAG, max_lost=3, schedule=(5.0,), rand=lambda: 0.0,
+            now=at(start + 11), channel=CH,
+        )  # fmt: skip
         outcomes.append((r.code, r.state))
     # Lost twice: queued again at once each time; the third loss fails it (a job that takes
     # every worker down with it must not loop for ever).

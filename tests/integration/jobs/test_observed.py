@@ -16,7 +16,7 @@ import asyncpg
 import orjson
 import pytest
 
-from stages.jobs.dag import JobSpec
+from stages.jobs.dag import DEFAULT_DAG, JobSpec
 from streams.config import Settings
 from streams.errors import TransientError
 from streams.jobs import queue
@@ -51,6 +51,7 @@ async def _run_worker(
     task = asyncio.create_task(run_worker(
         settings, executors=executors, pool=None, concurrency=4, stop=stop, worker_id=WORKER,
         hooks=obs,
+        dag=DEFAULT_DAG,
     ))
     return stop, task
 
@@ -69,7 +70,7 @@ async def test_every_attempt_is_logged_and_measured_and_the_run_finishing_too(
 ) -> None:
     # An idempotency key marks the run as made for an upload (intake sets one).
     run_id = await start_run(conn, owner, channel=queue.jobs_channel(settings), key="upload-1")
-    stop, task = await _run_worker(fast_settings(settings), placeholder_executors(),
+    stop, task = await _run_worker(fast_settings(settings), placeholder_executors(DEFAULT_DAG),
                                    observability)
     try:
         assert await wait_run(conn, run_id) == "succeeded"
@@ -122,7 +123,7 @@ async def test_a_retry_and_a_reaped_stale_lock_are_counted_by_job_type(
                                  heavy_max_running=8, job_types=["stuck"])
     await conn.execute("UPDATE jobs SET heartbeat_at = now() - interval '1 hour' "
                        "WHERE id = $1", ghost.id)
-    executors = {"flaky": flaky, "stuck": placeholder_executors()["parse_raw"]}
+    executors = {"flaky": flaky, "stuck": placeholder_executors(DEFAULT_DAG)["parse_raw"]}
     stop, task = await _run_worker(fast_settings(settings, stale_after_s=0.5), executors,
                                    observability)
     try:

@@ -9,7 +9,7 @@ import uuid
 import asyncpg
 import pytest
 
-from stages.jobs.dag import Dep, JobSpec
+from stages.jobs.dag import DEFAULT_DAG, Dep, JobSpec
 from stages.jobs.errors import ErrorSource, describe
 from streams.adapters import postgres
 from streams.jobs import queue
@@ -74,7 +74,10 @@ async def test_per_tenant_running_limit(conn: asyncpg.Connection, owner: Owner) 
     assert sorted(j.tenant_id == owner.tenant_id for j in got) == [False, False, True, True]
     assert await claim(conn, tenant=2) == []
     mine = next(j for j in got if j.tenant_id == owner.tenant_id)
-    assert await queue.complete(conn, mine, JobResult(), channel=CH) is Outcome.APPLIED
+    assert (
+        await queue.complete(conn, mine, JobResult(), channel=CH, dag=DEFAULT_DAG)
+        is Outcome.APPLIED
+    )
     [next_one] = await claim(conn, tenant=2)
     assert next_one.tenant_id == owner.tenant_id
 
@@ -109,7 +112,7 @@ async def test_global_heavy_limit_and_pools(conn: asyncpg.Connection, owner: Own
     heavy = await claim(conn, heavy=2)
     assert [j.name for j in heavy] == ["fuse", "fuse"]
     assert await claim(conn, heavy=2) == []
-    await queue.complete(conn, heavy[0], JobResult(), channel=CH)
+    await queue.complete(conn, heavy[0], JobResult(), channel=CH, dag=DEFAULT_DAG)
     assert [j.name for j in await claim(conn, heavy=2)] == ["fuse"]
 
 
@@ -146,9 +149,15 @@ async def test_complete_records_everything_and_releases_dependents(
             )
         ],
     )
-    assert await queue.complete(conn, a, result, now=at(5), channel=CH) is Outcome.APPLIED
+    assert (
+        await queue.complete(conn, a, result, now=at(5), channel=CH, dag=DEFAULT_DAG)
+        is Outcome.APPLIED
+    )
     assert (await job_states(conn, run_id))["c"] == "created"  # still waits for b
-    assert await queue.complete(conn, b, JobResult(), channel=CH) is Outcome.APPLIED
+    assert (
+        await queue.complete(conn, b, JobResult(), channel=CH, dag=DEFAULT_DAG)
+        is Outcome.APPLIED
+    )
     assert (await job_states(conn, run_id))["c"] == "queued"
     row = await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", a.id)
     assert row["state"] == "succeeded" and row["output"] == {"rows": 3}
@@ -166,7 +175,10 @@ async def test_complete_records_everything_and_releases_dependents(
     assert set(ctx.datasets) == {"gnss"} and ctx.summaries["a"] == {"rows": 3}
     assert ctx.artifacts[0].id == owner.artifact_id
     assert ctx.input_hashes == tuple(sorted([ctx.artifacts[0].sha256, "c" * 64]))
-    assert await queue.complete(conn, c, JobResult(), channel=CH) is Outcome.APPLIED
+    assert (
+        await queue.complete(conn, c, JobResult(), channel=CH, dag=DEFAULT_DAG)
+        is Outcome.APPLIED
+    )
     run = await conn.fetchrow("SELECT * FROM processing_runs WHERE id = $1", run_id)
     assert run["status"] == "succeeded" and run["jobs_open"] == 0
     assert run["completed_at"] is not None and run["summary"]["jobs"] == {"succeeded": 3}
@@ -186,6 +198,7 @@ async def test_datasets_are_immutable(conn: asyncpg.Connection, owner: Owner) ->
             ]
         ),
         channel=CH,
+        dag=DEFAULT_DAG,
     )
     with pytest.raises(asyncpg.exceptions.CheckViolationError, match="immutable"):
         await conn.execute(
@@ -199,7 +212,7 @@ async def test_transient_failure_waits_then_succeeds(
     run_id = await start_run(conn, owner, dag=NOOP)
     [job] = await claim(conn, now=at(0))
     failed = await queue.fail(
-        conn, job, TRANSIENT, schedule=(30.0, 120.0), u=0.5, now=at(1), channel=CH
+        conn, job, TRANSIENT, schedule=(30.0, 120.0), u=0.5, now=at(1), channel=CH, dag=DEFAULT_DAG
     )
     assert failed.outcome is Outcome.APPLIED and failed.state == "retry_wait"
     row = await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", job.id)
@@ -210,7 +223,10 @@ async def test_transient_failure_waits_then_succeeds(
     assert await queue.promote(conn, now=at(40), channel=CH) == 1
     [again] = await claim(conn, now=at(41))
     assert again.id == job.id and again.attempt == 2
-    assert await queue.complete(conn, again, JobResult(), now=at(42), channel=CH) is Outcome.APPLIED
+    assert (
+        await queue.complete(conn, again, JobResult(), now=at(42), channel=CH, dag=DEFAULT_DAG)
+        is Outcome.APPLIED
+    )
     attempts = await conn.fetch(
         "SELECT * FROM job_attempts WHERE job_id = $1 ORDER BY attempt_number", job.id
     )
@@ -238,7 +254,8 @@ async def test_retries_stop_after_max_attempts(conn: asyncpg.Connection, owner: 
         [job] = await claim(conn, now=at(attempt * 1000))
         assert job.attempt == attempt
         out = await queue.fail(
-            conn, job, TRANSIENT, schedule=(1.0,), u=0.0, now=at(attempt * 1000), channel=CH
+            conn, job, TRANSIENT, dag=DEFAULT_DAG, schedule=(1.0,), u=0.0, now=at(attempt * 1000),
+            channel=CH,
         )
         assert out.state == ("failed" if attempt == 3 else "retry_wait")
     run = await conn.fetchrow("SELECT * FROM processing_runs WHERE id = $1", run_id)
@@ -342,11 +359,18 @@ async def test_a_reaped_attempt_can_never_complete(conn: asyncpg.Connection, own
     run_id = await start_run(conn, owner, dag=NOOP)
     [zombie] = await claim(conn, "w-old", now=at(0))
     reaped = await queue.reap(
-        conn, stale_after_s=60, schedule=(5.0,), rand=lambda: 0.0, now=at(30), channel=CH
+        conn,
+        stale_after_s=60,
+        schedule=(5.0,),
+        rand=lambda: 0.0,
+        now=at(30),
+        channel=CH,
+        dag=DEFAULT_DAG,
     )
     assert reaped == []  # heartbeat still fresh
     [r] = await queue.reap(
-        conn, stale_after_s=60, schedule=(5.0,), rand=lambda: 0.0, now=at(61), channel=CH
+        conn, dag=DEFAULT_DAG, stale_after_s=60, schedule=(5.0,), rand=lambda: 0.0,
+        now=at(61), channel=CH,
     )
     assert (r.job_id, r.previous, r.state, r.code) == (
         zombie.id,
@@ -358,20 +382,28 @@ async def test_a_reaped_attempt_can_never_complete(conn: asyncpg.Connection, own
         name="out", storage_url="file:///o", content_hash="h", schema_version="1"
     )
     assert (
-        await queue.complete(conn, zombie, JobResult(datasets=[record]), channel=CH) is Outcome.LOST
+        await queue.complete(
+            conn, zombie, JobResult(datasets=[record]), channel=CH, dag=DEFAULT_DAG
+        )
+        is Outcome.LOST
     )
     assert (
-        await queue.fail(conn, zombie, TRANSIENT, schedule=(1.0,), u=0.0, channel=CH)
+        await queue.fail(
+            conn, zombie, TRANSIENT, dag=DEFAULT_DAG, schedule=(1.0,), u=0.0, channel=CH
+        )
     ).outcome is (Outcome.LOST)
     await queue.promote(conn, now=at(70), channel=CH)
     [fresh] = await claim(conn, "w-new", now=at(70))
     assert fresh.attempt == 2
     # Even after the new claim the zombie's attempt number does not match.
     assert (
-        await queue.complete(conn, zombie, JobResult(datasets=[record]), channel=CH) is Outcome.LOST
+        await queue.complete(
+            conn, zombie, JobResult(datasets=[record]), dag=DEFAULT_DAG, channel=CH
+        )
+        is Outcome.LOST
     )
     assert (
-        await queue.complete(conn, fresh, JobResult(datasets=[record]), channel=CH)
+        await queue.complete(conn, fresh, JobResult(datasets=[record]), channel=CH, dag=DEFAULT_DAG)
         is Outcome.APPLIED
     )
     assert (
@@ -392,10 +424,11 @@ async def test_the_reaper_never_touches_a_completed_job(
 ) -> None:
     await start_run(conn, owner, dag=NOOP)
     [job] = await claim(conn, now=at(0))
-    await queue.complete(conn, job, JobResult(), now=at(1), channel=CH)
+    await queue.complete(conn, job, JobResult(), now=at(1), channel=CH, dag=DEFAULT_DAG)
     assert (
         await queue.reap(
-            conn, stale_after_s=1, schedule=(1.0,), rand=lambda: 0.0, now=at(3600), channel=CH
+            conn, dag=DEFAULT_DAG, stale_after_s=1, schedule=(1.0,), rand=lambda: 0.0,
+            now=at(3600), channel=CH,
         )
         == []
     )
@@ -411,7 +444,8 @@ async def test_hard_timeout_is_reaped_despite_heartbeats(
     held = await queue.heartbeat(conn, worker_id="w1", jobs=[job], now=at(9))
     assert held == {job.id: "running"}
     [r] = await queue.reap(
-        conn, stale_after_s=600, schedule=(5.0,), rand=lambda: 0.0, now=at(11), channel=CH
+        conn, dag=DEFAULT_DAG, stale_after_s=600, schedule=(5.0,), rand=lambda: 0.0,
+        now=at(11), channel=CH,
     )
     assert r.code == "HARD_TIMEOUT" and r.state == "retry_wait"
     assert await queue.heartbeat(conn, worker_id="w1", jobs=[job], now=at(12)) == {}
@@ -428,7 +462,7 @@ async def test_cancelling_a_run_mid_flight(conn: asyncpg.Connection, owner: Owne
     }
     run_id = await start_run(conn, owner, dag=dag)
     [a] = await claim(conn, job_types=["a"])
-    summary = await queue.cancel_run(conn, run_id)
+    summary = await queue.cancel_run(conn, run_id, dag=DEFAULT_DAG)
     assert (summary.cancelled, summary.requested, summary.status) == (2, 1, "cancelled")
     assert await job_states(conn, run_id) == {
         "a": "cancel_requested",
@@ -439,8 +473,11 @@ async def test_cancelling_a_run_mid_flight(conn: asyncpg.Connection, owner: Owne
     run = await conn.fetchrow("SELECT * FROM processing_runs WHERE id = $1", run_id)
     assert run["status"] == "cancelled" and run["completed_at"] is None
     # The worker finished anyway: the result is refused and the cancel must be acknowledged.
-    assert await queue.complete(conn, a, JobResult(), channel=CH) is Outcome.CANCEL_REQUESTED
-    ack = await queue.acknowledge_cancel(conn, a, channel=CH)
+    assert (
+        await queue.complete(conn, a, JobResult(), channel=CH, dag=DEFAULT_DAG)
+        is Outcome.CANCEL_REQUESTED
+    )
+    ack = await queue.acknowledge_cancel(conn, a, channel=CH, dag=DEFAULT_DAG)
     assert ack.outcome is Outcome.APPLIED and ack.state == "cancelled"
     run = await conn.fetchrow("SELECT * FROM processing_runs WHERE id = $1", run_id)
     assert run["status"] == "cancelled" and run["completed_at"] is not None
@@ -457,7 +494,10 @@ async def test_cancelling_one_optional_job_skips_its_hard_dependents(
         r["name"]: r["id"]
         for r in await conn.fetch("SELECT name, id FROM jobs WHERE run_id = $1", run_id)
     }
-    assert await queue.cancel_job(conn, ids["detect_laps"], channel=CH) == "cancelled"
+    assert (
+        await queue.cancel_job(conn, ids["detect_laps"], channel=CH, dag=DEFAULT_DAG)
+        == "cancelled"
+    )
     await drive_with(conn, {})
     states = await job_states(conn, run_id)
     assert states["detect_segments"] == states["compute_metrics"] == "skipped"
@@ -473,12 +513,12 @@ async def test_cancelling_a_critical_job_cancels_the_run(
     job_id = await conn.fetchval(
         "SELECT id FROM jobs WHERE run_id = $1 AND name = 'publish_session'", run_id
     )
-    assert await queue.cancel_job(conn, job_id, channel=CH) == "cancelled"
+    assert await queue.cancel_job(conn, job_id, channel=CH, dag=DEFAULT_DAG) == "cancelled"
     run = await conn.fetchrow("SELECT * FROM processing_runs WHERE id = $1", run_id)
     assert run["status"] == "cancelled" and run["completed_at"] is not None
     assert set((await job_states(conn, run_id)).values()) == {"cancelled"}
     with pytest.raises(Exception, match="no job"):
-        await queue.cancel_job(conn, uuid.uuid4(), channel=CH)
+        await queue.cancel_job(conn, uuid.uuid4(), channel=CH, dag=DEFAULT_DAG)
 
 
 async def test_enqueue_is_idempotent_on_its_key(conn: asyncpg.Connection, owner: Owner) -> None:
@@ -494,16 +534,16 @@ async def test_session_pointer_is_blue_green(conn: asyncpg.Connection, owner: Ow
     [older_job] = await claim(conn)
     newer = await start_run(conn, owner, dag=NOOP)
     [newer_job] = await claim(conn)
-    await queue.complete(conn, newer_job, JobResult(), channel=CH)
+    await queue.complete(conn, newer_job, JobResult(), channel=CH, dag=DEFAULT_DAG)
     await queue.complete(
-        conn, older_job, JobResult(), channel=CH
+        conn, older_job, JobResult(), channel=CH, dag=DEFAULT_DAG
     )  # finishes late: must not take over
     pointer = "SELECT active_run_id FROM sessions WHERE id = $1"
     assert await conn.fetchval(pointer, owner.session_id) == newer
     failing = await start_run(conn, owner, dag=NOOP)
     [job] = await claim(conn)
     bad = describe("X", "x", retriable=False, source=ErrorSource.STAGE)
-    await queue.fail(conn, job, bad, schedule=(1.0,), u=0.0, channel=CH)
+    await queue.fail(conn, job, bad, schedule=(1.0,), u=0.0, channel=CH, dag=DEFAULT_DAG)
     assert await conn.fetchval("SELECT status FROM processing_runs WHERE id=$1", failing) == (
         "failed"
     )
@@ -515,7 +555,7 @@ async def test_retry_makes_a_new_linked_run(conn: asyncpg.Connection, owner: Own
     run_id = await start_run(conn, owner, config={"skip_fusion": True})
     bad = describe("UNSUPPORTED_FORMAT", "x", retriable=False, source=ErrorSource.STAGE)
     await drive_with(conn, {"parse_raw": bad})
-    again = await queue.retry_run(conn, run_id, requested_by="alice", channel=CH)
+    again = await queue.retry_run(conn, run_id, requested_by="alice", channel=CH, dag=DEFAULT_DAG)
     assert again.created
     row = await conn.fetchrow("SELECT * FROM processing_runs WHERE id = $1", again.run_id)
     assert row["retry_of"] == run_id and row["requested_by"] == "alice"
@@ -531,4 +571,4 @@ async def test_retry_makes_a_new_linked_run(conn: asyncpg.Connection, owner: Own
     from streams.errors import UsageError
 
     with pytest.raises(UsageError):
-        await queue.retry_run(conn, again.run_id, channel=CH)
+        await queue.retry_run(conn, again.run_id, channel=CH, dag=DEFAULT_DAG)

@@ -15,7 +15,7 @@ from pathlib import Path
 import asyncpg
 import pyarrow as pa
 
-from stages.jobs.dag import JobSpec
+from stages.jobs.dag import DEFAULT_DAG, JobSpec
 from stages.jobs.errors import ErrorSource
 from streams.adapters import postgres
 from streams.config import Settings
@@ -80,7 +80,7 @@ async def test_a_completion_refused_by_a_cancel_leaves_no_outputs(
         # No channel: the worker is not woken, and its heartbeat is far away.
         other = await postgres.connect(settings.postgres())
         try:
-            await queue.cancel_run(other, ctx.job.run_id)
+            await queue.cancel_run(other, ctx.job.run_id, dag=DEFAULT_DAG)
         finally:
             await other.close()
 
@@ -153,7 +153,7 @@ async def test_cancelling_a_job_wakes_its_worker_at_once(
         await wait_for(conn, "SELECT state = 'running' FROM jobs WHERE run_id = $1", run_id)
         await _until(lambda: any(_outputs_dir(settings, run_id).glob("write-k")))
         job_id = await conn.fetchval("SELECT id FROM jobs WHERE run_id = $1", run_id)
-        state = await queue.cancel_job(conn, job_id, source=ErrorSource.OPERATOR,
+        state = await queue.cancel_job(conn, job_id, dag=DEFAULT_DAG, source=ErrorSource.OPERATOR,
                                        channel=queue.jobs_channel(settings))  # fmt: skip
         assert state.value == "cancel_requested"
         assert await wait_run(conn, run_id, within_s=30) == "cancelled"

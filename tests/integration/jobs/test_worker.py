@@ -8,7 +8,7 @@ import threading
 
 import asyncpg
 
-from stages.jobs.dag import Dep, JobSpec
+from stages.jobs.dag import DEFAULT_DAG, Dep, JobSpec
 from streams.config import Settings
 from streams.errors import TransientError
 from streams.jobs import queue
@@ -22,7 +22,7 @@ async def test_a_worker_runs_the_default_dag_to_success(
     settings: Settings, conn: asyncpg.Connection, owner: Owner
 ) -> None:
     run_id = await start_run(conn, owner, channel=queue.jobs_channel(settings))
-    async with workers(fast_settings(settings), placeholder_executors()):
+    async with workers(fast_settings(settings), placeholder_executors(DEFAULT_DAG)):
         assert await wait_run(conn, run_id) == "succeeded"
     assert set((await job_states(conn, run_id)).values()) == {"succeeded"}
     session = await conn.fetchrow("SELECT * FROM sessions WHERE id = $1", owner.session_id)
@@ -99,7 +99,7 @@ async def test_cancelling_a_run_stops_a_job_at_its_checkpoint(
     run_id = await start_run(conn, owner, dag=dag, channel=queue.jobs_channel(settings))
     async with workers(fast_settings(settings), {"long": long, "after": long}):
         await asyncio.wait_for(started.wait(), 10)
-        await queue.cancel_run(conn, run_id)
+        await queue.cancel_run(conn, run_id, dag=DEFAULT_DAG)
         assert await wait_run(conn, run_id) == "cancelled"
     assert await job_states(conn, run_id) == {"long": "cancelled", "after": "cancelled"}
     assert 0 < checkpoints < 3000
@@ -141,7 +141,7 @@ async def test_notify_wakes_an_idle_worker_long_before_its_poll(
     settings: Settings, conn: asyncpg.Connection, owner: Owner
 ) -> None:
     slow_poll = fast_settings(settings, poll_interval_s=120.0)
-    async with workers(slow_poll, {"noop": placeholder_executors()["parse_raw"]}):
+    async with workers(slow_poll, {"noop": placeholder_executors(DEFAULT_DAG)["parse_raw"]}):
         await asyncio.sleep(0.5)  # the worker has claimed nothing and sleeps for its poll
         run_id = await start_run(
             conn, owner, dag={"noop": JobSpec(name="noop")}, channel=queue.jobs_channel(settings)
@@ -176,7 +176,7 @@ async def test_a_worker_only_takes_its_pool(
         "cpu_job": JobSpec(name="cpu_job", job_type="noop", pool="cpu"),
     }
     run_id = await start_run(conn, owner, dag=dag, channel=queue.jobs_channel(settings))
-    noop = placeholder_executors()["parse_raw"]
+    noop = placeholder_executors(DEFAULT_DAG)["parse_raw"]
     async with workers(fast_settings(settings), {"noop": noop}, pool="io"):
         await wait_for(conn, "SELECT state = 'succeeded' FROM jobs WHERE name = 'io_job'")
         await asyncio.sleep(0.5)
@@ -206,7 +206,8 @@ async def test_a_worker_abandons_a_job_reaped_from_under_it(
     async with workers(fast_settings(settings), {"stuck": stuck_once}):
         await asyncio.wait_for(first_started.wait(), 10)
         # An operator-grade reaper pass with a zero staleness threshold takes the job back.
-        [reaped] = await queue.reap(conn, stale_after_s=0.0, schedule=(0.0,), rand=lambda: 0.0,
+        [reaped] = await queue.reap(conn, dag=DEFAULT_DAG, stale_after_s=0.0, schedule=(0.0,),
+                                    rand=lambda: 0.0,
                                     channel=queue.jobs_channel(settings))  # fmt: skip
         assert reaped.code == "WORKER_LOST"
         await asyncio.wait_for(first_cancelled.wait(), 10)  # the worker let go of attempt 1

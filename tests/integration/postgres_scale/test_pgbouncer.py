@@ -13,6 +13,7 @@ import asyncio
 
 import asyncpg
 
+from stages.jobs.dag import DEFAULT_DAG
 from streams import migrate
 from streams.adapters import postgres
 from streams.config import Settings
@@ -105,7 +106,7 @@ async def test_a_run_goes_through_the_worker_through_pgbouncer(
 ) -> None:
     run_id = await start_run(conn, owner, channel=queue.jobs_channel(settings))
     bounced = fast_settings(through(settings, pgbouncer), poll_interval_s=0.2)
-    async with workers(bounced, placeholder_executors()):
+    async with workers(bounced, placeholder_executors(DEFAULT_DAG)):
         assert await wait_run(conn, run_id, within_s=60) == "succeeded"
     assert set((await job_states(conn, run_id)).values()) == {"succeeded"}
     attempts = await conn.fetch("SELECT status FROM job_attempts")

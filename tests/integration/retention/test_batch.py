@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from stages.jobs.dag import DEFAULT_DAG
 from streams.clickhouse import ClickHouse
 from streams.config import Settings
 from streams.errors import PermanentError, UsageError
@@ -302,7 +303,7 @@ async def test_retention_after_a_resumed_retry_keeps_every_file_the_active_run_n
     retention used to remove its whole directory a week later - the active run's datasets
     with it. Nothing any kept run points at may go; and while a retry waits, the run it
     will reuse is not removed either."""
-    executors = SessionExecutors(settings, compute="thread")
+    executors = SessionExecutors(settings, compute="thread", dag=DEFAULT_DAG)
     store = ObjectStore(settings.objects())
     channel = Names(namespace=settings.namespace).jobs_channel
     later = datetime.now(UTC) + timedelta(seconds=settings.retention.superseded_runs_s) + DAY
@@ -324,7 +325,7 @@ async def test_retention_after_a_resumed_retry_keeps_every_file_the_active_run_n
         failed_files = store.list(f"datasets/{failed.run_id}")
         assert failed_files
         async with pool.acquire() as conn:
-            retry = await retry_run(conn, failed.run_id, channel=channel)
+            retry = await retry_run(conn, failed.run_id, channel=channel, dag=DEFAULT_DAG)
 
         # Past every grace, while the retry waits: the good run (superseded by nothing but
         # still active) stays, the failed run stays for the retry to reuse.

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from stages.jobs.dag import JobSpec
+from stages.jobs.dag import DEFAULT_DAG, JobSpec
 from streams.config import Settings
 from streams.jobs import queue
 from streams.jobs.model import DatasetRecord, JobResult
@@ -61,9 +61,9 @@ async def test_a_cancelled_jobs_unrecorded_outputs_are_swept_and_recorded_ones_k
         # A folder of a job that never started is none of this tier's business.
         _promote(store, f"datasets/{run_id}/never-{'c' * 20}")
         assert await queue.complete(conn, jobs["kept"], JobResult(datasets=kept),
-                                    channel=channel) == "applied"  # fmt: skip
-        await queue.cancel_run(conn, run_id)
-        await queue.acknowledge_cancel(conn, jobs["cut"], channel=channel)
+                                    channel=channel, dag=DEFAULT_DAG) == "applied"  # fmt: skip
+        await queue.cancel_run(conn, run_id, dag=DEFAULT_DAG)
+        await queue.acknowledge_cancel(conn, jobs["cut"], channel=channel, dag=DEFAULT_DAG)
         assert await conn.fetchval(
             "SELECT status FROM processing_runs WHERE id = $1 AND completed_at IS NOT NULL",
             run_id,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from stages.jobs.dag import DEFAULT_DAG
 from streams.adapters import postgres
 from streams.config import Settings
 from streams.jobs.worker import run_worker
@@ -74,11 +75,13 @@ async def running_system(
     settings: Settings, executors: SessionExecutors | None = None
 ) -> AsyncIterator[SessionExecutors]:
     """Intake plus a worker over every pool, as ``tideway up`` runs them (stages in threads)."""
-    executors = executors or SessionExecutors(settings, compute="thread")
+    executors = executors or SessionExecutors(settings, compute="thread", dag=DEFAULT_DAG)
     async with running_intake(settings):
         stop = asyncio.Event()
         worker = asyncio.create_task(
-            run_worker(settings, executors=executors, pool=None, concurrency=2, stop=stop)
+            run_worker(
+                settings, executors=executors, pool=None, concurrency=2, stop=stop, dag=DEFAULT_DAG
+            )
         )
         try:
             yield executors

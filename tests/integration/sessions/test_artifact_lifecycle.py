@@ -26,7 +26,7 @@ INTAKE = {
 async def _intake(settings: Settings, filename: str, data: bytes) -> tuple[str, object]:
     """Run validate and classify on one stored file; returns the run status and its row."""
     stored = ObjectStore(settings.objects()).put(f"artifacts/{filename}", data)
-    table = SessionExecutors(settings, compute="thread", workers=1)
+    table = SessionExecutors(settings, compute="thread", workers=1, dag=DEFAULT_DAG)
     conn = await postgres.connect(settings.postgres())
     try:
         owner = await make_owner(conn)

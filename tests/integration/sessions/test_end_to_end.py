@@ -10,6 +10,7 @@ import pytest
 
 from stages.batch import formats
 from stages.batch.synth import synthesize
+from stages.jobs.dag import DEFAULT_DAG
 from streams.clickhouse import ClickHouse
 from streams.config import Settings
 from streams.objects import ObjectStore
@@ -29,7 +30,7 @@ def _write(path: Path, fmt: str, *, laps: int, seed: int) -> dict[str, Any]:
 async def _run(
     settings: Settings, path: Path, device: str, config: dict[str, Any]
 ) -> tuple[RunProgress, Any]:
-    executors = SessionExecutors(settings, compute="thread")
+    executors = SessionExecutors(settings, compute="thread", dag=DEFAULT_DAG)
     seen: list[RunProgress] = []
     async with running_system(settings, executors):
         receipt = await upload_files(

@@ -19,6 +19,7 @@ from schemas import error_codes as codes
 from stages.batch import formats
 from stages.batch.formats import compression
 from stages.batch.synth import synthesize
+from stages.jobs.dag import DEFAULT_DAG
 from streams.config import Settings
 from streams.sessions.progress import RunProgress, wait_for_run
 from streams.sessions.stage_executors import SessionExecutors
@@ -35,7 +36,7 @@ async def _run(
     *,
     date: dt.date | None = None,
 ) -> RunProgress:
-    executors = SessionExecutors(settings, compute="thread")
+    executors = SessionExecutors(settings, compute="thread", dag=DEFAULT_DAG)
     async with running_system(settings, executors):
         receipt = await upload_files(
             settings, tenant="acme", device=device, paths=[path], config=config, date=date

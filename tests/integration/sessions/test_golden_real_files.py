@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from stages.jobs.dag import DEFAULT_DAG
 from streams.config import Settings
 from streams.objects import ObjectStore
 from streams.sessions.datasets import read_table
@@ -94,7 +95,9 @@ async def _record(settings: Settings, pool: Any, kind: str, path: Path, run: Run
 @pytest.mark.timeout(1200)
 async def test_every_real_file_matches_its_golden_record(settings: Settings, pool: Any) -> None:
     files = _real_files()
-    async with running_system(settings, SessionExecutors(settings, compute="thread")):
+    async with running_system(
+        settings, SessionExecutors(settings, compute="thread", dag=DEFAULT_DAG)
+    ):
         runs = await asyncio.gather(*(_upload_and_wait(settings, k, p) for k, p in files))
     fresh: dict[str, dict[str, Any]] = {kind: {} for kind in golden.KINDS}
     for (kind, path), run in zip(files, runs, strict=True):

@@ -28,6 +28,7 @@ import pytest
 
 from stages.batch import formats
 from stages.batch.synth import synthesize
+from stages.jobs.dag import DEFAULT_DAG
 from streams.config import Settings
 from streams.names import Names
 from streams.sessions.dead_letters import list_dead_notices
@@ -63,7 +64,9 @@ async def test_a_session_through_the_dag_leaves_no_coordinates_in_logs_or_errors
     path = tmp_path / "session.csv"
     spellings = await asyncio.to_thread(_write_session, path)
     assert len(spellings) > 100
-    async with running_system(settings, SessionExecutors(settings, compute="thread")):
+    async with running_system(
+        settings, SessionExecutors(settings, compute="thread", dag=DEFAULT_DAG)
+    ):
         receipt = await upload_files(settings, tenant="acme", device="car-9", paths=[path],
                                      config={})
         final = await wait_for_run(settings, tenant="acme",
@@ -152,7 +155,8 @@ async def test_hostile_files_and_notices_leave_no_value_in_errors_or_logs(
     settings: Settings, pool: Any, tmp_path: Path, captured: io.StringIO
 ) -> None:
     files = await asyncio.to_thread(_hostile_files, tmp_path)
-    async with running_system(settings, SessionExecutors(settings, compute="thread")):
+    executors = SessionExecutors(settings, compute="thread", dag=DEFAULT_DAG)
+    async with running_system(settings, executors):
         finals = {}
         for name in files:
             receipt = await upload_files(settings, tenant="acme", device="spy-1",

@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from stages.jobs.dag import DEFAULT_DAG
 from streams.config import Settings
 from streams.errors import PermanentError
 from streams.jobs.enqueue import retry_run
@@ -43,7 +44,7 @@ async def _jobs(pool: Any, run_id: uuid.UUID) -> dict[str, Any]:
 async def test_a_retried_run_reuses_what_succeeded_and_computes_only_the_rest(
     settings: Settings, pool: Any, nmea_file: Path
 ) -> None:
-    executors = SessionExecutors(settings, compute="thread")
+    executors = SessionExecutors(settings, compute="thread", dag=DEFAULT_DAG)
     try:
         # The first run: downsample_L1 (required) fails, so the run fails.
         broken = {**executors, "downsample_L1": _broken}
@@ -60,7 +61,10 @@ async def test_a_retried_run_reuses_what_succeeded_and_computes_only_the_rest(
 
         async with pool.acquire() as conn:
             retry = await retry_run(
-                conn, first.run_id, channel=Names(namespace=settings.namespace).jobs_channel
+                conn,
+                first.run_id,
+                channel=Names(namespace=settings.namespace).jobs_channel,
+                dag=DEFAULT_DAG,
             )
         async with worker(settings, executors):
             second = await wait_for_run(settings, run_id=retry.run_id, timeout_s=60)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from stages.errors import StageError
+from stages.jobs.dag import DEFAULT_DAG
 from stages.jobs.errors import ErrorSource
 from streams.config import Settings
 from streams.errors import PermanentError
@@ -74,7 +75,7 @@ async def executors(tmp_path: Path, pg_dsn: str) -> AsyncIterator[SessionExecuto
     settings = Settings(
         object_store=str(tmp_path / "objects"), data_dir=tmp_path, postgres_dsn=pg_dsn
     )
-    ex = SessionExecutors(settings, compute="thread", workers=1)
+    ex = SessionExecutors(settings, compute="thread", workers=1, dag=DEFAULT_DAG)
     try:
         yield ex
     finally:

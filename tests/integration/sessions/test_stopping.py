@@ -107,7 +107,7 @@ async def test_cancelling_a_run_stops_the_fusion_process(settings: Settings) -> 
     upload = store.put("artifacts/session.nmea", b"$GPGGA,stand-in\r\n")  # read, not used by fusion
     dag, given = _fusion_dag(records)
 
-    table = SessionExecutors(settings, compute="process", workers=1)
+    table = SessionExecutors(settings, compute="process", workers=1, dag=DEFAULT_DAG)
     await table.warm_up()
     [pid] = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
     conn = await postgres.connect(settings.postgres())
@@ -121,7 +121,7 @@ async def test_cancelling_a_run_stops_the_fusion_process(settings: Settings) -> 
             # The pool process is fusing: well past reading its inputs.
             busy_from = _cpu_s(pid)
             await _until(lambda: _cpu_s(pid) >= busy_from + 3.0, within_s=60)
-            await queue.cancel_run(conn, run_id)
+            await queue.cancel_run(conn, run_id, dag=DEFAULT_DAG)
             # Fusion alone would compute for ~25 s more; stopped, its process is gone at once
             # (the bound only leaves room for a heartbeat and a loaded machine).
             await _until(lambda: _gone(pid), within_s=10)
@@ -151,7 +151,7 @@ async def test_a_cancel_reaches_the_fusion_process_at_once_not_at_a_heartbeat(
     upload = store.put("artifacts/session.nmea", b"$GPGGA,stand-in\r\n")
     dag, given = _fusion_dag(records)
 
-    table = SessionExecutors(settings, compute="process", workers=1)
+    table = SessionExecutors(settings, compute="process", workers=1, dag=DEFAULT_DAG)
     await table.warm_up()
     [pid] = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
     conn = await postgres.connect(settings.postgres())

@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from stages.jobs.dag import DEFAULT_DAG
 from streams.config import Settings
 from streams.jobs.executor import JobContext
 from streams.jobs.model import JobResult
@@ -35,7 +36,7 @@ async def _first_attempt(settings: Settings, pool: Any, run_id: Any) -> Any:
 
     stop = asyncio.Event()
     worker = asyncio.create_task(run_worker(settings, executors={job_type: succeed}, pool=None,
-                                            concurrency=1, stop=stop))
+                                            concurrency=1, stop=stop, dag=DEFAULT_DAG))
 
     async def attempt() -> Any:
         async with pool.acquire() as conn:

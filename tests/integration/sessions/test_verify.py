@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 
 from schemas import error_codes as codes
+from stages.jobs.dag import DEFAULT_DAG
 from streams.cli.runs import render_run
 from streams.clickhouse import ClickHouse
 from streams.config import Settings
@@ -41,7 +42,9 @@ async def worker(settings: Settings, executors: Mapping[str, Executor]) -> Async
     """A worker running the job types ``executors`` has (the others stay queued)."""
     stop = asyncio.Event()
     task = asyncio.create_task(
-        run_worker(settings, executors=executors, pool=None, concurrency=2, stop=stop)
+        run_worker(
+            settings, executors=executors, pool=None, concurrency=2, stop=stop, dag=DEFAULT_DAG
+        )
     )
     try:
         yield
@@ -124,7 +127,7 @@ def _flip_a_byte(path: Path) -> None:
 async def test_a_run_failing_verification_stays_inactive_and_a_healthy_one_becomes_active(
     settings: Settings, pool: Any, nmea_file: Path
 ) -> None:
-    executors = SessionExecutors(settings, compute="thread")
+    executors = SessionExecutors(settings, compute="thread", dag=DEFAULT_DAG)
     try:
         async with running_intake(settings), worker(settings, executors):
             receipt = await upload_files(settings, tenant="acme", device="d1", paths=[nmea_file])

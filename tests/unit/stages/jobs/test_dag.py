@@ -6,14 +6,10 @@ import pytest
 
 from stages.jobs.dag import (
     DEFAULT_DAG,
-    FEATURES,
-    GATES,
-    STAGES,
     DagError,
     Dep,
     JobSpec,
     dependents,
-    failed_reason,
     topological_order,
     validate_dag,
 )
@@ -70,9 +66,9 @@ def test_pools_heavy_and_retry_policy() -> None:
 
 
 def test_failed_reasons() -> None:
-    assert failed_reason("detect_laps") == "LAP_DETECTION_FAILED"
-    assert failed_reason("fuse_gnss_imu") == "FUSION_FAILED"
-    assert failed_reason("noop") == "NOOP_FAILED"
+    assert DEFAULT_DAG.failed_reason("detect_laps") == "LAP_DETECTION_FAILED"
+    assert DEFAULT_DAG.failed_reason("fuse_gnss_imu") == "FUSION_FAILED"
+    assert DEFAULT_DAG.failed_reason("noop") == "NOOP_FAILED"
 
 
 def test_structural_errors_are_caught() -> None:
@@ -104,10 +100,10 @@ def test_each_job_type_is_declared_once_with_what_runs_it() -> None:
     for spec in DEFAULT_DAG.values():
         assert bool(spec.stage) != bool(spec.executor), spec.name
         assert spec.stale_after_s > 0 and spec.version_group in ("parser", "pipeline", "fusion")
-    assert STAGES["downsample_L1"] == "stages.batch.downsample:run_l1"
+    assert DEFAULT_DAG.stages["downsample_L1"] == "stages.batch.downsample:run_l1"
     assert DEFAULT_DAG["materialise_clickhouse"].executor.startswith("streams.sessions.")
-    assert {f.name: f.job_type for f in FEATURES}["fusion"] == "fuse_gnss_imu"
-    assert [g.reason for g in GATES if g.job_type == "detect_laps"] == [
+    assert {f.name: f.job_type for f in DEFAULT_DAG.features}["fusion"] == "fuse_gnss_imu"
+    assert [g.reason for g in DEFAULT_DAG.gates if g.job_type == "detect_laps"] == [
         "LAPS_DISABLED",
         "NO_GNSS_STREAM",
     ]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from functools import partial
 
-from stages.jobs.dag import DEFAULT_DAG, GATES
+from stages.jobs.dag import DEFAULT_DAG
 from stages.jobs.gating import Candidate, capabilities_of
 from stages.jobs.gating import evaluate as evaluate_with
 
+GATES = DEFAULT_DAG.gates
 evaluate = partial(evaluate_with, gates=GATES)
 
 FUSE = Candidate(name="fuse_gnss_imu", job_type="fuse_gnss_imu")

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from stages.jobs.dag import FEATURES
+from stages.jobs.dag import DEFAULT_DAG
 from stages.jobs.job_state import JobState
 from stages.jobs.run_state import (
     JobOutcome,
@@ -83,7 +83,7 @@ def test_optional_failure_is_partial_with_reasons() -> None:
         job("compute_metrics", S.SKIPPED, critical=False, skip_reason="LAP_DETECTION_FAILED"),
         job("fuse_gnss_imu", S.SUCCEEDED, critical=False),
     ]
-    verdict = reduce_run(jobs, features=FEATURES)
+    verdict = reduce_run(jobs, features=DEFAULT_DAG.features)
     assert verdict.state is R.PARTIAL
     assert verdict.features_available["fusion"] is True
     assert verdict.features_available["laps"] is False
@@ -101,7 +101,7 @@ def test_gated_skips_still_succeed_and_explain_themselves() -> None:
         job("fuse_quality_summary", S.SKIPPED, critical=False, skip_reason="NO_IMU_STREAM"),
         job("detect_laps", S.SUCCEEDED, critical=False),
     ]
-    verdict = reduce_run(jobs, features=FEATURES)
+    verdict = reduce_run(jobs, features=DEFAULT_DAG.features)
     assert verdict.state is R.SUCCEEDED
     assert verdict.features_available["fusion"] is False
     assert verdict.feature_reasons["fusion"] == "NO_IMU_STREAM"
@@ -121,16 +121,16 @@ def test_content_narrows_the_flags_the_run_stores() -> None:
         "laps": {"available": False, "reason": "TRACK_NOT_CLOSED"},
         "lap_compare": {"available": False, "reason": "FEWER_THAN_2_VALID_LAPS"},
     }
-    verdict = reduce_run(jobs, features=FEATURES, content=content)
+    verdict = reduce_run(jobs, features=DEFAULT_DAG.features, content=content)
     assert verdict.state is R.SUCCEEDED
     assert verdict.features_available["laps"] is False
     assert verdict.feature_reasons["laps"] == "TRACK_NOT_CLOSED"
     assert verdict.feature_reasons["lap_compare"] == "FEWER_THAN_2_VALID_LAPS"
-    assert reduce_run(jobs, features=FEATURES).features_available["laps"] is True
+    assert reduce_run(jobs, features=DEFAULT_DAG.features).features_available["laps"] is True
 
 
 def test_a_cancelled_optional_job_makes_the_run_partial() -> None:
     jobs = [job("a", S.SUCCEEDED), job("detect_laps", S.CANCELLED, critical=False)]
-    verdict = reduce_run(jobs, features=FEATURES)
+    verdict = reduce_run(jobs, features=DEFAULT_DAG.features)
     assert verdict.state is R.PARTIAL
     assert verdict.feature_reasons["laps"] == "CANCELLED"

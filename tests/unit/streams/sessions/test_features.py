@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from stages.jobs.dag import DEFAULT_DAG
 from stages.jobs.run_state import narrow_by_content
-from streams.sessions.publish_session import content_features
 
 
 def test_content_features_from_stage_summaries() -> None:
-    features = content_features(
+    features = DEFAULT_DAG.content_features(
         {
             "detect_laps": {"laps_available": False, "reason": "TRACK_NOT_CLOSED"},
             "detect_segments": {
@@ -27,7 +27,7 @@ def test_content_features_from_stage_summaries() -> None:
         "lap_compare": {"available": False, "reason": "FEWER_THAN_2_VALID_LAPS"},
         "fusion": {"available": True, "reason": None, "degraded": True},
     }
-    assert content_features({}) == {}  # jobs that did not run say nothing
+    assert DEFAULT_DAG.content_features({}) == {}  # jobs that did not run say nothing
 
 
 def test_a_feature_is_available_only_when_job_and_content_agree() -> None:
