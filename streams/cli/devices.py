@@ -9,16 +9,17 @@ secrets devices connect to NATS with.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 import typer
 
+from schemas.api import Device, operator_fields
 from streams import registry
 from streams.cli import credentials
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.cli.schema import JSON_OPTION, TENANT_HELP, run_with_connection
 from streams.config import load_settings
+from streams.views import devices as device_views
 
 COLUMNS = ("external_id", "name", "active", "schema", "schema_version", "updated_at")
 
@@ -27,8 +28,8 @@ def _tenant(tenant: str | None) -> str:
     return tenant or load_settings().default_tenant
 
 
-def _show(device: registry.Device, *, as_json: bool) -> None:
-    data = asdict(device)
+def _show(device: Device, *, as_json: bool) -> None:
+    data = operator_fields(device)
     if as_json:
         print_json(data)
     else:
@@ -53,9 +54,10 @@ def register(app: typer.Typer) -> None:
         added = run_with_connection(lambda conn: registry.add_device(
             conn, owner, device, name=name, schema=schema, version=version, active=not inactive))
         if as_json:
-            print_json(asdict(added))
+            print_json(operator_fields(added))
             return
-        assigned = f", schema {added.schema} v{added.schema_version}" if added.schema else ""
+        on = added.schema_name
+        assigned = f", schema {on} v{added.schema_version}" if on else ""
         state = "active" if added.active else "inactive"
         console.print(f"added device {added.external_id} to tenant {owner} ({state}{assigned})")
 
@@ -67,16 +69,16 @@ def register(app: typer.Typer) -> None:
         """List the tenant's devices."""
         owner = _tenant(tenant)
         found = run_with_connection(
-            lambda conn: registry.list_devices(conn, owner, schema=schema, active=active))
-        print_rows([asdict(d) for d in found], columns=COLUMNS, title=f"devices of {owner}",
-                   as_json=as_json)
+            lambda conn: device_views.list_devices(conn, owner, schema=schema, active=active))
+        print_rows([operator_fields(d) for d in found], columns=COLUMNS,
+                   title=f"devices of {owner}", as_json=as_json)
 
     @devices_app.command("show")
     def show(device: str = typer.Argument(...), tenant: str | None = tenant_option,
              as_json: bool = JSON_OPTION) -> None:
         """Show one device."""
         owner = _tenant(tenant)
-        _show(run_with_connection(lambda conn: registry.show_device(conn, owner, device)),
+        _show(run_with_connection(lambda conn: device_views.show_device(conn, owner, device)),
               as_json=as_json)
 
     def _set_active(device: str, tenant: str | None, active: bool) -> None:
@@ -108,9 +110,9 @@ def register(app: typer.Typer) -> None:
         updated = run_with_connection(
             lambda conn: registry.assign_schema(conn, owner, device, schema, version))
         if as_json:
-            print_json(asdict(updated))
+            print_json(operator_fields(updated))
             return
-        console.print(f"device {updated.external_id} now uses {updated.schema} "
+        console.print(f"device {updated.external_id} now uses {updated.schema_name} "
                       f"v{updated.schema_version}")
 
     credentials.register(devices_app)
