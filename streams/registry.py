@@ -10,6 +10,10 @@ that up.
 
 Every function is scoped to one tenant, named as in subjects (``telemetry.<tenant>...``).
 Writes create the tenant on first use; reads of an unknown tenant raise ``NotFoundError``.
+The reads - lists and shows of devices and schemas - are the read side's
+(:mod:`streams.views.devices`, :mod:`streams.views.device_schemas`); a write that answers a
+device answers the API's :class:`~schemas.api.Device`, read in the one shape
+:data:`DEVICE_COLUMNS` both use.
 
 Tenants and devices are resolved by name and created on first use (:func:`ensure_tenant`,
 :func:`ensure_device`): a session upload names its tenant and device the way a device names
@@ -23,12 +27,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from schemas.api import Device
 from schemas.device_schema import SchemaFile
 from stages.ingest.program import compile_schema
-from stages.ingest.topic_program import TopicProgram
 from streams.errors import NotFoundError, UsageError
 from streams.identity.ids import check_device, check_tenant
 
@@ -102,46 +105,21 @@ INSERT INTO schema_parameters (topic_id, name, position, type, unit, source, req
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 """
 
-_LIST_SCHEMAS = """
-SELECT s.name, count(v.id) AS versions, max(v.version) AS latest_version,
-       (array_agg(v.content_hash ORDER BY v.version DESC))[1] AS content_hash,
-       max(v.created_at) AS updated_at,
-       (SELECT count(*) FROM devices d JOIN device_schema_versions dv ON dv.id = d.schema_version_id
-        WHERE dv.schema_id = s.id) AS devices
-FROM device_schemas s JOIN device_schema_versions v ON v.schema_id = s.id
-WHERE s.tenant_id = $1 AND ($2::text IS NULL OR s.name > $2)
-GROUP BY s.id, s.name ORDER BY s.name
-LIMIT $3
-"""  # $2: the last name of the previous page (keyset paging); $3 NULL: no limit
-
-_SCHEMA_VERSION = """
-SELECT v.id, s.name AS schema, v.version, v.content_hash, v.source_text, v.spec, v.created_at,
-       (SELECT array_agg(version ORDER BY version) FROM device_schema_versions
-        WHERE schema_id = s.id) AS versions,
-       (SELECT count(*) FROM devices d WHERE d.schema_version_id = v.id) AS devices
-FROM device_schemas s JOIN device_schema_versions v ON v.schema_id = s.id
+_VERSION_ID = """
+SELECT v.id FROM device_schemas s JOIN device_schema_versions v ON v.schema_id = s.id
 WHERE s.tenant_id = $1 AND s.name = $2 AND v.version = coalesce($3, (
     SELECT max(version) FROM device_schema_versions WHERE schema_id = s.id))
 """
 
-_VERSION_TOPICS = "SELECT id, name FROM schema_topics WHERE schema_version_id = $1"
-
-_DEVICE_COLUMNS = """
-SELECT d.id, t.name AS tenant, d.external_id, d.name, d.active, d.schema_version_id,
-       s.name AS schema, v.version AS schema_version, d.created_at, d.updated_at
+DEVICE_COLUMNS = """
+SELECT d.id, t.name AS tenant, d.external_id, d.name, d.active, s.name AS schema,
+       v.version AS schema_version, d.schema_version_id, d.created_at, d.updated_at
 FROM devices d JOIN tenants t ON t.id = d.tenant_id
 LEFT JOIN device_schema_versions v ON v.id = d.schema_version_id
 LEFT JOIN device_schemas s ON s.id = v.schema_id
-"""
+"""  # a device record as schemas.api.Device declares it (streams.views.devices lists by it)
 
-_DEVICE = _DEVICE_COLUMNS + "WHERE d.tenant_id = $1 AND d.external_id = $2"
-
-_LIST_DEVICES = _DEVICE_COLUMNS + """
-WHERE d.tenant_id = $1 AND ($2::text IS NULL OR s.name = $2) AND ($3::bool IS NULL OR d.active = $3)
-  AND ($4::text IS NULL OR d.external_id > $4)
-ORDER BY d.external_id
-LIMIT $5
-"""  # $4: the last id of the previous page (keyset paging); $5 NULL: no limit
+_DEVICE = DEVICE_COLUMNS + "WHERE d.tenant_id = $1 AND d.external_id = $2"
 
 _INSERT_DEVICE = """
 INSERT INTO devices (tenant_id, external_id, name, active, schema_version_id)
@@ -176,64 +154,6 @@ class AppliedSchema:
     """The newest version after this apply (differs from ``version`` when older content was
     applied again)."""
     topics: tuple[str, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class SchemaSummary:
-    """One schema of a tenant in a listing."""
-
-    name: str
-    versions: int
-    latest_version: int
-    content_hash: str
-    updated_at: datetime
-    devices: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class SchemaVersion:
-    """One stored version of a schema, with the text it was applied from."""
-
-    id: uuid.UUID
-    tenant: str
-    schema: str
-    version: int
-    content_hash: str
-    created_at: datetime
-    source_text: str
-    spec: dict[str, Any]
-    versions: tuple[int, ...]
-    devices: int
-    topic_ids: dict[str, uuid.UUID]
-
-    def schema_file(self) -> SchemaFile:
-        """The version's content as a :class:`SchemaFile`."""
-        return SchemaFile.model_validate(self.spec)
-
-    def programs(self) -> dict[str, TopicProgram]:
-        """The version compiled into one program per topic (cache by ``id``)."""
-        return compile_schema(self.schema_file(), filename=f"{self.schema} v{self.version}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Device:
-    """A registered device, with the schema version it is assigned (if any)."""
-
-    id: uuid.UUID
-    tenant: str
-    external_id: str
-    name: str | None
-    active: bool
-    schema: str | None
-    schema_version: int | None
-    schema_version_id: uuid.UUID | None
-    created_at: datetime
-    updated_at: datetime
-
-    @classmethod
-    def from_row(cls, row: Any) -> Device:
-        """Build from a row of the device query."""
-        return cls(**{field: row[field] for field in cls.__dataclass_fields__})
 
 
 # --- schemas ----------------------------------------------------------------------------------
@@ -278,37 +198,15 @@ async def _insert_topics(conn: Any, version_id: uuid.UUID, schema: SchemaFile) -
         ])
 
 
-async def list_schemas(conn: Any, tenant: str, *, after: str | None = None,
-                       limit: int | None = None) -> list[SchemaSummary]:
-    """Every schema of ``tenant`` with its newest version, by name (``limit`` of them named
-    after ``after`` when given)."""
-    rows = await conn.fetch(_LIST_SCHEMAS, await _tenant(conn, tenant), after, limit)
-    return [SchemaSummary(**dict(row)) for row in rows]
-
-
-async def show_schema(conn: Any, tenant: str, name: str, version: int | None = None
-                      ) -> SchemaVersion:
-    """Version ``version`` (default: the newest) of schema ``name``."""
-    row = await conn.fetchrow(_SCHEMA_VERSION, await _tenant(conn, tenant), name, version)
-    if row is None:
+async def schema_version_id(conn: Any, tenant: str, name: str,
+                            version: int | None = None) -> uuid.UUID:
+    """The id of version ``version`` (default: the newest) of schema ``name``."""
+    found: uuid.UUID | None = await conn.fetchval(
+        _VERSION_ID, await known_tenant(conn, tenant), name, version)
+    if found is None:
         what = f"schema {name!r}" + (f" version {version}" if version is not None else "")
         raise NotFoundError(f"{what} not found for tenant {tenant!r}")
-    topics = await conn.fetch(_VERSION_TOPICS, row["id"])
-    return SchemaVersion(
-        id=row["id"], tenant=tenant, schema=row["schema"], version=row["version"],
-        content_hash=row["content_hash"], created_at=row["created_at"],
-        source_text=row["source_text"], spec=row["spec"], versions=tuple(row["versions"]),
-        devices=row["devices"], topic_ids={t["name"]: t["id"] for t in topics},
-    )
-
-
-async def schema_parameters(conn: Any, version_id: uuid.UUID) -> list[dict[str, Any]]:
-    """The stored parameter rows of a version, by topic and position (for display)."""
-    rows = await conn.fetch(
-        "SELECT t.name AS topic, p.* FROM schema_parameters p JOIN schema_topics t "
-        "ON t.id = p.topic_id WHERE t.schema_version_id = $1 ORDER BY t.name, p.position",
-        version_id)
-    return [{k: v for k, v in dict(row).items() if k not in ("id", "topic_id")} for row in rows]
+    return found
 
 
 # --- devices ----------------------------------------------------------------------------------
@@ -323,7 +221,7 @@ async def add_device(conn: Any, tenant: str, external_id: str, *, name: str | No
         tenant_uuid = await ensure_tenant(conn, tenant)
         version_id = None
         if schema is not None:
-            version_id = (await show_schema(conn, tenant, schema, version)).id
+            version_id = await schema_version_id(conn, tenant, schema, version)
         elif version is not None:
             raise UsageError("--version needs --schema")
         inserted = await conn.fetchval(_INSERT_DEVICE, tenant_uuid, external_id, name, active,
@@ -331,45 +229,38 @@ async def add_device(conn: Any, tenant: str, external_id: str, *, name: str | No
         if inserted is None:
             raise UsageError(f"device {external_id!r} already exists for tenant {tenant!r}",
                              code="DEVICE_EXISTS")
-    return await show_device(conn, tenant, external_id)
+    return await device(conn, tenant, external_id)
 
 
-async def list_devices(conn: Any, tenant: str, *, schema: str | None = None,
-                       active: bool | None = None, after: str | None = None,
-                       limit: int | None = None) -> list[Device]:
-    """Devices of ``tenant`` by id, optionally only those on ``schema`` or in one activation
-    state (``limit`` of them with ids after ``after`` when given)."""
-    rows = await conn.fetch(_LIST_DEVICES, await _tenant(conn, tenant), schema, active, after,
-                            limit)
-    return [Device.from_row(row) for row in rows]
-
-
-async def show_device(conn: Any, tenant: str, external_id: str) -> Device:
-    """One device (``NotFoundError`` if ``tenant`` has no such device)."""
-    row = await conn.fetchrow(_DEVICE, await _tenant(conn, tenant), external_id)
+async def device(conn: Any, tenant: str, external_id: str) -> Device:
+    """One device as the registry's writes answer it (``NotFoundError`` if ``tenant`` has no
+    such device); :func:`streams.views.devices.show_device` is the read side's name for it."""
+    row = await conn.fetchrow(_DEVICE, await known_tenant(conn, tenant), external_id)
     if row is None:
         raise NotFoundError(f"device {external_id!r} not found for tenant {tenant!r}")
-    return Device.from_row(row)
+    return Device.model_validate(dict(row))
 
 
 async def set_active(conn: Any, tenant: str, external_id: str, active: bool
                      ) -> tuple[Device, bool]:
     """Activate or deactivate a device; the flag says whether anything changed."""
-    changed = await conn.fetchval(_SET_ACTIVE, await _tenant(conn, tenant), external_id, active)
-    return await show_device(conn, tenant, external_id), changed is not None
+    changed = await conn.fetchval(_SET_ACTIVE, await known_tenant(conn, tenant), external_id,
+                                  active)
+    return await device(conn, tenant, external_id), changed is not None
 
 
 async def assign_schema(conn: Any, tenant: str, external_id: str, schema: str,
                         version: int | None = None) -> Device:
     """Assign version ``version`` (default: the newest) of ``schema`` to a device."""
-    target = await show_schema(conn, tenant, schema, version)
-    updated = await conn.fetchval(_ASSIGN, await _tenant(conn, tenant), external_id, target.id)
+    target = await schema_version_id(conn, tenant, schema, version)
+    updated = await conn.fetchval(_ASSIGN, await known_tenant(conn, tenant), external_id, target)
     if updated is None:
         raise NotFoundError(f"device {external_id!r} not found for tenant {tenant!r}")
-    return await show_device(conn, tenant, external_id)
+    return await device(conn, tenant, external_id)
 
 
-async def _tenant(conn: Any, name: str) -> uuid.UUID:
+async def known_tenant(conn: Any, name: str) -> uuid.UUID:
+    """The id of tenant ``name`` (``NotFoundError`` if there is none: reads create nothing)."""
     found = await tenant_id(conn, check_tenant(name))
     if found is None:
         raise NotFoundError(f"tenant {name!r} not found")

@@ -35,8 +35,10 @@ class _Body(BaseModel):
 
 
 def operator_fields(model: BaseModel) -> dict[str, Any]:
-    """``model`` as plain data, its operator-only fields included, in declaration order."""
-    return {name: _plain(getattr(model, name)) for name in type(model).model_fields}
+    """``model`` as plain data, its operator-only fields included, in declaration order, each
+    under its name on the wire (its alias, where it has one)."""
+    fields = type(model).model_fields
+    return {f.alias or name: _plain(getattr(model, name)) for name, f in fields.items()}
 
 
 def _plain(value: Any) -> Any:

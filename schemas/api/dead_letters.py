@@ -92,7 +92,23 @@ class RedriveReport(_Body):
     failed: int
     not_redrivable: int
     not_open: int
-    results: list[RedriveResult]
+    # operator-only: the pages a redrive took, and the open dead letters a redrive of all
+    # cannot publish (malformed envelopes), by reason code, left for ``tideway dlq resolve``
+    pages: int = Field(exclude=True)
+    unreachable: dict[str, int] = Field(exclude=True)
+    results: tuple[RedriveResult, ...]
+
+    def count(self, outcome: str) -> int:
+        """How many dead letters ended in ``outcome``."""
+        return sum(1 for r in self.results if r.outcome == outcome)
+
+    @property
+    def nothing_done(self) -> bool:
+        """Some redrive failed, or there were dead letters and none could be redriven (the
+        CLI's exit code 3). False when everything reached completed, or nothing was open."""
+        if self.failed:
+            return True
+        return self.completed == 0 and bool(self.results or self.unreachable)
 
 
 class ResolveRequest(_Request):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
 from schemas.api.base import Page, _Body, _Query, _Request
-from schemas.device_schema import TOPIC_PATTERN
+from schemas.device_schema import TOPIC_PATTERN, SchemaFile
 
 
 class SchemaQuery(_Query):
@@ -33,15 +34,25 @@ class SchemaVersionQuery(_Query):
 
 
 class SchemaVersion(_Body):
+    # One stored version of a schema, with the text it was applied from. (A comment: a
+    # docstring would become the document's description.)
+    # operator-only (the CLI's record; the ingest side caches versions by id)
+    id: uuid.UUID = Field(exclude=True)
+    tenant: str = Field(exclude=True)
     name: str
     version: int
-    versions: list[int]
+    versions: tuple[int, ...]
     content_hash: str
     created_at: datetime
     devices: int
     source_text: str
     spec: dict[str, Any]
+    topic_ids: dict[str, uuid.UUID] = Field(exclude=True)  # operator-only
     parameters: list[dict[str, Any]]
+
+    def schema_file(self) -> SchemaFile:
+        """The version's content as a :class:`SchemaFile`."""
+        return SchemaFile.model_validate(self.spec)
 
 
 class SchemaTestRequest(_Request):

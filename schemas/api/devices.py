@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Literal
 
@@ -18,11 +19,15 @@ class DeviceQuery(_Query):
 
 
 class Device(_Body):
+    # operator-only (the CLI's record of a device, the registry's writes' answer)
+    id: uuid.UUID = Field(exclude=True)
+    tenant: str = Field(exclude=True)
     external_id: str
     name: str | None
     active: bool
     schema_name: str | None = Field(alias="schema")
     schema_version: int | None
+    schema_version_id: uuid.UUID | None = Field(exclude=True)  # operator-only
     created_at: datetime
     updated_at: datetime
 

@@ -15,7 +15,6 @@ import datetime as dt
 from aiohttp import web
 
 from schemas.api import ConsumerPending, DeviceSeriesQuery, FleetQuery
-from streams import registry
 from streams.adapters.errors import NatsError
 from streams.adapters.redis import redis_client
 from streams.api.bodies import query_of, reply
@@ -24,6 +23,7 @@ from streams.api.inputs import path_text
 from streams.clickhouse import ClickHouse
 from streams.ingest.hot_state import HotState
 from streams.names import Names
+from streams.views import devices
 from streams.views.fleet import device_activity, device_series, fleet_live, fleet_report
 
 __all__ = ["get_device_activity", "get_device_series", "get_fleet", "get_fleet_live"]
@@ -42,7 +42,7 @@ async def get_device_activity(request: web.Request) -> web.Response:
     ctx, caller, name = context_of(request), caller_of(request), path_text(request, "device")
     # Redis is read per request, as redrive does: the API process keeps no Redis connection.
     async with ctx.pool.acquire() as conn:
-        await registry.show_device(conn, caller.tenant, name)  # 404 for another tenant's
+        await devices.show_device(conn, caller.tenant, name)  # 404 for another tenant's
         redis = redis_client(ctx.settings.redis())
         try:
             key = Names(namespace=ctx.settings.namespace).hot_state_key(caller.tenant, name)
@@ -57,7 +57,7 @@ async def get_device_series(request: web.Request) -> web.Response:
     ctx, caller, name = context_of(request), caller_of(request), path_text(request, "device")
     q = query_of(request, DeviceSeriesQuery)
     async with ctx.pool.acquire() as conn:
-        await registry.show_device(conn, caller.tenant, name)  # 404 for another tenant's
+        await devices.show_device(conn, caller.tenant, name)  # 404 for another tenant's
     now, window = dt.datetime.now(dt.UTC), dt.timedelta(minutes=q.window_minutes)
     # Made per request, as Redis above: the client underneath is shared per DSN.
     clickhouse = (

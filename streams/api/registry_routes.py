@@ -1,27 +1,23 @@
 """Devices and schemas of the caller's tenant: list, show, (de)activate, and try a payload.
 
-The functions are the registry's (``streams.registry``), the ones ``tideway devices`` and
+The reads are the read side's (``streams.views.devices``, ``streams.views.device_schemas``) and
+the writes the registry's (``streams.registry``), the ones ``tideway devices`` and
 ``tideway schema`` call; a device or schema is named by its id or name within the tenant, so
 another tenant's names are simply not found.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from aiohttp import web
 
 from schemas.api import (
-    Device,
     DeviceChange,
     DevicePage,
     DeviceQuery,
     SchemaPage,
     SchemaQuery,
-    SchemaSummary,
     SchemaTestReport,
     SchemaTestRequest,
-    SchemaVersion,
     SchemaVersionQuery,
 )
 from stages.ingest.dry_run import evaluate_payload, sample_values
@@ -31,6 +27,7 @@ from streams.api.context import caller_of, context_of
 from streams.api.inputs import path_text
 from streams.api.pages import decode_cursor, page_of, text
 from streams.errors import NotFoundError
+from streams.views import device_schemas, devices
 
 __all__ = [
     "activate_device",
@@ -43,15 +40,11 @@ __all__ = [
 ]
 
 
-def _device(found: registry.Device) -> Device:
-    return Device.model_validate(asdict(found))
-
-
 async def list_devices(request: web.Request) -> web.Response:
     caller, q = caller_of(request), query_of(request, DeviceQuery)
     after = decode_cursor(q.cursor, text)
     async with context_of(request).pool.acquire() as conn:
-        rows = await registry.list_devices(
+        rows = await devices.list_devices(
             conn,
             caller.tenant,
             schema=q.schema_name,
@@ -60,21 +53,21 @@ async def list_devices(request: web.Request) -> web.Response:
             limit=q.limit + 1,
         )
     items, next_ = page_of(request, rows, q.limit, lambda d: (d.external_id,))
-    return reply(DevicePage(items=[_device(d) for d in items], next=next_))
+    return reply(DevicePage(items=items, next=next_))
 
 
 async def get_device(request: web.Request) -> web.Response:
     caller, name = caller_of(request), path_text(request, "device")
     async with context_of(request).pool.acquire() as conn:
-        found = await registry.show_device(conn, caller.tenant, name)
-    return reply(_device(found))
+        found = await devices.show_device(conn, caller.tenant, name)
+    return reply(found)
 
 
 async def _set_active(request: web.Request, active: bool) -> web.Response:
     caller, name = caller_of(request), path_text(request, "device")
     async with context_of(request).pool.acquire() as conn:
         found, changed = await registry.set_active(conn, caller.tenant, name, active)
-    return reply(DeviceChange(device=_device(found), changed=changed))
+    return reply(DeviceChange(device=found, changed=changed))
 
 
 async def activate_device(request: web.Request) -> web.Response:
@@ -89,33 +82,19 @@ async def list_schemas(request: web.Request) -> web.Response:
     caller, q = caller_of(request), query_of(request, SchemaQuery)
     after = decode_cursor(q.cursor, text)
     async with context_of(request).pool.acquire() as conn:
-        rows = await registry.list_schemas(
+        rows = await device_schemas.list_schemas(
             conn, caller.tenant, after=after[0] if after else None, limit=q.limit + 1
         )
     items, next_ = page_of(request, rows, q.limit, lambda s: (s.name,))
-    page = [SchemaSummary.model_validate(asdict(s)) for s in items]
-    return reply(SchemaPage(items=page, next=next_))
+    return reply(SchemaPage(items=items, next=next_))
 
 
 async def get_schema(request: web.Request) -> web.Response:
     caller, name = caller_of(request), path_text(request, "name")
     q = query_of(request, SchemaVersionQuery)
     async with context_of(request).pool.acquire() as conn:
-        found = await registry.show_schema(conn, caller.tenant, name, q.version)
-        parameters = await registry.schema_parameters(conn, found.id)
-    return reply(
-        SchemaVersion(
-            name=found.schema,
-            version=found.version,
-            versions=list(found.versions),
-            content_hash=found.content_hash,
-            created_at=found.created_at,
-            devices=found.devices,
-            source_text=found.source_text,
-            spec=found.spec,
-            parameters=parameters,
-        )
-    )
+        found = await device_schemas.show_schema(conn, caller.tenant, name, q.version)
+    return reply(found)
 
 
 async def test_schema(request: web.Request) -> web.Response:
@@ -123,8 +102,8 @@ async def test_schema(request: web.Request) -> web.Response:
     caller, name = caller_of(request), path_text(request, "name")
     body = await body_of(request, SchemaTestRequest)
     async with context_of(request).pool.acquire() as conn:
-        found = await registry.show_schema(conn, caller.tenant, name, body.version)
-    program = found.programs().get(body.topic)
+        found = await device_schemas.show_schema(conn, caller.tenant, name, body.version)
+    program = device_schemas.programs(found).get(body.topic)
     if program is None:
         raise NotFoundError(f"schema {name!r} v{found.version} has no topic {body.topic!r}")
     report = evaluate_payload(program, sample_values(body.payload))

@@ -31,7 +31,6 @@ from schemas.api import (
     DeadLetterSample,
     DeadLetterSummary,
     MessageExplanation,
-    RedriveReport,
     ResolveReport,
     ResolveRequest,
 )
@@ -152,7 +151,7 @@ async def _group_ids(conn: Conn, tenant: str, signature: list[Any]) -> list[int]
 async def _redrive(request: web.Request, ids: list[int]) -> web.Response:
     ctx = context_of(request)
     report = await dlq.redrive(ctx.settings, ids=ids, pool=ctx.pool)
-    return reply(RedriveReport.model_validate(report.as_dict()))
+    return reply(report)
 
 
 async def redrive_dead_letter(request: web.Request) -> web.Response:

@@ -9,10 +9,9 @@ secrets devices connect to NATS with.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import typer
 
+from schemas.api import Device, operator_fields
 from streams import registry
 from streams.cli.credentials import credentials_app
 from streams.cli.options import (
@@ -22,12 +21,13 @@ from streams.cli.options import (
     tenant_name,
 )
 from streams.cli.output import console, print_json, print_record, print_rows
+from streams.views import devices as device_views
 
 COLUMNS = ("external_id", "name", "active", "schema", "schema_version", "updated_at")
 
 
-def _show(device: registry.Device, *, as_json: bool) -> None:
-    data = asdict(device)
+def _show(device: Device, *, as_json: bool) -> None:
+    data = operator_fields(device)
     if as_json:
         print_json(data)
     else:
@@ -50,9 +50,10 @@ def add(device: str = typer.Argument(..., help="Device id used in subjects."),
     added = run_with_connection(lambda conn: registry.add_device(
         conn, owner, device, name=name, schema=schema, version=version, active=not inactive))
     if as_json:
-        print_json(asdict(added))
+        print_json(operator_fields(added))
         return
-    assigned = f", schema {added.schema} v{added.schema_version}" if added.schema else ""
+    on = added.schema_name
+    assigned = f", schema {on} v{added.schema_version}" if on else ""
     state = "active" if added.active else "inactive"
     console.print(f"added device {added.external_id} to tenant {owner} ({state}{assigned})")
 
@@ -65,9 +66,9 @@ def list_(schema: str | None = typer.Option(None, help="Only devices on this sch
     """List the tenant's devices."""
     owner = tenant_name(tenant)
     found = run_with_connection(
-        lambda conn: registry.list_devices(conn, owner, schema=schema, active=active))
-    print_rows([asdict(d) for d in found], columns=COLUMNS, title=f"devices of {owner}",
-               as_json=as_json)
+        lambda conn: device_views.list_devices(conn, owner, schema=schema, active=active))
+    print_rows([operator_fields(d) for d in found], columns=COLUMNS,
+               title=f"devices of {owner}", as_json=as_json)
 
 
 @devices_app.command("show")
@@ -75,7 +76,7 @@ def show(device: str = typer.Argument(...), tenant: str | None = TENANT_SETTING_
          as_json: bool = JSON_OPTION) -> None:
     """Show one device."""
     owner = tenant_name(tenant)
-    _show(run_with_connection(lambda conn: registry.show_device(conn, owner, device)),
+    _show(run_with_connection(lambda conn: device_views.show_device(conn, owner, device)),
           as_json=as_json)
 
 
@@ -113,9 +114,9 @@ def assign(device: str = typer.Argument(...),
     updated = run_with_connection(
         lambda conn: registry.assign_schema(conn, owner, device, schema, version))
     if as_json:
-        print_json(asdict(updated))
+        print_json(operator_fields(updated))
         return
-    console.print(f"device {updated.external_id} now uses {updated.schema} "
+    console.print(f"device {updated.external_id} now uses {updated.schema_name} "
                   f"v{updated.schema_version}")
 
 devices_app.add_typer(credentials_app, name="credentials")

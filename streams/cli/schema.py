@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 
+from schemas.api import SchemaVersion, operator_fields
 from schemas.device_schema import SchemaFile, SchemaFileError, load_schema_file
 from stages.errors import StageError
 from stages.ingest.dry_run import evaluate_payload, sample_values
@@ -30,6 +31,10 @@ from streams.cli.options import (
 )
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.errors import UsageError
+from streams.views import device_schemas
+
+_SHOW_KEYS = ("id", "tenant", "schema", "version", "content_hash", "created_at", "source_text",
+              "spec", "versions", "devices", "topic_ids", "parameters")  # `show --json`, as ever
 
 schema_app = typer.Typer(help="Device schemas: apply, list, show, test.", no_args_is_help=True)
 
@@ -70,8 +75,8 @@ def list_(tenant: str | None = TENANT_SETTING_OPTION,
           as_json: bool = JSON_OPTION) -> None:
     """List the tenant's schemas with their newest version."""
     name = tenant_name(tenant)
-    found = run_with_connection(lambda conn: registry.list_schemas(conn, name))
-    print_rows([asdict(s) for s in found], title=f"schemas of {name}", as_json=as_json,
+    found = run_with_connection(lambda conn: device_schemas.list_schemas(conn, name))
+    print_rows([operator_fields(s) for s in found], title=f"schemas of {name}", as_json=as_json,
                columns=("name", "latest_version", "versions", "devices", "content_hash",
                         "updated_at"))
 
@@ -85,22 +90,20 @@ def show(name: str = typer.Argument(..., help="Schema name."),
     """Show one version of a schema and its parameters."""
     owner = tenant_name(tenant)
 
-    async def fetch(conn: Any) -> tuple[registry.SchemaVersion, list[dict[str, Any]]]:
-        found = await registry.show_schema(conn, owner, name, version)
-        return found, await registry.schema_parameters(conn, found.id)
-
-    found, parameters = run_with_connection(fetch)
+    found: SchemaVersion = run_with_connection(
+        lambda conn: device_schemas.show_schema(conn, owner, name, version))
     if as_json:
-        print_json({**asdict(found), "parameters": parameters})
+        data = {**operator_fields(found), "schema": found.name}
+        print_json({key: data[key] for key in _SHOW_KEYS})
         return
     if source:
         console.print(found.source_text, markup=False, highlight=False)
         return
-    print_record({"schema": found.schema, "tenant": found.tenant, "version": found.version,
+    print_record({"schema": found.name, "tenant": found.tenant, "version": found.version,
                   "versions": ", ".join(map(str, found.versions)),
                   "content_hash": found.content_hash, "created_at": found.created_at,
-                  "devices": found.devices}, title=f"{found.schema} v{found.version}")
-    print_rows(parameters, title="parameters", columns=(
+                  "devices": found.devices}, title=f"{found.name} v{found.version}")
+    print_rows(found.parameters, title="parameters", columns=(
         "topic", "name", "type", "unit", "source", "required", "critical", "min_value",
         "max_value", "mutate", "derived"))
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 
+from schemas.api import operator_fields
 from streams.cli.exit_codes import ExitCode
 from streams.cli.options import JSON_OPTION, ONLY_TENANT_OPTION, TENANT_OPTION
 from streams.cli.output import console, err_console, print_json, print_record, print_rows
@@ -152,16 +153,16 @@ def dlq_redrive(
     report = asyncio.run(redrive(load_settings(), ids=ids or None, page_size=page_size,
                                  on_page=None if as_json else progress))
     if as_json:
-        print_json(report.as_dict())
+        print_json(operator_fields(report))
     else:
         # The completed ones are in the counts (and in --json); the table lists what still
         # needs a look, which stays readable when a redrive completes thousands.
-        attention = [asdict(r) for r in report.results if r.outcome != COMPLETED]
+        attention = [operator_fields(r) for r in report.results if r.outcome != COMPLETED]
         if attention:
             print_rows(attention,
                        columns=["dead_letter_id", "message_id", "outcome", "detail"],
                        title="redrive: not completed")
-        summary = report.as_dict()
+        summary = operator_fields(report)
         console.print(", ".join(f"{summary[k]} {k.replace('_', ' ')}" for k in (
             "completed", "failed", "not_redrivable", "not_open") if summary[k])
             or "nothing to redrive")

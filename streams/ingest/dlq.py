@@ -24,13 +24,15 @@ reason code), with a note; the dead letter records ``resolution = 'operator'``.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
+from schemas.api import RedriveReport, RedriveResult
 from schemas.envelope import epoch_us
 from stages.ingest.evaluate import DeviceRecord, Evaluation, StageLog
 from stages.ingest.ingress import DecodedEnvelope, Receipt, SubjectParts, key_hash
@@ -49,22 +51,13 @@ from streams.ingest.recorder import copy_lines
 from streams.ingest.registry_cache import RegistryCache
 from streams.ingest.resources import Resources
 
-COMPLETED = "completed"
-FAILED = "failed"
-NOT_REDRIVABLE = "not_redrivable"
-NOT_OPEN = "not_open"
+# A redrive's outcome for one dead letter (schemas.api.RedriveResult.outcome).
+COMPLETED: Final = "completed"
+FAILED: Final = "failed"
+NOT_REDRIVABLE: Final = "not_redrivable"
+NOT_OPEN: Final = "not_open"
 _NOT_REDRIVABLE = ("no publishable telemetry (the envelope never passed its stages); "
                    "resolve it with `tideway dlq resolve`")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RedriveResult:
-    """What a redrive did for one dead letter."""
-
-    dead_letter_id: int
-    message_id: int | None  # None: the id named no open dead letter
-    outcome: str  # COMPLETED | FAILED | NOT_REDRIVABLE | NOT_OPEN
-    detail: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,38 +68,6 @@ class RedrivePage:
     results: tuple[RedriveResult, ...]
     total: int
     """Dead letters answered so far, this page included."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RedriveReport:
-    """What a whole redrive did."""
-
-    results: tuple[RedriveResult, ...]
-    pages: int
-    unreachable: Mapping[str, int]
-    """Open dead letters a redrive of all cannot publish (malformed envelopes), by reason
-    code: left open for ``tideway dlq resolve``. Empty when ids were named."""
-
-    def count(self, outcome: str) -> int:
-        """How many dead letters ended in ``outcome``."""
-        return sum(1 for r in self.results if r.outcome == outcome)
-
-    @property
-    def nothing_done(self) -> bool:
-        """Some redrive failed, or there were dead letters and none could be redriven (the
-        CLI's exit code 3). False when everything reached completed, or nothing was open."""
-        if self.count(FAILED):
-            return True
-        return self.count(COMPLETED) == 0 and bool(self.results or self.unreachable)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report as plain data (``--json``)."""
-        return {
-            "completed": self.count(COMPLETED), "failed": self.count(FAILED),
-            "not_redrivable": self.count(NOT_REDRIVABLE), "not_open": self.count(NOT_OPEN),
-            "pages": self.pages, "unreachable": dict(self.unreachable),
-            "results": [asdict(r) for r in self.results],
-        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -273,8 +234,11 @@ async def _redrive(resources: Resources, ids: list[int] | None, page_size: int,
     results += [RedriveResult(dead_letter_id=i, message_id=None, outcome=NOT_OPEN,
                               detail="not an open dead letter (or another redrive holds it)")
                 for i in sorted(set(ids or ())) if i not in seen]
-    return RedriveReport(results=tuple(sorted(results, key=lambda r: r.dead_letter_id)),
-                         pages=pages, unreachable=unreachable)
+    counts = Counter(r.outcome for r in results)
+    return RedriveReport(
+        completed=counts[COMPLETED], failed=counts[FAILED],
+        not_redrivable=counts[NOT_REDRIVABLE], not_open=counts[NOT_OPEN], pages=pages,
+        unreachable=unreachable, results=tuple(sorted(results, key=lambda r: r.dead_letter_id)))
 
 
 async def _check_clickhouse(resources: Resources) -> None:
@@ -301,7 +265,8 @@ async def _record(conn: Conn, publishable: list[tuple[Any, Evaluation]], outcome
         if outcome.ok:
             done.append((dl, msg, attempt))
             passes.append((msg, attempt, [StageLog("publish", "ok", outcome.duration_us)]))
-            results.append(RedriveResult(dead_letter_id=dl, message_id=msg, outcome=COMPLETED))
+            results.append(RedriveResult(dead_letter_id=dl, message_id=msg, outcome=COMPLETED,
+                                         detail=None))
             continue
         message = "; ".join(f"{f.sink}: {f.message}" for f in outcome.failures)
         failures = [{**f, "redrive": True}

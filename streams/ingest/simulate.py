@@ -33,7 +33,7 @@ from streams import registry
 from streams.adapters import postgres
 from streams.adapters.nats import ONE_SHOT_ATTEMPTS, JetStreamContext, Nats
 from streams.config import Settings
-from streams.errors import UsageError
+from streams.errors import NotFoundError, UsageError
 from streams.identity import credentials
 from streams.identity.devices import connect_device
 from streams.ingest.fleet import SCHEMA_NAME, SimEnvelope, Station, choose_kind, demo_schema_text
@@ -92,13 +92,14 @@ async def ensure_fleet(settings: Settings, *, tenant: str, devices: int) -> None
     try:
         async with pool.acquire() as conn:
             await registry.apply_schema(conn, parse_schema_text(text), source_text=text)
-            existing = {d.external_id: d for d in await registry.list_devices(conn, tenant)}
             for index in range(devices):
                 name = sim_device_id(index)
-                device = existing.get(name)
-                if device is None:
+                try:
+                    device = await registry.device(conn, tenant, name)
+                except NotFoundError:
                     await registry.add_device(conn, tenant, name, schema=SCHEMA_NAME)
-                elif device.schema_version_id is None:
+                    continue
+                if device.schema_version_id is None:
                     await registry.assign_schema(conn, tenant, name, SCHEMA_NAME)
     finally:
         await pool.close()

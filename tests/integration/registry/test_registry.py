@@ -13,6 +13,7 @@ from stages.ingest.program import SchemaCompileError
 from streams import registry
 from streams.adapters import postgres
 from streams.errors import NotFoundError, UsageError
+from streams.views import device_schemas, devices
 
 SCHEMA = """\
 schema: weather-station
@@ -63,12 +64,12 @@ async def test_apply_stores_version_topics_and_parameters(conn: Any) -> None:
     assert (result.schema, result.tenant, result.version, result.created) == (
         "weather-station", "acme", 1, True)
     assert result.content_hash == parsed(SCHEMA).content_hash()
-    stored = await registry.show_schema(conn, "acme", "weather-station")
+    stored = await device_schemas.show_schema(conn, "acme", "weather-station")
     assert stored.id == result.version_id
     assert stored.source_text == SCHEMA
     assert stored.schema_file() == parsed(SCHEMA)
     assert set(stored.topic_ids) == {"state", "meta"}
-    rows = await registry.schema_parameters(conn, stored.id)
+    rows = await device_schemas.schema_parameters(conn, stored.id)
     assert [(r["topic"], r["name"], r["position"]) for r in rows] == [
         ("meta", "firmware", 0), ("state", "temp_c", 0), ("state", "battery_v", 1),
         ("state", "temp_f", 2)]
@@ -94,8 +95,8 @@ async def test_new_content_makes_a_new_version_and_old_content_finds_its_version
     assert (second.version, second.created) == (2, True)
     back = await apply(conn, SCHEMA)
     assert (back.version, back.created, back.latest_version) == (1, False, 2)
-    assert (await registry.show_schema(conn, "acme", "weather-station")).version == 2
-    older = await registry.show_schema(conn, "acme", "weather-station", 1)
+    assert (await device_schemas.show_schema(conn, "acme", "weather-station")).version == 2
+    older = await device_schemas.show_schema(conn, "acme", "weather-station", 1)
     assert older.versions == (1, 2)
     assert "value / 1000\"" in older.source_text
 
@@ -124,22 +125,22 @@ async def test_list_and_show_are_tenant_scoped(conn: Any) -> None:
     await apply(conn, SCHEMA)
     await apply(conn, SCHEMA.replace("tenant: acme", "tenant: globex").replace(
         "weather-station", "buoy"))
-    [listed] = await registry.list_schemas(conn, "acme")
+    [listed] = await device_schemas.list_schemas(conn, "acme")
     assert (listed.name, listed.latest_version, listed.versions, listed.devices) == (
         "weather-station", 1, 1, 0)
-    assert [s.name for s in await registry.list_schemas(conn, "globex")] == ["buoy"]
+    assert [s.name for s in await device_schemas.list_schemas(conn, "globex")] == ["buoy"]
     with pytest.raises(NotFoundError):
-        await registry.show_schema(conn, "globex", "weather-station")
+        await device_schemas.show_schema(conn, "globex", "weather-station")
     with pytest.raises(NotFoundError):
-        await registry.show_schema(conn, "acme", "weather-station", 7)
+        await device_schemas.show_schema(conn, "acme", "weather-station", 7)
     with pytest.raises(NotFoundError, match="tenant 'nobody' not found"):
-        await registry.list_schemas(conn, "nobody")
+        await device_schemas.list_schemas(conn, "nobody")
 
 
 async def test_stored_version_compiles_back_into_programs(conn: Any) -> None:
     await apply(conn, SCHEMA)
-    stored = await registry.show_schema(conn, "acme", "weather-station")
-    programs = stored.programs()
+    stored = await device_schemas.show_schema(conn, "acme", "weather-station")
+    programs = device_schemas.programs(stored)
     assert set(programs) == {"state", "meta"}
     assert programs["state"].derived_names == ("temp_f",)
     assert programs["state"].content_hash == stored.content_hash
@@ -148,14 +149,14 @@ async def test_stored_version_compiles_back_into_programs(conn: Any) -> None:
 async def test_device_lifecycle(conn: Any) -> None:
     await apply(conn, SCHEMA)
     added = await registry.add_device(conn, "acme", "ws-001", name="Roof")
-    assert (added.active, added.schema, added.schema_version, added.name) == (
+    assert (added.active, added.schema_name, added.schema_version, added.name) == (
         True, None, None, "Roof")
     with pytest.raises(UsageError) as duplicate:
         await registry.add_device(conn, "acme", "ws-001")
     assert duplicate.value.code == "DEVICE_EXISTS"
 
     assigned = await registry.assign_schema(conn, "acme", "ws-001", "weather-station")
-    assert (assigned.schema, assigned.schema_version) == ("weather-station", 1)
+    assert (assigned.schema_name, assigned.schema_version) == ("weather-station", 1)
     assert assigned.updated_at >= added.updated_at
 
     device, changed = await registry.set_active(conn, "acme", "ws-001", False)
@@ -170,7 +171,7 @@ async def test_device_lifecycle(conn: Any) -> None:
     assert newest.schema_version == 2
     pinned = await registry.assign_schema(conn, "acme", "ws-001", "weather-station", 1)
     assert pinned.schema_version == 1
-    shown = await registry.show_device(conn, "acme", "ws-001")
+    shown = await devices.show_device(conn, "acme", "ws-001")
     assert shown == pinned
 
 
@@ -180,13 +181,13 @@ async def test_add_with_schema_and_list_filters(conn: Any) -> None:
     await registry.add_device(conn, "acme", "a2", schema="weather-station", version=1,
                               active=False)
     await registry.add_device(conn, "acme", "b1")
-    everything = await registry.list_devices(conn, "acme")
+    everything = await devices.list_devices(conn, "acme")
     assert [d.external_id for d in everything] == ["a1", "a2", "b1"]
-    on_schema = await registry.list_devices(conn, "acme", schema="weather-station")
+    on_schema = await devices.list_devices(conn, "acme", schema="weather-station")
     assert [d.external_id for d in on_schema] == ["a1", "a2"]
-    inactive = await registry.list_devices(conn, "acme", active=False)
+    inactive = await devices.list_devices(conn, "acme", active=False)
     assert [d.external_id for d in inactive] == ["a2"]
-    [listed] = await registry.list_schemas(conn, "acme")
+    [listed] = await device_schemas.list_schemas(conn, "acme")
     assert listed.devices == 2
     with pytest.raises(NotFoundError):
         await registry.add_device(conn, "acme", "c1", schema="no-such-schema")
@@ -199,15 +200,15 @@ async def test_devices_are_tenant_scoped(conn: Any) -> None:
     await apply(conn, SCHEMA.replace("tenant: acme", "tenant: globex"))
     await registry.add_device(conn, "acme", "shared-name")
     await registry.add_device(conn, "globex", "shared-name", schema="weather-station")
-    acme_device = await registry.show_device(conn, "acme", "shared-name")
-    globex_device = await registry.show_device(conn, "globex", "shared-name")
+    acme_device = await devices.show_device(conn, "acme", "shared-name")
+    globex_device = await devices.show_device(conn, "globex", "shared-name")
     assert acme_device.id != globex_device.id
-    assert acme_device.schema is None and globex_device.schema == "weather-station"
+    assert acme_device.schema_name is None and globex_device.schema_name == "weather-station"
     # globex's version of the schema is a different row from acme's
-    acme_version = (await registry.show_schema(conn, "acme", "weather-station")).id
+    acme_version = (await device_schemas.show_schema(conn, "acme", "weather-station")).id
     assigned = await registry.assign_schema(conn, "acme", "shared-name", "weather-station")
     assert assigned.schema_version_id == acme_version != globex_device.schema_version_id
     with pytest.raises(NotFoundError):
-        await registry.show_device(conn, "globex", "only-acme")
+        await devices.show_device(conn, "globex", "only-acme")
     with pytest.raises(NotFoundError):
         await registry.assign_schema(conn, "acme", "missing", "weather-station")
