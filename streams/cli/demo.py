@@ -32,32 +32,12 @@ from streams.config import Settings
 from streams.names import Names
 from streams.observability.events import ProcessHooks
 from streams.system import system
+from streams.views import demo as demo_counts
 
 DEMO_TENANT = "demo"
 DEMO_CAR = "demo-car"
 DRAIN_TIMEOUT_S = 120.0
 
-# The demo tenant's envelopes, each counted once. A message row holds the tenant id only when
-# the envelope has no telemetry row (migration 0020: a duplicate, one refused before persist);
-# those of unknown devices (no tenant resolved) and any row that keeps its subject are found by
-# subject. A row leaves its subject out only when its tenant, device and topic spell it
-# (migration 0018): one with no tenant id either is found through its telemetry row, whose
-# device names the tenant.
-STATUS_COUNTS = """
-WITH tenant AS (SELECT id FROM tenants WHERE name = $2)
-SELECT status, count(*) AS n FROM (
-  SELECT m.status FROM ingestion_messages m
-  WHERE m.tenant_id = (SELECT id FROM tenant) OR m.subject LIKE $1
-  UNION ALL
-  SELECT m.status
-  FROM device_telemetry_logs t
-  JOIN devices d ON d.id = t.device_id
-  JOIN ingestion_messages m ON m.id = t.ingestion_message_id AND m.received_at = t.received_at
-  WHERE d.tenant_id = (SELECT id FROM tenant) AND m.subject IS NULL AND m.tenant_id IS NULL
-) s
-GROUP BY status ORDER BY status
-"""
-TELEMETRY_ROWS = "SELECT count(*) FROM device_telemetry_logs"
 
 
 @dataclass(kw_only=True)
@@ -133,9 +113,9 @@ class _Probe:
 
     async def status_counts(self, baseline: dict[str, int] | None = None) -> dict[str, int]:
         """Envelopes of the demo tenant per status, minus ``baseline`` (an earlier demo's)."""
-        rows = await self._conn.fetch(STATUS_COUNTS, self._pattern, DEMO_TENANT)
+        found = await demo_counts.status_counts(self._conn, self._pattern, DEMO_TENANT)
         base = baseline or {}
-        counts = {r["status"]: r["n"] - base.get(r["status"], 0) for r in rows}
+        counts = {status: n - base.get(status, 0) for status, n in found.items()}
         return {status: n for status, n in counts.items() if n}
 
     async def last_seq(self) -> int:
@@ -144,7 +124,7 @@ class _Probe:
         return int(info.state.last_seq)
 
     async def telemetry_rows(self) -> int:
-        return int(await self._conn.fetchval(TELEMETRY_ROWS))
+        return await demo_counts.telemetry_rows(self._conn)
 
 
 async def run_demo(
@@ -248,9 +228,8 @@ async def _summary(
     statuses = await probe.status_counts(baseline)
     telemetry = await probe.telemetry_rows()
     names = Names(namespace=s.namespace)
-    ch = ClickHouse(s.clickhouse(), s.clickhouse_database)
-    rows = await ch.query_rows(
-        f"SELECT count() FROM {s.clickhouse_database}.{names.analytics_table} FINAL"
+    rows = await demo_counts.analytics_rows(
+        ClickHouse(s.clickhouse(), s.clickhouse_database), names.analytics_table
     )
     r = redis_client(s.redis())
     try:
@@ -274,7 +253,7 @@ async def _summary(
         note = f" (simulated {expected:,})" if expected is not None else ""
         table.add_row(f"  {status}", f"{n:,}{note}")
     table.add_row("telemetry rows in Postgres (all demos)", f"{telemetry:,}")
-    table.add_row("analytics rows in ClickHouse (all demos)", f"{rows[0][0]:,}")
+    table.add_row("analytics rows in ClickHouse (all demos)", f"{rows:,}")
     table.add_row("devices with hot state (Redis)", f"{hot:,}")
     table.add_row("session run", progress.status)
     laps = (progress.summary or {}).get("laps", {})

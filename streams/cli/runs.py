@@ -22,6 +22,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from schemas.api import DagJob, RunDag, operator_fields
+from streams import registry
 from streams.adapters import postgres
 from streams.adapters.postgres import Conn
 from streams.cli.options import JSON_OPTION, parse_id
@@ -31,13 +32,12 @@ from streams.config import load_settings
 from streams.errors import NotFoundError
 from streams.jobs import queue, run_actions
 from streams.sessions.reprocess import BACKFILL_PRIORITY, BackfillItem, BackfillScope, backfill
-from streams.views.runs import list_runs, show_run
+from streams.views.runs import list_runs, show_run, status_counts
 
 runs_app = typer.Typer(
     help="Processing runs: list, show, cancel, retry, backfill.", no_args_is_help=True
 )
 
-_RUN_STATUS = "SELECT status, count(*) AS n FROM processing_runs WHERE id = ANY($1) GROUP BY 1"
 _ENDED = frozenset({"succeeded", "partial", "failed", "cancelled"})
 
 _STYLE = {
@@ -227,7 +227,7 @@ async def _follow(conn: Conn, run_ids: list[uuid.UUID], bar: Progress) -> Counte
     """Poll the runs until every one has ended, advancing a progress bar."""
     task = bar.add_task("runs ended", total=len(run_ids))
     while True:
-        counts = Counter({r["status"]: r["n"] for r in await conn.fetch(_RUN_STATUS, run_ids)})
+        counts = await status_counts(conn, run_ids)
         done = sum(n for status, n in counts.items() if status in _ENDED)
         bar.update(task, completed=done)
         if done >= len(run_ids):
@@ -323,7 +323,7 @@ def _time(value: datetime | None) -> str:
 
 
 async def _tenant_id(conn: Conn, name: str) -> uuid.UUID:
-    found = await conn.fetchval("SELECT id FROM tenants WHERE name = $1", name)
+    found = await registry.tenant_id(conn, name)
     if found is None:
         raise NotFoundError(f"no tenant {name!r}")
     return uuid.UUID(str(found))

@@ -9,6 +9,7 @@ flags. Pass ``tenant_id`` to scope a lookup to one tenant (the API always does).
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from datetime import datetime
 
 from schemas.api import DagAttempt, DagEdge, DagJob, RunDag, RunSummary
@@ -136,6 +137,14 @@ async def show_run(conn: Conn, run_id: uuid.UUID, *, tenant_id: uuid.UUID | None
         summary=run["summary"],
         jobs=dependency_order(jobs),
     )
+
+
+_STATUS_COUNTS = "SELECT status, count(*) AS n FROM processing_runs WHERE id = ANY($1) GROUP BY 1"
+
+
+async def status_counts(conn: Conn, run_ids: list[uuid.UUID]) -> Counter[str]:
+    """How many of ``run_ids`` are in each status (a backfill's follow-up)."""
+    return Counter({r["status"]: r["n"] for r in await conn.fetch(_STATUS_COUNTS, run_ids)})
 
 
 def dependency_order(jobs: list[DagJob]) -> list[DagJob]:
