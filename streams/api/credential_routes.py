@@ -22,13 +22,17 @@ from schemas.api import (
     IssuedDeviceCredential,
     RevokedDeviceCredentials,
 )
+from streams.api import path_params as pp
 from streams.api.bodies import reply
 from streams.api.context import caller_of, context_of
+from streams.api.device_routes import DEVICE, NO_DEVICE
 from streams.api.inputs import path_text
+from streams.api.openapi import Route
 from streams.identity import credentials
 
 __all__ = [
     "NO_STORE",
+    "ROUTES",
     "issue_credential",
     "list_credentials",
     "revoke_credential",
@@ -91,3 +95,38 @@ async def revoke_credentials(request: web.Request) -> web.Response:
     async with context_of(request).pool.acquire() as conn:
         retired = await credentials.revoke(conn, caller.tenant, device)
     return _revoked(device, retired)
+
+
+_TAG = "devices"
+_HELP = (
+    "The device connects to NATS (or its MQTT listener) with `username` as the user name and "
+    "`secret` as the password. The secret is shown once: Tideway keeps only its SHA-256, so a "
+    "lost secret is replaced (rotate), never recovered."
+)
+
+ROUTES: tuple[Route, ...] = (
+    Route(method="GET", path="/v1/devices/{device}/credentials", handler=list_credentials,
+          tag=_TAG, summary="The device's NATS/MQTT credentials, oldest first (never a "
+                            "secret)", response=DeviceCredentialPage, path_types=DEVICE,
+          not_found=NO_DEVICE),
+    Route(method="POST", path="/v1/devices/{device}/credentials",
+          handler=issue_credential, tag=_TAG,
+          summary="Issue a credential (its secret is in this answer only)", status=201,
+          response=IssuedDeviceCredential, headers=NO_STORE, path_types=DEVICE,
+          not_found=NO_DEVICE, description=_HELP),
+    Route(method="POST", path="/v1/devices/{device}/credentials/rotate",
+          handler=rotate_credentials, tag=_TAG,
+          summary="Issue a credential and retire every other of the device, at once",
+          status=201, response=IssuedDeviceCredential, headers=NO_STORE,
+          path_types=DEVICE, not_found=NO_DEVICE, description=_HELP),
+    Route(method="POST", path="/v1/devices/{device}/credentials/revoke",
+          handler=revoke_credentials, tag=_TAG,
+          summary="Retire every valid credential of the device",
+          response=RevokedDeviceCredentials, path_types=DEVICE, not_found=NO_DEVICE),
+    Route(method="DELETE", path="/v1/devices/{device}/credentials/{key_id}",
+          handler=revoke_credential, tag=_TAG,
+          summary="Retire one valid credential (404 when it is not one)",
+          response=RevokedDeviceCredentials,
+          path_types={"device": pp.DEVICE, "key_id": pp.KEY_ID},
+          not_found="no such device, or no valid credential of it with this key id"),
+)  # fmt: skip

@@ -35,12 +35,13 @@ from streams.adapters.errors import JsNotFound, PgError
 from streams.adapters.nats import Msg
 from streams.api.bodies import query_of
 from streams.api.context import caller_of, context_of
+from streams.api.openapi import Route
 from streams.api.request_id import HEADER, REQUEST_ID
 from streams.domain_events import ensure_events_stream
 from streams.errors import TransientError, UsageError
 from streams.names import Names
 
-__all__ = ["setup", "stream_events"]
+__all__ = ["ROUTES", "setup", "stream_events"]
 
 log = logging.getLogger(__name__)
 
@@ -146,3 +147,18 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
         return stream
     finally:
         await subscription.unsubscribe()
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(method="GET", path="/v1/events", handler=stream_events, tag="events",
+          summary="The caller's domain events, live (server-sent events)",
+          description=(
+              "One SSE message per event: `id` its sequence in the EVENTS stream, `event` its "
+              "type (`session.published`, `run.<state>`), `data` its JSON body. Events are "
+              "written in the transaction of the change they announce (an outbox) and "
+              "delivered at least once, in commit order per run and session. Send "
+              "`Last-Event-ID` (or `last_event_id`) to resume after a gap. See docs/api.md."
+          ),
+          query=EventStreamQuery,
+          content={"text/event-stream": {"schema": {"type": "string"}}}),
+)  # fmt: skip

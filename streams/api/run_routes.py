@@ -1,7 +1,8 @@
-"""Run and session actions: runs list, cancel and retry; session reprocess and rollback.
+"""Runs: list, show, the DAG, cancel and retry (a session's reprocess and rollback, which
+start or pick a run, are the session's: :mod:`streams.api.session_routes`).
 
-Each checks that the run or session is the caller's before acting (another tenant's id is
-"not found"), then calls the function the CLI command calls.
+Each checks that the run is the caller's before acting (another tenant's id is "not found"),
+then calls the function the CLI command calls.
 """
 
 from __future__ import annotations
@@ -12,32 +13,24 @@ from aiohttp import web
 
 from schemas.api import (
     CancelResult,
-    ReprocessRequest,
-    RollbackRequest,
-    RollbackResult,
+    Run,
+    RunDag,
     RunPage,
     RunQuery,
     RunStarted,
     RunSummary,
 )
-from streams.api.bodies import body_of, query_of, reply
+from streams.api import path_params as pp
+from streams.api.bodies import query_of, reply
 from streams.api.context import caller_of, context_of
 from streams.api.inputs import path_uuid
+from streams.api.openapi import Route
 from streams.api.pages import decode_cursor, instant, page_of
 from streams.jobs import queue, run_actions
-from streams.sessions.notice import check_run_config
-from streams.sessions.reprocess import reprocess, rollback
 from streams.views import sessions as queries
 from streams.views.runs import list_runs, show_run
 
-__all__ = [
-    "cancel_run",
-    "get_run_dag",
-    "list_runs_",
-    "reprocess_session",
-    "retry_run",
-    "rollback_session",
-]
+__all__ = ["ROUTES", "cancel_run", "get_run", "get_run_dag", "list_runs_", "retry_run"]
 
 
 def _key(row: RunSummary) -> tuple[str, str]:
@@ -58,6 +51,13 @@ async def list_runs_(request: web.Request) -> web.Response:
         )
     items, next_ = page_of(request, rows, q.limit, _key)
     return reply(RunPage(items=items, next=next_))
+
+
+async def get_run(request: web.Request) -> web.Response:
+    caller = caller_of(request)
+    async with context_of(request).pool.acquire() as conn:
+        row = await queries.get_run(conn, caller.tenant_id, path_uuid(request))
+    return reply(Run.model_validate(row))
 
 
 async def get_run_dag(request: web.Request) -> web.Response:
@@ -96,39 +96,23 @@ async def retry_run(request: web.Request) -> web.Response:
     return reply(RunStarted(run_id=new.run_id, created=new.created), status=202)
 
 
-async def reprocess_session(request: web.Request) -> web.Response:
-    ctx, caller, session_id = context_of(request), caller_of(request), path_uuid(request)
-    body = await body_of(request, ReprocessRequest)
-    # The check every run config meets (the upload's, the CLI's, intake's): a misspelt key is
-    # a 400 INVALID_CONFIG here, not a run that fails later.
-    config = None if body.config is None else check_run_config(body.config)
-    async with ctx.pool.acquire() as conn:
-        new = await reprocess(
-            conn,
-            tenant=caller.tenant,
-            session_id=session_id,
-            requested_by=f"api:{caller.key_id}",
-            config=config,
-            priority=body.priority,
-            namespace=ctx.settings.namespace,
-            default_attempts=ctx.settings.retry.job_max_attempts,
-        )
-    return reply(RunStarted(run_id=new.run_id, created=new.created), status=202)
+_TAG = "runs"
+_RUN = {"id": pp.UUID_ID}  # the path's parameters (their kinds: schema and check)
+_NO_RUN = "no such run"  # the one text of its 404
 
-
-async def rollback_session(request: web.Request) -> web.Response:
-    caller, session_id = caller_of(request), path_uuid(request)
-    body = await body_of(request, RollbackRequest)
-    ctx = context_of(request)
-    async with ctx.pool.acquire() as conn:
-        moved = await rollback(
-            conn,
-            tenant=caller.tenant,
-            session_id=session_id,
-            to_run=body.to_run,
-            requested_by=f"api:{caller.key_id}",
-            store=ctx.store,  # the target's datasets are read back before the pointer moves
-        )
-    return reply(
-        RollbackResult(session_id=moved.session_id, from_run=moved.from_run, to_run=moved.to_run)
-    )
+ROUTES: tuple[Route, ...] = (
+    Route(method="GET", path="/v1/runs", handler=list_runs_, tag=_TAG,
+          summary="The caller's runs, newest first", query=RunQuery, response=RunPage),
+    Route(method="GET", path="/v1/runs/{id}", handler=get_run, tag=_TAG,
+          summary="One run: status, summary, features, jobs, datasets", response=Run,
+          path_types=_RUN, not_found=_NO_RUN),
+    Route(method="GET", path="/v1/runs/{id}/dag", handler=get_run_dag, tag=_TAG,
+          summary="A run's DAG: jobs in dependency order with edges and attempts",
+          response=RunDag, path_types=_RUN, not_found=_NO_RUN),
+    Route(method="POST", path="/v1/runs/{id}/cancel", handler=cancel_run, tag=_TAG,
+          summary="Cancel a run (running jobs stop at their next checkpoint)",
+          response=CancelResult, path_types=_RUN, not_found=_NO_RUN, errors=(409,)),
+    Route(method="POST", path="/v1/runs/{id}/retry", handler=retry_run, tag=_TAG,
+          summary="Start a new run repeating a failed, cancelled or partial one", status=202,
+          response=RunStarted, path_types=_RUN, not_found=_NO_RUN, errors=(409,)),
+)  # fmt: skip

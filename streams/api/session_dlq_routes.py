@@ -16,10 +16,11 @@ from aiohttp import web
 from schemas.api import SessionDeadLetter, SessionDeadLetterPage, SessionDeadLetterQuery
 from streams.api.bodies import query_of, reply
 from streams.api.context import caller_of, context_of
+from streams.api.openapi import Route
 from streams.api.pages import decode_cursor, integer, page_of
 from streams.sessions.dead_letters import DeadNotice, list_dead_notices
 
-__all__ = ["list_session_dead_letters"]
+__all__ = ["ROUTES", "list_session_dead_letters"]
 
 
 def _instant(value: str | None) -> datetime | None:
@@ -58,3 +59,10 @@ async def list_session_dead_letters(request: web.Request) -> web.Response:
     )
     items, next_ = page_of(request, found, q.limit, lambda d: (d.id,))
     return reply(SessionDeadLetterPage(items=[_summary(d) for d in items], next=next_))
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(method="GET", path="/v1/session-dead-letters", handler=list_session_dead_letters,
+          tag="dead letters", summary="Session notices intake dead-lettered, oldest first",
+          query=SessionDeadLetterQuery, response=SessionDeadLetterPage),
+)  # fmt: skip

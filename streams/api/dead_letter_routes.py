@@ -1,4 +1,4 @@
-"""Streaming telemetry's operator views: dead letters triaged by signature, and explain.
+"""Streaming telemetry's dead letters, triaged by signature: list, show, redrive, resolve.
 
 Dead letters are grouped by error signature - reason code, the stage that failed first, the
 schema version the envelope met - so an operator deals with a cause once, not with each of its
@@ -7,11 +7,10 @@ group (or one dead letter). A group's id is its signature, encoded like a cursor
 same cause for every tenant, and every statement filters on the caller's tenant, so another
 tenant's group id only ever reaches the caller's own dead letters.
 
-Redrive re-runs publish with the same function as ``tideway dlq redrive``, and explain is
-``tideway messages show``'s function; both read and write Postgres through the API's shared
-pool (no pool or connection of their own per request) and connect to Redis and ClickHouse
-themselves, so with the embedded (in-process) ClickHouse a redrive is refused with
-``CLICKHOUSE_BUSY`` while another process holds the engine.
+Redrive re-runs publish with the same function as ``tideway dlq redrive``; it reads and writes
+Postgres through the API's shared pool (no pool or connection of its own per request) and
+connects to Redis and ClickHouse itself, so with the embedded (in-process) ClickHouse a
+redrive is refused with ``CLICKHOUSE_BUSY`` while another process holds the engine.
 """
 
 from __future__ import annotations
@@ -30,20 +29,22 @@ from schemas.api import (
     DeadLetterQuery,
     DeadLetterSample,
     DeadLetterSummary,
-    MessageExplanation,
+    RedriveReport,
     ResolveReport,
     ResolveRequest,
 )
 from streams.adapters.postgres import Conn
+from streams.api import path_params as pp
 from streams.api.bodies import body_of, query_of, reply
 from streams.api.context import caller_of, context_of
 from streams.api.inputs import path_int, path_text
+from streams.api.openapi import Route
 from streams.api.pages import decode_cursor, encode_cursor, integer, page_of, text
 from streams.errors import NotFoundError, UsageError
-from streams.ingest import dlq, messages
+from streams.ingest import dlq
 
 __all__ = [
-    "explain_message",
+    "ROUTES",
     "get_dead_letter",
     "list_dead_letter_groups",
     "list_dead_letters",
@@ -193,11 +194,32 @@ async def resolve_group(request: web.Request) -> web.Response:
         return await _resolve(conn, caller.tenant, ids, body.note)
 
 
-async def explain_message(request: web.Request) -> web.Response:
-    """Everything about one envelope, by id or dedupe key (``tideway messages show``)."""
-    caller, ident = caller_of(request), path_text(request, "id")
-    if ident.isdigit() and int(ident) >= 2**63:  # the path's kind: digits; ids are bigint
-        raise NotFoundError("no such envelope")
-    ctx = context_of(request)
-    found = await messages.explain(ctx.settings, ident, tenant=caller.tenant, pool=ctx.pool)
-    return reply(MessageExplanation.model_validate(found))
+_TAG = "dead letters"
+# Each path's parameters (their kinds: schema and check) and the one text of its 404.
+_GROUP, _DEAD_LETTER = {"group": pp.GROUP}, {"id": pp.NUMERIC_ID}
+_NO_GROUP = "no such dead-letter group with open dead letters"
+_NO_DEAD_LETTER = "no such dead letter"
+
+ROUTES: tuple[Route, ...] = (
+    Route(method="GET", path="/v1/dead-letter-groups", handler=list_dead_letter_groups,
+          tag=_TAG, summary="Dead letters grouped by error signature, with counts and a sample",
+          query=DeadLetterGroupQuery, response=DeadLetterGroupPage),
+    Route(method="POST", path="/v1/dead-letter-groups/{group}/redrive", handler=redrive_group,
+          tag=_TAG, summary="Redrive every open dead letter of a group",
+          response=RedriveReport, path_types=_GROUP, not_found=_NO_GROUP, errors=(422,)),
+    Route(method="POST", path="/v1/dead-letter-groups/{group}/resolve", handler=resolve_group,
+          tag=_TAG, summary="Resolve every open dead letter of a group", body=ResolveRequest,
+          response=ResolveReport, path_types=_GROUP, not_found=_NO_GROUP),
+    Route(method="GET", path="/v1/dead-letters", handler=list_dead_letters, tag=_TAG,
+          summary="Dead letters (of one group), oldest first", query=DeadLetterQuery,
+          response=DeadLetterPage, not_found="no such dead-letter group"),
+    Route(method="GET", path="/v1/dead-letters/{id}", handler=get_dead_letter, tag=_TAG,
+          summary="One dead letter with its original envelope", response=DeadLetter,
+          path_types=_DEAD_LETTER, not_found=_NO_DEAD_LETTER),
+    Route(method="POST", path="/v1/dead-letters/{id}/redrive", handler=redrive_dead_letter,
+          tag=_TAG, summary="Re-run publish for one dead letter", response=RedriveReport,
+          path_types=_DEAD_LETTER, not_found=_NO_DEAD_LETTER, errors=(422,)),
+    Route(method="POST", path="/v1/dead-letters/{id}/resolve", handler=resolve_dead_letter,
+          tag=_TAG, summary="Close one dead letter with a note", body=ResolveRequest,
+          response=ResolveReport, path_types=_DEAD_LETTER, not_found=_NO_DEAD_LETTER),
+)  # fmt: skip
