@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any, Literal
 
@@ -52,6 +53,7 @@ class DeadLetterQuery(_Query):
 class DeadLetterSummary(_Body):
     id: int
     ingestion_message_id: int
+    tenant: str | None = Field(exclude=True)  # operator-only (the CLI lists every tenant's)
     subject: str
     reason_code: str
     state: str
@@ -78,6 +80,10 @@ class DeadLetter(DeadLetterSummary):
     envelope: Any = Field(description="The original body as JSON, or null if it is not JSON.")
     payload_text: str
     payload_bytes: int
+    # operator-only: the signature's columns as stored, and the envelope's dedupe key as text
+    failed_stage: str | None = Field(exclude=True)
+    schema_version_id: uuid.UUID | None = Field(exclude=True)
+    dedupe_key: str | None = Field(exclude=True)
 
 
 class RedriveResult(_Body):
