@@ -17,9 +17,9 @@ def _sql_literals(path: Path) -> list[str]:
     """Where ``path`` spells a SQL statement in a string (plain or an f-string's text)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if _SQL.match(node.value):
-                found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and _SQL.match(node.value)):
+            found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
     return found
 
 
