@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any, Literal
 
@@ -52,6 +53,7 @@ class DeadLetterQuery(_Query):
 class DeadLetterSummary(_Body):
     id: int
     ingestion_message_id: int
+    tenant: str | None = Field(exclude=True)  # operator-only (the CLI lists every tenant's)
     subject: str
     reason_code: str
     state: str
@@ -78,6 +80,10 @@ class DeadLetter(DeadLetterSummary):
     envelope: Any = Field(description="The original body as JSON, or null if it is not JSON.")
     payload_text: str
     payload_bytes: int
+    # operator-only: the signature's columns as stored, and the envelope's dedupe key as text
+    failed_stage: str | None = Field(exclude=True)
+    schema_version_id: uuid.UUID | None = Field(exclude=True)
+    dedupe_key: str | None = Field(exclude=True)
 
 
 class RedriveResult(_Body):
@@ -128,17 +134,26 @@ class SessionDeadLetter(_Body):
     """A session notice intake dead-lettered (JetStream's ``SESSIONS_DLQ``; never its body)."""
 
     id: int = Field(description="The dead letter's id: its sequence in the dead-letter stream.")
+    tenant: str = Field(exclude=True)  # operator-only (the CLI lists every tenant's)
     subject: str = Field(description="The notice's original subject.")
     device: str
     code: str = Field(description="Why intake refused it (`BAD_NOTICE`, `ARTIFACT_MISSING`...).")
     message: str
+    # operator-only: the notice's body as intake received it (text; it may not even be JSON),
+    # which a redrive publishes again, and when the stream stored the dead letter
+    notice: str = Field(exclude=True)
+    dead_lettered_at: datetime | None = Field(exclude=True)
     error_type: str | None = Field(
         description="`permanent` (it can never succeed as it is) or `transient` (it kept "
         "failing until the delivery budget ran out); null for an old dead letter."
     )
     retry_count: int | None = Field(description="Deliveries before the one that dead-lettered it.")
+    deliveries: int | None = Field(exclude=True)  # operator-only
     first_seen_at: datetime | None = Field(description="When the notice was stored.")
     last_seen_at: datetime | None = Field(description="When it was dead-lettered.")
+    # operator-only: where a bug or a refused statement was raised (class and frames, never
+    # the text)
+    stack_trace: str | None = Field(exclude=True)
 
 
 class SessionDeadLetterPage(Page[SessionDeadLetter]):

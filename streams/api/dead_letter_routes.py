@@ -22,13 +22,10 @@ from aiohttp import web
 
 from schemas.api import (
     DeadLetter,
-    DeadLetterGroup,
     DeadLetterGroupPage,
     DeadLetterGroupQuery,
     DeadLetterPage,
     DeadLetterQuery,
-    DeadLetterSample,
-    DeadLetterSummary,
     RedriveReport,
     ResolveReport,
     ResolveRequest,
@@ -39,9 +36,10 @@ from streams.api.bodies import body_of, query_of, reply
 from streams.api.context import caller_of, context_of
 from streams.api.inputs import path_int, path_text
 from streams.api.openapi import Route
-from streams.api.pages import decode_cursor, encode_cursor, integer, page_of, text
+from streams.api.pages import decode_cursor, integer, page_of, text
 from streams.errors import NotFoundError, UsageError
 from streams.ingest import dlq
+from streams.views import dead_letters
 
 __all__ = [
     "ROUTES",
@@ -75,34 +73,15 @@ def _signature(group: str) -> list[Any]:
     return found
 
 
-def _group(row: dict[str, Any]) -> DeadLetterGroup:
-    code, stage, schema, version = row["signature"]
-    return DeadLetterGroup(
-        id=encode_cursor(row["signature"]),
-        code=code,
-        stage=stage,
-        schema_name=schema,
-        schema_version=version,
-        count=row["count"],
-        first_seen_at=row["first_seen_at"],
-        last_seen_at=row["last_seen_at"],
-        sample=DeadLetterSample(
-            id=row["sample_id"],
-            subject=row["sample_subject"],
-            payload_text=row["sample_payload_text"],
-        ),
-    )
-
-
 async def list_dead_letter_groups(request: web.Request) -> web.Response:
     caller, q = caller_of(request), query_of(request, DeadLetterGroupQuery)
     after = decode_cursor(q.cursor, *_SIGNATURE)
     async with context_of(request).pool.acquire() as conn:
-        rows = await dlq.dead_letter_groups(
+        groups = await dead_letters.dead_letter_groups(
             conn, tenant=caller.tenant, state=q.state, limit=q.limit + 1, after=after
         )
-    items, next_ = page_of(request, rows, q.limit, lambda r: r["signature"])
-    return reply(DeadLetterGroupPage(items=[_group(r) for r in items], next=next_))
+    items, next_ = page_of(request, groups, q.limit, dead_letters.signature)
+    return reply(DeadLetterGroupPage(items=items, next=next_))
 
 
 async def list_dead_letters(request: web.Request) -> web.Response:
@@ -110,7 +89,7 @@ async def list_dead_letters(request: web.Request) -> web.Response:
     after = decode_cursor(q.cursor, integer)
     signature = _signature(q.group) if q.group is not None else None
     async with context_of(request).pool.acquire() as conn:
-        rows = await dlq.list_dead_letters(
+        found = await dead_letters.list_dead_letters(
             conn,
             state=q.state,
             tenant=caller.tenant,
@@ -118,30 +97,29 @@ async def list_dead_letters(request: web.Request) -> web.Response:
             after=after[0] if after else 0,
             signature=signature,
         )
-    items, next_ = page_of(request, rows, q.limit, lambda r: (r["id"],))
-    page = [DeadLetterSummary.model_validate(r) for r in items]
-    return reply(DeadLetterPage(items=page, next=next_))
+    items, next_ = page_of(request, found, q.limit, lambda d: (d.id,))
+    return reply(DeadLetterPage(items=items, next=next_))
 
 
 async def get_dead_letter(request: web.Request) -> web.Response:
     caller, dead_letter_id = caller_of(request), path_int(request)
     async with context_of(request).pool.acquire() as conn:
-        found = await dlq.show_dead_letter(conn, dead_letter_id, caller.tenant)
-    return reply(DeadLetter.model_validate(found))
+        found = await dead_letters.show_dead_letter(conn, dead_letter_id, caller.tenant)
+    return reply(found)
 
 
 async def _group_ids(conn: Conn, tenant: str, signature: list[Any]) -> list[int]:
     """Every open dead letter of ``tenant`` with ``signature`` (404 when there is none)."""
     ids: list[int] = []
     while True:
-        rows = await dlq.list_dead_letters(
+        rows = await dead_letters.list_dead_letters(
             conn,
             tenant=tenant,
             limit=_GROUP_PAGE,
             after=ids[-1] if ids else 0,
             signature=signature,
         )
-        ids += [r["id"] for r in rows]
+        ids += [r.id for r in rows]
         if len(rows) < _GROUP_PAGE:
             break
     if not ids:
@@ -158,7 +136,7 @@ async def _redrive(request: web.Request, ids: list[int]) -> web.Response:
 async def redrive_dead_letter(request: web.Request) -> web.Response:
     caller, dead_letter_id = caller_of(request), path_int(request)
     async with context_of(request).pool.acquire() as conn:
-        await dlq.show_dead_letter(conn, dead_letter_id, caller.tenant)
+        await dead_letters.show_dead_letter(conn, dead_letter_id, caller.tenant)
     return await _redrive(request, [dead_letter_id])
 
 
@@ -182,7 +160,7 @@ async def resolve_dead_letter(request: web.Request) -> web.Response:
     caller, dead_letter_id = caller_of(request), path_int(request)
     body = await body_of(request, ResolveRequest)
     async with context_of(request).pool.acquire() as conn:
-        await dlq.show_dead_letter(conn, dead_letter_id, caller.tenant)
+        await dead_letters.show_dead_letter(conn, dead_letter_id, caller.tenant)
         return await _resolve(conn, caller.tenant, [dead_letter_id], body.note)
 
 

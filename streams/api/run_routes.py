@@ -56,8 +56,8 @@ async def list_runs_(request: web.Request) -> web.Response:
 async def get_run(request: web.Request) -> web.Response:
     caller = caller_of(request)
     async with context_of(request).pool.acquire() as conn:
-        row = await queries.get_run(conn, caller.tenant_id, path_uuid(request))
-    return reply(Run.model_validate(row))
+        run = await queries.get_run(conn, caller.tenant_id, path_uuid(request))
+    return reply(run)
 
 
 async def get_run_dag(request: web.Request) -> web.Response:

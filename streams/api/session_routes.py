@@ -30,7 +30,6 @@ from schemas.api import (
     SessionLaps,
     SessionPage,
     SessionQuery,
-    SessionSummary,
     SessionTrack,
     UploadForm,
     UploadReceipt,
@@ -85,23 +84,22 @@ async def list_sessions(request: web.Request) -> web.Response:
     caller, q = caller_of(request), query_of(request, SessionQuery)
     after = decode_cursor(q.cursor, instant, uuid.UUID)
     async with context_of(request).pool.acquire() as conn:
-        rows = await queries.list_sessions(
+        found = await queries.list_sessions(
             conn,
             caller.tenant_id,
             device=q.device,
             limit=q.limit + 1,
             after=(after[0], after[1]) if after else None,
         )
-    items, next_ = page_of(request, rows, q.limit, lambda r: (r["created_at"].isoformat(), r["id"]))
-    page = [SessionSummary.model_validate(r) for r in items]
-    return reply(SessionPage(items=page, next=next_))
+    items, next_ = page_of(request, found, q.limit, lambda s: (s.created_at.isoformat(), s.id))
+    return reply(SessionPage(items=items, next=next_))
 
 
 async def get_session(request: web.Request) -> web.Response:
     caller = caller_of(request)
     async with context_of(request).pool.acquire() as conn:
-        row = await queries.get_session(conn, caller.tenant_id, path_uuid(request))
-    return reply(Session.model_validate(row))
+        session = await queries.get_session(conn, caller.tenant_id, path_uuid(request))
+    return reply(session)
 
 
 async def get_session_track(request: web.Request) -> web.Response:

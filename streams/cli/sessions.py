@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import typer
 
+from schemas.api import SessionSummary, operator_fields
 from streams.cli.exit_codes import ExitCode
 from streams.cli.options import (
     JSON_OPTION,
@@ -164,13 +165,13 @@ def list_(
 
     owner = tenant_name(tenant)
 
-    async def work(conn: Any) -> list[dict[str, Any]]:
+    async def work(conn: Any) -> list[SessionSummary]:
         tid = await tenant_id(conn, owner)
         if tid is None:
             return []
         return await queries.list_sessions(conn, tid, device=device, limit=limit)
 
-    rows = run_with_connection(work)
+    rows = [operator_fields(s) for s in run_with_connection(work)]
     print_rows(rows, title=f"sessions of {owner}", as_json=as_json, columns=(
         "id", "device", "status", "query_ready", "active_run_id", "latest_run_status",
         "created_at"))
@@ -196,9 +197,10 @@ def show(
         tid = await tenant_id(conn, owner)
         if tid is None:
             raise NotFoundError(f"no tenant {owner}")
-        found = await queries.get_session(conn, tid, sid)
-        if found["active_run_id"]:
-            run = await queries.get_run(conn, tid, parse_id(found["active_run_id"]))
+        session = await queries.get_session(conn, tid, sid)
+        found = operator_fields(session)
+        if session.active_run_id:
+            run = operator_fields(await queries.get_run(conn, tid, session.active_run_id))
             found["active_run"] = {k: run[k] for k in (
                 "status", "features_available", "feature_reasons", "summary")}
         if laps:

@@ -39,6 +39,14 @@ dlq_app = typer.Typer(help="Dead-lettered envelopes: list, show, redrive, resolv
                       no_args_is_help=True)
 messages_app = typer.Typer(help="Explain recorded envelopes.", no_args_is_help=True)
 
+# `dlq show`'s keys, as ever: the stored dead letter's columns, then its envelope's
+_DLQ_SHOW_KEYS = (
+    "id", "ingestion_message_id", "tenant", "subject", "headers", "reason_code", "failures",
+    "redrive_count", "state", "first_seen_at", "last_seen_at", "resolved_at", "resolution",
+    "resolution_note", "failed_stage", "schema_version_id", "dedupe_key", "status", "attempts",
+    "stream_seq", "received_at", "source_deduplication_key", "envelope", "payload_text",
+    "payload_bytes")
+
 
 @streams_app.command("init")
 def streams_init() -> None:
@@ -107,15 +115,15 @@ def dlq_list(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Dead letters, oldest first."""
-    from streams.ingest.dlq import list_dead_letters
+    from streams.views.dead_letters import list_dead_letters
 
     if state not in ("open", "resolved", "all"):
         raise UsageError("--state must be open, resolved or all")
-    rows = _with_conn(lambda c: list_dead_letters(
+    found = _with_conn(lambda c: list_dead_letters(
         c, state=None if state == "all" else state, tenant=tenant, limit=limit))
-    print_rows(rows, columns=["id", "ingestion_message_id", "tenant", "subject",
-                              "reason_code", "state", "redrive_count", "first_seen_at",
-                              "resolution"],
+    print_rows([operator_fields(d) for d in found],
+               columns=["id", "ingestion_message_id", "tenant", "subject", "reason_code",
+                        "state", "redrive_count", "first_seen_at", "resolution"],
                title="dead letters", as_json=as_json)
 
 
@@ -123,10 +131,11 @@ def dlq_list(
 def dlq_show(dead_letter_id: int = typer.Argument(..., help="Dead letter id."),
              as_json: bool = JSON_OPTION) -> None:
     """One dead letter: the original envelope and every failure."""
-    from streams.ingest.dlq import show_dead_letter
+    from streams.views.dead_letters import show_dead_letter
 
-    print_record(_with_conn(lambda c: show_dead_letter(c, dead_letter_id)),
-                 title=f"dead letter {dead_letter_id}", as_json=as_json)
+    data = operator_fields(_with_conn(lambda c: show_dead_letter(c, dead_letter_id)))
+    print_record({k: data[k] for k in _DLQ_SHOW_KEYS}, title=f"dead letter {dead_letter_id}",
+                 as_json=as_json)
 
 
 @dlq_app.command("redrive")

@@ -1,4 +1,4 @@
-"""Dead letters: list, show, redrive and resolve.
+"""Dead letters: redrive and resolve (their reads are :mod:`streams.views.dead_letters`).
 
 A dead letter is written, in the recording transaction, for every envelope that ended in
 ``failed_terminal`` for a reason an operator should look at: an exhausted publish
@@ -42,7 +42,7 @@ from stages.ingest.status import Status
 from streams.adapters.errors import PG_FAILURES, translate_pg
 from streams.adapters.postgres import Conn
 from streams.config import Settings
-from streams.errors import NotFoundError, TidewayError, UsageError
+from streams.errors import TidewayError, UsageError
 from streams.ingest import sql
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotState
@@ -76,48 +76,6 @@ class ResolveReport:
 
     resolved: tuple[dict[str, Any], ...]
     not_resolved: tuple[int, ...]
-
-
-async def list_dead_letters(conn: Conn, *, state: str | None = "open", tenant: str | None = None,
-                            limit: int = 100, after: int = 0,
-                            signature: list[Any] | None = None) -> list[dict[str, Any]]:
-    """Dead letters, oldest first (``state=None`` for all): those with ids above ``after``,
-    and only those with ``signature`` (see :func:`dead_letter_groups`) when given."""
-    rows = await conn.fetch(sql.DEAD_LETTER_LIST, state, tenant, limit, after, signature)
-    return [dict(row) for row in rows]
-
-
-async def dead_letter_groups(conn: Conn, *, tenant: str, state: str = "open", limit: int = 100,
-                             after: list[Any] | None = None) -> list[dict[str, Any]]:
-    """``tenant``'s dead letters grouped by error signature - ``[reason code, first failing
-    stage, schema, schema version]`` - in signature order (those after ``after``), each with
-    its count, first and last seen, and its oldest dead letter as the sample."""
-    rows = await conn.fetch(sql.DEAD_LETTER_GROUPS, tenant, state, after, limit)
-    out = []
-    for row in rows:
-        group = dict(row)
-        sample: bytes = group.pop("sample_payload")
-        group["sample_payload_text"] = sample.decode("utf-8", "backslashreplace")[:512]
-        out.append(group)
-    return out
-
-
-async def show_dead_letter(conn: Conn, dead_letter_id: int,
-                           tenant: str | None = None) -> dict[str, Any]:
-    """One dead letter with its original envelope (``NotFoundError`` if there is none, or if
-    it is not ``tenant``'s when one is named)."""
-    row = await conn.fetchrow(sql.DEAD_LETTER, dead_letter_id, tenant)
-    if row is None:
-        raise NotFoundError(f"dead letter {dead_letter_id} not found")
-    out = dict(row)
-    payload: bytes = out.pop("payload")
-    try:
-        out["envelope"] = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        out["envelope"] = None
-    out["payload_text"] = payload.decode("utf-8", "backslashreplace")[:4096]
-    out["payload_bytes"] = len(payload)
-    return out
 
 
 def _evaluation(row: Any, binding: Any) -> Evaluation:

@@ -196,67 +196,7 @@ MESSAGE_COPY = MESSAGE_COPY_COLUMNS
 STAGE_PASS_COPY = STAGE_PASS_COLUMNS
 TELEMETRY_COPY = TELEMETRY_COLUMNS
 
-# -- dead letters and redrive ------------------------------------------------------------------
-
-# A dead letter's error signature, which groups dead letters for triage: its reason code, the
-# stage that failed first, and the schema version the envelope was evaluated against (JSON
-# nulls where there is none: a malformed envelope has no stage past ingress or no schema).
-# The dead letter holds all three (``failed_stage``, ``schema_version_id``: migration
-# 0017_dead_letter_signatures), indexed with its tenant and state; the joins name the schema
-# version.
-_SIGNATURE = "jsonb_build_array(dl.reason_code, dl.failed_stage, sch.name, ver.version)"
-_SIGNATURE_JOINS = """
-LEFT JOIN device_schema_versions ver ON ver.id = dl.schema_version_id
-LEFT JOIN device_schemas sch ON sch.id = ver.schema_id
-"""
-
-# $4: only ids above it (keyset paging, 0 for the first page); $5: only this signature.
-DEAD_LETTER_LIST = f"""
-SELECT dl.id, dl.ingestion_message_id, dl.tenant, dl.subject, dl.reason_code, dl.state,
-       dl.redrive_count, dl.first_seen_at, dl.last_seen_at, dl.resolution, m.status
-FROM dead_letters dl JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
-{_SIGNATURE_JOINS}
-WHERE ($1::text IS NULL OR dl.state = $1) AND ($2::text IS NULL OR dl.tenant = $2)
-  AND dl.id > $4
-  -- the reason code alone as well: with the tenant and state, an index range of the group
-  AND ($5::jsonb IS NULL OR (dl.reason_code = $5::jsonb ->> 0 AND {_SIGNATURE} = $5::jsonb))
-ORDER BY dl.id
-LIMIT $3
-"""
-
-# One tenant's dead letters in state $2 by signature, in signature order after $3 (keyset
-# paging), with counts, first and last seen, and the oldest as the sample. The groups come
-# from ``dead_letters`` alone, on its signature columns (no join per dead letter: 175 ms at
-# 100,000 dead letters when the stage came out of the JSON and the schema through
-# ingestion_messages, 45 ms like this); only the few groups are joined to their names.
-DEAD_LETTER_GROUPS = """
-WITH g AS (
-    SELECT dl.reason_code, dl.failed_stage, dl.schema_version_id, count(*) AS count,
-           min(dl.first_seen_at) AS first_seen_at, max(dl.last_seen_at) AS last_seen_at,
-           min(dl.id) AS sample_id
-    FROM dead_letters dl
-    WHERE dl.tenant = $1 AND dl.state = $2
-    GROUP BY 1, 2, 3
-), named AS (
-    SELECT jsonb_build_array(g.reason_code, g.failed_stage, sch.name, ver.version) AS signature,
-           g.count, g.first_seen_at, g.last_seen_at, g.sample_id
-    FROM g
-    LEFT JOIN device_schema_versions ver ON ver.id = g.schema_version_id
-    LEFT JOIN device_schemas sch ON sch.id = ver.schema_id
-)
-SELECT n.*, s.subject AS sample_subject, substring(s.payload FROM 1 FOR 2048) AS sample_payload
-FROM named n JOIN dead_letters s ON s.id = n.sample_id
-WHERE $3::jsonb IS NULL OR n.signature > $3::jsonb
-ORDER BY n.signature
-LIMIT $4
-"""
-
-DEAD_LETTER = """
-SELECT dl.*, m.status, m.attempts, m.stream_seq, m.received_at,
-       coalesce(dl.dedupe_key, m.source_deduplication_key::text) AS source_deduplication_key
-FROM dead_letters dl JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
-WHERE dl.id = $1 AND ($2::text IS NULL OR dl.tenant = $2)
-"""
+# -- dead letters: redrive and resolve (their reads: streams/views/dead_letters.py) ------------
 
 # One page of a redrive, in id order after $2 (keyset paging: each page is its own
 # transaction, and a dead letter that fails again stays open behind the cursor instead of

@@ -1,4 +1,5 @@
-"""Session notices intake dead-lettered: list, show and redrive them (``SESSIONS_DLQ``).
+"""Session notices intake dead-lettered (``SESSIONS_DLQ``): the stream they are read from, and
+redrive. Listing and showing them is the read side's (:mod:`streams.views.session_dead_letters`).
 
 Intake dead-letters only a notice that can never succeed as it is (a malformed body, an
 artifact missing from the object store, an invalid run config, a poison notice past
@@ -6,8 +7,10 @@ artifact missing from the object store, an invalid run config, a poison notice p
 ``{"subject", "code", "message", "notice"}`` with spec 003's fields (``error_type``,
 ``retry_count`` and ``deliveries``, ``first_seen_at``, ``last_seen_at``, ``stack_trace`` where
 there is one) on ``dlq.sessions.<tenant>.<device>`` and only then terminates the notice. The
-stream sequence of that message is the dead letter's id. A dead letter stored before those
-fields existed reads with them empty (``None``).
+stream sequence of that message is the dead letter's id. Each reads as the API's
+:class:`~schemas.api.SessionDeadLetter` (the notice, its tenant, its stream time, deliveries and
+stack trace are operator-only fields). A dead letter stored before those fields existed reads
+with them empty (``None``), as does a timestamp that is not ISO 8601 with its offset.
 
 Unlike ingest's dead letters (rows in Postgres, :mod:`streams.ingest.dlq`), these live in
 JetStream only, so listing reads the stream (``next_by_subj`` from an id on, filtered by
@@ -22,60 +25,29 @@ still cannot succeed is simply dead-lettered again, under a new id.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
 
+from schemas.api import SessionDeadLetter
 from streams.adapters.errors import JsNotFound, NatsError, nats_unavailable
 from streams.adapters.nats import ONE_SHOT_ATTEMPTS, JetStreamContext, Nats, connect_nats
 from streams.config import Settings
-from streams.errors import NotFoundError, TransientError
+from streams.errors import TransientError
 from streams.names import Names
 
 __all__ = [
     "NOT_FOUND",
     "REDRIVEN",
-    "DeadNotice",
+    "DeadLetterStream",
     "RedriveResult",
-    "list_dead_notices",
     "redrive_dead_notices",
-    "show_dead_notice",
 ]
 
 REDRIVEN = "redriven"
 NOT_FOUND = "not_found"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DeadNotice:
-    """One dead-lettered notice: its id (stream sequence), where it came from and why."""
-
-    id: int
-    tenant: str
-    device: str
-    subject: str
-    """The notice's original subject (where a redrive publishes it)."""
-    code: str
-    message: str
-    notice: str
-    """The notice's body as intake received it (text; it may not even be JSON)."""
-    dead_lettered_at: str | None
-    error_type: str | None = None
-    """``permanent``: the notice can never succeed as it is; ``transient``: it failed in a way a
-    retry could fix (a bug, a statement Postgres refused) until ``consumer.max_deliver``."""
-    retry_count: int | None = None
-    """Deliveries before the one that dead-lettered it (``deliveries - 1``)."""
-    deliveries: int | None = None
-    first_seen_at: str | None = None
-    """When the notice was stored in SESSIONS (a redriven notice starts again)."""
-    last_seen_at: str | None = None
-    """When intake handled it the last time, the time it was dead-lettered."""
-    stack_trace: str | None = None
-    """Where a bug or a refused statement was raised: class and frames, never the text."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,13 +59,13 @@ class RedriveResult:
     subject: str | None = None
 
 
-def _dead_notice(names: Names, raw: Any) -> DeadNotice:
+def _dead_letter(raw: Any) -> SessionDeadLetter:
     parts = raw.subject.split(".")
     try:
         body = orjson.loads(raw.data or b"{}")
     except orjson.JSONDecodeError:
         body = {}
-    return DeadNotice(
+    return SessionDeadLetter(
         id=int(raw.seq),
         tenant=parts[-2] if len(parts) >= 2 else "",
         device=parts[-1] if parts else "",
@@ -101,12 +73,12 @@ def _dead_notice(names: Names, raw: Any) -> DeadNotice:
         code=str(body.get("code", "")),
         message=str(body.get("message", "")),
         notice=str(body.get("notice", "")),
-        dead_lettered_at=str(raw.time) if getattr(raw, "time", None) else None,
+        dead_lettered_at=getattr(raw, "time", None) or None,
         error_type=_text(body.get("error_type")),
         retry_count=_count(body.get("retry_count")),
         deliveries=_count(body.get("deliveries")),
-        first_seen_at=_text(body.get("first_seen_at")),
-        last_seen_at=_text(body.get("last_seen_at")),
+        first_seen_at=_instant(body.get("first_seen_at")),
+        last_seen_at=_instant(body.get("last_seen_at")),
         stack_trace=_text(body.get("stack_trace")),
     )
 
@@ -119,8 +91,19 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-class _Dlq:
-    """An open connection to SESSIONS_DLQ for one command."""
+def _instant(value: Any) -> datetime | None:
+    """A stored timestamp, or ``None`` for one missing or not ISO 8601 with its offset."""
+    try:
+        found = datetime.fromisoformat(value) if isinstance(value, str) and value else None
+    except ValueError:
+        return None
+    return found if found is not None and found.tzinfo is not None else None
+
+
+class DeadLetterStream:
+    """SESSIONS_DLQ, open for one command: its dead letters read as the API's
+    :class:`~schemas.api.SessionDeadLetter` (the read side,
+    :mod:`streams.views.session_dead_letters`, lists and shows them through it)."""
 
     def __init__(self, settings: Settings, nc: Nats | None = None) -> None:
         self.names = Names(namespace=settings.namespace)
@@ -128,7 +111,7 @@ class _Dlq:
         self.stream = self.names.sessions_dead_letter_stream
         self._shared = nc
 
-    async def __aenter__(self) -> _Dlq:
+    async def __aenter__(self) -> DeadLetterStream:
         self.nc = self._shared or await connect_nats(
             self.settings.nats, name="tideway-sessions-dlq", attempts=ONE_SHOT_ATTEMPTS
         )
@@ -139,63 +122,41 @@ class _Dlq:
         if self._shared is None:  # a connection of the caller's (the API's) stays open
             await self.nc.close()
 
-    async def next_after(self, after: int, subjects: str) -> DeadNotice | None:
-        try:
-            raw = await self.js.get_msg(self.stream, seq=after + 1, subject=subjects, next=True)
-        except JsNotFound:
-            return None
-        except (NatsError, TimeoutError) as exc:
-            raise _unavailable(exc) from exc
-        return _dead_notice(self.names, raw)
+    async def list(
+        self, *, tenant: str | None = None, after: int = 0, limit: int = 100
+    ) -> list[SessionDeadLetter]:
+        """Dead letters, oldest first, with ids above ``after`` (only ``tenant``'s)."""
+        subjects = (
+            self.names.sessions_dead_letter_subject(tenant, "*")
+            if tenant
+            else self.names.sessions_dead_letter_subjects
+        )
+        found: list[SessionDeadLetter] = []
+        while len(found) < limit:
+            try:
+                raw = await self.js.get_msg(
+                    self.stream, seq=after + 1, subject=subjects, next=True
+                )
+            except JsNotFound:
+                break
+            except (NatsError, TimeoutError) as exc:
+                raise _unavailable(exc) from exc
+            found.append(_dead_letter(raw))
+            after = found[-1].id
+        return found
 
-    async def get(self, dead_letter_id: int) -> DeadNotice | None:
+    async def get(self, dead_letter_id: int) -> SessionDeadLetter | None:
         try:
             raw = await self.js.get_msg(self.stream, seq=dead_letter_id)
         except JsNotFound:
             return None
         except (NatsError, TimeoutError) as exc:
             raise _unavailable(exc) from exc
-        return _dead_notice(self.names, raw)
+        return _dead_letter(raw)
 
 
 def _unavailable(exc: BaseException) -> TransientError:
     return nats_unavailable("read SESSIONS_DLQ", exc)
-
-
-async def list_dead_notices(
-    settings: Settings,
-    *,
-    tenant: str | None = None,
-    after: int = 0,
-    limit: int = 100,
-    nc: Nats | None = None,
-) -> list[DeadNotice]:
-    """Dead-lettered notices, oldest first, with ids above ``after`` (only ``tenant``'s).
-
-    On ``nc`` when given (the API's connection, left open), else on a connection of its own."""
-    async with _Dlq(settings, nc) as dlq:
-        subjects = (
-            dlq.names.sessions_dead_letter_subject(tenant, "*")
-            if tenant
-            else dlq.names.sessions_dead_letter_subjects
-        )
-        found: list[DeadNotice] = []
-        while len(found) < limit:
-            dead = await dlq.next_after(after, subjects)
-            if dead is None:
-                break
-            found.append(dead)
-            after = dead.id
-        return found
-
-
-async def show_dead_notice(settings: Settings, dead_letter_id: int) -> DeadNotice:
-    """One dead letter (``NotFoundError`` if there is none with that id)."""
-    async with _Dlq(settings) as dlq:
-        dead = await dlq.get(dead_letter_id)
-    if dead is None:
-        raise NotFoundError(f"no session dead letter {dead_letter_id}")
-    return dead
 
 
 async def redrive_dead_notices(
@@ -203,10 +164,10 @@ async def redrive_dead_notices(
 ) -> list[RedriveResult]:
     """Publish dead-lettered notices again on their subjects, then delete the dead letters:
     those in ``ids``, or every one (of ``tenant``) when ``ids`` is ``None``."""
-    if ids is None:
-        ids = [d.id for d in await list_dead_notices(settings, tenant=tenant, limit=1_000_000)]
     results: list[RedriveResult] = []
-    async with _Dlq(settings) as dlq:
+    async with DeadLetterStream(settings) as dlq:
+        if ids is None:
+            ids = [d.id for d in await dlq.list(tenant=tenant, limit=1_000_000)]
         for dead_letter_id in ids:
             dead = await dlq.get(dead_letter_id)
             if dead is None or not dead.subject:

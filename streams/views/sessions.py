@@ -1,15 +1,21 @@
-"""Read models of sessions and runs for the API and the CLI, always scoped to one tenant.
+"""Sessions and a session's runs as the API's models (``tideway sessions list|show``,
+``GET /v1/sessions``, ``GET /v1/sessions/{id}``, ``GET /v1/runs/{id}``), always scoped to one
+tenant.
 
-Every statement takes the tenant id and filters on it, so an id from another tenant reads as
-"not found" - the same answer as an id that does not exist.
+``list_sessions`` answers :class:`~schemas.api.SessionSummary` rows, ``get_session`` a
+:class:`~schemas.api.Session` with its runs and artifacts, ``get_run`` a
+:class:`~schemas.api.Run` with its jobs and datasets. Every statement takes the tenant id and
+filters on it, so an id from another tenant reads as "not found" - the same answer as an id
+that does not exist.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Any
 
+from schemas.api import Run, Session, SessionSummary
+from streams.adapters.postgres import Conn
 from streams.errors import NotFoundError
 
 __all__ = ["check_run", "get_run", "get_session", "list_sessions", "run_id_by_key"]
@@ -70,49 +76,45 @@ WHERE d.run_id = $1 ORDER BY d.name
 """
 
 
-def _plain(row: Any) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, uuid.UUID) else v) for k, v in dict(row).items()}
-
-
-async def get_session(conn: Any, tenant_id: uuid.UUID, session_id: uuid.UUID) -> dict[str, Any]:
+async def get_session(conn: Conn, tenant_id: uuid.UUID, session_id: uuid.UUID) -> Session:
     """A session with its runs and artifacts (raises :class:`NotFoundError`)."""
     row = await conn.fetchrow(_SESSION, session_id, tenant_id)
     if row is None:
         raise NotFoundError(f"no session {session_id}")
-    out = _plain(row)
-    out["runs"] = [_plain(r) for r in await conn.fetch(_SESSION_RUNS, session_id, tenant_id)]
-    out["artifacts"] = [
-        _plain(r) for r in await conn.fetch(_SESSION_ARTIFACTS, session_id, tenant_id)
-    ]
-    return out
+    runs = await conn.fetch(_SESSION_RUNS, session_id, tenant_id)
+    artifacts = await conn.fetch(_SESSION_ARTIFACTS, session_id, tenant_id)
+    return Session.model_validate({**dict(row), "runs": [dict(r) for r in runs],
+                                   "artifacts": [dict(r) for r in artifacts]})
 
 
 async def list_sessions(
-    conn: Any,
+    conn: Conn,
     tenant_id: uuid.UUID,
     *,
     device: str | None = None,
     limit: int = 50,
     after: tuple[dt.datetime, uuid.UUID] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[SessionSummary]:
     """The tenant's newest sessions (optionally of one device), those after the
     ``(created_at, id)`` of ``after`` in that order when it is given."""
     at, last = after if after is not None else (None, None)
-    return [_plain(r) for r in await conn.fetch(_LIST, tenant_id, device, limit, at, last)]
+    rows = await conn.fetch(_LIST, tenant_id, device, limit, at, last)
+    return [SessionSummary.model_validate(dict(r)) for r in rows]
 
 
-async def get_run(conn: Any, tenant_id: uuid.UUID, run_id: uuid.UUID) -> dict[str, Any]:
+async def get_run(conn: Conn, tenant_id: uuid.UUID, run_id: uuid.UUID) -> Run:
     """A run with its summary, feature flags, jobs and datasets (raises NotFoundError)."""
     row = await conn.fetchrow(_RUN, run_id, tenant_id)
     if row is None:
         raise NotFoundError(f"no run {run_id}")
-    out = _plain(row)  # feature flags as the run reducer stored them (content included)
-    out["jobs"] = [_plain(r) for r in await conn.fetch(_RUN_JOBS, run_id)]
-    out["datasets"] = [_plain(r) for r in await conn.fetch(_RUN_DATASETS, run_id)]
-    return out
+    jobs = await conn.fetch(_RUN_JOBS, run_id)
+    datasets = await conn.fetch(_RUN_DATASETS, run_id)
+    # feature flags as the run reducer stored them (content included)
+    return Run.model_validate({**dict(row), "jobs": [dict(r) for r in jobs],
+                               "datasets": [dict(r) for r in datasets]})
 
 
-async def check_run(conn: Any, tenant_id: uuid.UUID, run_id: uuid.UUID) -> None:
+async def check_run(conn: Conn, tenant_id: uuid.UUID, run_id: uuid.UUID) -> None:
     """Raise :class:`NotFoundError` unless ``run_id`` is a run of the tenant."""
     found = await conn.fetchval(
         "SELECT 1 FROM processing_runs WHERE id = $1 AND tenant_id = $2", run_id, tenant_id
@@ -121,7 +123,7 @@ async def check_run(conn: Any, tenant_id: uuid.UUID, run_id: uuid.UUID) -> None:
         raise NotFoundError(f"no run {run_id}")
 
 
-async def run_id_by_key(conn: Any, tenant_id: uuid.UUID, key: str) -> uuid.UUID | None:
+async def run_id_by_key(conn: Conn, tenant_id: uuid.UUID, key: str) -> uuid.UUID | None:
     """The run intake created for idempotency ``key`` (the artifact-set hash), if any."""
     found: uuid.UUID | None = await conn.fetchval(
         "SELECT id FROM processing_runs WHERE tenant_id = $1 AND idempotency_key = $2",

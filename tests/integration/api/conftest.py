@@ -20,7 +20,7 @@ from streams.api.keys import create_api_key
 from streams.config import Settings
 from streams.ingest.fleet import SCHEMA_NAME
 from streams.names import Names
-from streams.sessions.dead_letters import list_dead_notices
+from streams.views.session_dead_letters import list_session_dead_letters
 from tests.integration.ingest.conftest import Harness, fleet, good_values, harness
 from tests.integration.sessions.conftest import running_intake, wait_until
 from tests.integration.sessions.test_api import api_client
@@ -76,7 +76,7 @@ async def bad_notice(settings: Settings, tenant: str, device: str) -> None:
         await js.publish(names.sessions_subject(tenant, device), b"{not json")
 
         async def dead_lettered() -> bool:
-            found = await list_dead_notices(settings, tenant=tenant, limit=1000)
+            found = await list_session_dead_letters(settings, tenant=tenant, limit=1000)
             return any(d.device == device for d in found)
 
         await wait_until(dead_lettered)

@@ -15,6 +15,7 @@ import orjson
 from streams.clickhouse import embedded_holder
 from streams.config import Settings
 from streams.ingest import dlq
+from streams.views import dead_letters
 from tests.integration.ingest.conftest import Harness, good_values
 from tests.integration.ingest.test_publish_failure import PrivateRedis
 
@@ -129,11 +130,11 @@ async def test_redrive_pages_past_malformed_dead_letters_and_resolve_clears_them
         r["id"] for r in open_[1:4]]
     assert await _dead_letters(fleet) == []
     async with fleet.pool.acquire() as conn:
-        assert await dlq.list_dead_letters(conn) == []
-        shown = await dlq.show_dead_letter(conn, open_[1]["id"])
-    assert (shown["state"], shown["resolution"], shown["resolution_note"]) == (
+        assert await dead_letters.list_dead_letters(conn) == []
+        shown = await dead_letters.show_dead_letter(conn, open_[1]["id"])
+    assert (shown.state, shown.resolution, shown.resolution_note) == (
         "resolved", "operator", "unparseable firmware 0.9 output")
-    assert shown["status"] == "failed_terminal"  # the envelope keeps its recorded status
+    assert shown.status == "failed_terminal"  # the envelope keeps its recorded status
     nothing = _tideway(env, "dlq", "redrive")
     assert nothing.returncode == 0, nothing.stderr
     usage = _tideway(env, "dlq", "resolve", "--note", "which ones?")

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 from streams.ingest import dlq
 from streams.ingest.hot_state import HotState
+from streams.views import dead_letters
 from tests.integration.ingest.conftest import Harness, good_values
 
 
@@ -107,12 +108,12 @@ async def test_publish_failure_dead_letters_then_redrive_completes(
     assert telemetry["parameter_values"]["temp_c"] == 25.0  # telemetry kept
     assert (await fleet.stages(row["id"]))[-1] == ("publish", "failed", "PUBLISH_FAILED")
     async with fleet.pool.acquire() as conn:
-        (dead,) = await dlq.list_dead_letters(conn)
-        shown = await dlq.show_dead_letter(conn, dead["id"])
-    assert dead["reason_code"] == "PUBLISH_FAILED" and dead["status"] == "failed_terminal"
-    assert shown["envelope"]["values"]["temp"] == 25.0  # the original envelope
-    assert shown["headers"] == {"Nats-Msg-Id": "p-2"}
-    assert {f["code"] for f in shown["failures"]} == {"REDIS_UNAVAILABLE"}
+        (dead,) = await dead_letters.list_dead_letters(conn)
+        shown = await dead_letters.show_dead_letter(conn, dead.id)
+    assert dead.reason_code == "PUBLISH_FAILED" and dead.status == "failed_terminal"
+    assert shown.envelope["values"]["temp"] == 25.0  # the original envelope
+    assert shown.headers == {"Nats-Msg-Id": "p-2"}
+    assert {f["code"] for f in shown.failures} == {"REDIS_UNAVAILABLE"}
     # ClickHouse was up: the analytics half went through and is idempotent on redrive.
     assert await fleet.analytics_rows(row["source_deduplication_key"]) == 10
 
@@ -120,18 +121,18 @@ async def test_publish_failure_dead_letters_then_redrive_completes(
     assert [r.outcome for r in redriven] == ["failed"]
     await private_redis.start()
     redriven = (await dlq.redrive(settings)).results
-    assert [(r.dead_letter_id, r.outcome) for r in redriven] == [(dead["id"], "completed")]
+    assert [(r.dead_letter_id, r.outcome) for r in redriven] == [(dead.id, "completed")]
 
     row = await fleet.message(failing)
     assert (row["status"], row["error_code"], row["attempts"]) == ("completed", None, 3)
     telemetry = await fleet.telemetry(row["id"])
     assert telemetry is not None and telemetry["processing_state"] == "processed"
     async with fleet.pool.acquire() as conn:
-        shown = await dlq.show_dead_letter(conn, dead["id"])
-        assert await dlq.list_dead_letters(conn) == []
-    assert shown["state"] == "resolved" and shown["redrive_count"] == 2
+        shown = await dead_letters.show_dead_letter(conn, dead.id)
+        assert await dead_letters.list_dead_letters(conn) == []
+    assert shown.state == "resolved" and shown.redrive_count == 2
     # Both failed deliveries (max_deliver is 2 here) and the failed redrive.
-    assert len(shown["failures"]) == 3
+    assert len(shown.failures) == 3
     stages = await fleet.stages(row["id"])
     assert stages[-2:] == [("publish", "failed", "PUBLISH_FAILED"), ("publish", "ok", None)]
     client = aioredis.from_url(private_redis.url)

@@ -31,10 +31,10 @@ from stages.batch.synth import synthesize
 from stages.jobs.dag import DEFAULT_DAG
 from streams.config import Settings
 from streams.names import Names
-from streams.sessions.dead_letters import list_dead_notices
 from streams.sessions.progress import wait_for_run
 from streams.sessions.stage_executors import SessionExecutors
 from streams.sessions.upload import upload_files
+from streams.views.session_dead_letters import list_session_dead_letters
 from tests.integration.json_logs import captured_json_logs
 from tests.integration.sessions.conftest import running_system, wait_until
 
@@ -173,7 +173,7 @@ async def test_hostile_files_and_notices_leave_no_value_in_errors_or_logs(
                                "lat2": 51.123456789, "lon2": -180.987654321}})
         await _publish_bad_notice(settings)
         dead = await wait_until(
-            lambda: _at_least(list_dead_notices(settings, tenant="acme"), 2), within=30)
+            lambda: _at_least(list_session_dead_letters(settings, tenant="acme"), 2), within=30)
     assert {f.status for f in finals.values()} <= {"failed", "partial", "succeeded"}, finals
     assert finals["bad-cell.csv"].status == "failed"
 
