@@ -22,7 +22,7 @@ from stages.jobs.dag import DEFAULT_DAG, JobSpec
 from streams.adapters import postgres
 from streams.config import Settings
 from streams.domain_events import EventRelay
-from streams.domain_events.relay import LEADER_LOCK
+from streams.domain_events.relay import LEADER_LOCK, ROUND_LOCK
 from streams.jobs import queue
 from streams.jobs.model import JobResult
 from streams.names import Names
@@ -211,7 +211,7 @@ async def test_one_relay_leads_and_a_new_leader_follows_a_lost_one(
 ) -> None:
     """Two workers' relays: one leads and sends everything, once, in order; when its
     connection dies, a relay takes the lead again within a poll and nothing is lost or
-    doubled. Rounds asked of both at once never overlap."""
+    doubled. A round never runs while another holds the round's lock."""
     fast = settings.model_copy(update={"events": settings.events.model_copy(
         update={"relay_batch": 7, "relay_poll_s": 0.1})})
     pools = [await postgres.create_pool(settings.postgres(), postgres.PoolShape(max_size=2))
@@ -240,20 +240,21 @@ async def test_one_relay_leads_and_a_new_leader_follows_a_lost_one(
             await p.close()
     ids = [body["id"] for _, body in await _stream(settings)]
     assert ids == sorted(ids) and len(ids) == len(set(ids)) == 200
-    # Rounds asked of two relays at once take turns (each event still sent once).
+    # A round never overlaps another: while one holds the round's lock, a second relays
+    # nothing; once it is free, the second relays everything, once.
     for _ in range(50):
         await start_run(conn, owner, dag=ONE_JOB)
-    pools = [await postgres.create_pool(settings.postgres(), postgres.PoolShape(max_size=1))
-             for _ in range(2)]
-    relays = [EventRelay(fast, p) for p in pools]
+    pool = await postgres.create_pool(settings.postgres(), postgres.PoolShape(max_size=1))
+    relay = EventRelay(fast, pool)
     try:
-        while await _unrelayed(conn):
-            rounds = await asyncio.gather(*(r.relay_round() for r in relays))
-            assert sum(r.relayed > 0 for r in rounds) <= 1, rounds
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", ROUND_LOCK)
+            held = await relay.relay_round()
+        assert (held.leader, held.relayed) == (False, 0)
+        assert await _drain(relay) == 50
     finally:
-        for r, p in zip(relays, pools, strict=True):
-            await r.aclose()
-            await p.close()
+        await relay.aclose()
+        await pool.close()
     ids = [body["id"] for _, body in await _stream(settings)]
     assert ids == sorted(ids) and len(ids) == len(set(ids)) == 250
 
