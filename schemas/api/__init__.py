@@ -77,6 +77,12 @@ from schemas.api.devices import (
 from schemas.api.events import (
     EventStreamQuery,
 )
+from schemas.api.fleet_history import (
+    FleetBucket,
+    FleetHistory,
+    FleetHistoryQuery,
+    FleetRange,
+)
 from schemas.api.runs import (
     CancelResult,
     DagAttempt,
@@ -159,8 +165,12 @@ __all__ = [
     "DeviceSeries",
     "DeviceSeriesQuery",
     "EventStreamQuery",
+    "FleetBucket",
+    "FleetHistory",
+    "FleetHistoryQuery",
     "FleetLive",
     "FleetQuery",
+    "FleetRange",
     "FleetReport",
     "FleetSort",
     "Health",

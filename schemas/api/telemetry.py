@@ -40,7 +40,10 @@ class DeviceQuality(_Body):
     device: str
     last_seen_at: datetime
     envelopes: int = Field(description="Received, duplicates not counted.")
-    invalid_share: float = Field(description="Share of envelopes that failed validation.")
+    invalid_share: float = Field(
+        description="Share of envelopes that failed validation or were malformed (too large, "
+        "not JSON, breaking the envelope contract)."
+    )
     duplicates: int
     out_of_order: int = Field(description="Envelopes whose seq is below the one before them.")
     seq_gaps: int = Field(description="seq numbers in the window's range that never arrived.")

@@ -6,7 +6,8 @@ telemetry row it produces, whether it must be published, whether it is dead-lett
 :class:`StageLog` for every stage it reached. Persist and publish are batch operations; the
 batch writer adds their logs.
 
-Early termination (spec 001), each with a stable error code:
+Early termination (spec 001), each with a stable error code (the three ``ENVELOPE_*`` ones
+still name the registered device their subject names, if any):
 
 =======================  ==================================  ===================  ===========
 path                     code                                status               dead letter
@@ -344,6 +345,11 @@ def evaluate_fully(
         except EnvelopeError as exc:
             logs.append(StageLog("ingress", "failed", (clock() - t) // 1000, exc.code,
                                  exc.message, ingress_in))
+            # A malformed envelope on a registered device's subject is that device's: its
+            # row carries the tenant and device (not the schema version or topic, which only
+            # a readable body reaches), so its data quality and the fleet's totals count it.
+            if parts is not None:
+                device = registry.devices.get((parts.tenant, parts.device))
             return end(Status.FAILED_TERMINAL, exc.code, exc.message, dead_letter=True)
         device = registry.devices.get((parts.tenant, parts.device))
         if device is None:

@@ -21,7 +21,11 @@ rows that keep their ids. Both tables are partitioned by ``received_at``, so the
 picks the partitions read. Per device, in one statement:
 
 - ``last_seen_at``: the latest arrival; ``envelopes``: received, duplicates not counted;
-- ``invalid_share``: the share that failed validation;
+- ``invalid_share``: the share that failed validation or was malformed (:data:`MALFORMED`:
+  too large, not JSON, breaking the envelope contract). A malformed envelope on a registered
+  device's subject keeps that device and its tenant on its message row (it has no telemetry
+  row), so it counts here and in the fleet's totals; it has no ``measured_at`` or ``seq``, so
+  it weighs in no latency, skew or gap;
 - ``duplicates``: redeliveries and re-sends recognised by their dedupe key;
 - ``out_of_order``: envelopes whose ``seq`` is below the one that arrived before it. Arrival
   order is ``received_at`` then id: ``received_at`` is JetStream's store time, which rises
@@ -54,10 +58,19 @@ import datetime as dt
 import uuid
 from typing import Any, Final
 
+from schemas.error_codes import ENVELOPE_INVALID, ENVELOPE_TOO_LARGE, ENVELOPE_UNPARSEABLE
 from stages.ingest.processing_state import ProcessingState
 from stages.ingest.status import Status
 
-__all__ = ["SORTS", "STATUS_OF_STATE", "device_quality", "fleet_totals", "recent_messages"]
+__all__ = [
+    "MALFORMED",
+    "SORTS",
+    "STATUS_OF_STATE",
+    "STATUS_OF_TELEMETRY",
+    "device_quality",
+    "fleet_totals",
+    "recent_messages",
+]
 
 STATUS_OF_STATE: Final = {
     ProcessingState.PROCESSED: Status.COMPLETED,
@@ -68,12 +81,14 @@ STATUS_OF_STATE: Final = {
 """The message status of an envelope whose telemetry row is in a processing state."""
 assert set(STATUS_OF_STATE) == set(ProcessingState)
 
-# The status of telemetry row ``t`` (every state is in the table above).
-_STATUS: Final = (
+STATUS_OF_TELEMETRY: Final = (
     "CASE t.processing_state "
     + " ".join(f"WHEN '{state}' THEN '{status}'" for state, status in STATUS_OF_STATE.items())
     + " END"
 )
+"""The status, as SQL, of the envelope whose telemetry row is ``t`` (every state is in the
+table above)."""
+_STATUS: Final = STATUS_OF_TELEMETRY
 
 SORTS: Final = {
     "device": "d.external_id",
@@ -87,10 +102,15 @@ SORTS: Final = {
     "clock_skew_s": "abs(q.clock_skew_s)",
 }
 
+MALFORMED: Final = (ENVELOPE_TOO_LARGE, ENVELOPE_UNPARSEABLE, ENVELOPE_INVALID)
+"""The codes of an envelope refused at ingress because its body cannot be read: counted as
+invalid (``invalid_share``) with those that failed validation."""
+_MALFORMED: Final = ", ".join(f"'{code}'" for code in MALFORMED)
+
 # The window's envelopes of the tenant's devices ($1 tenant, $2 now, $3 window): telemetry
 # rows by the devices' tenant (BRIN on received_at), then the message rows that keep their
 # device (partial (tenant_id, received_at) index).
-_ARRIVALS: Final = """
+_ARRIVALS: Final = f"""
   SELECT t.device_id, t.ingestion_message_id AS id, t.received_at, t.measured_at, t.seq,
          t.processing_state = 'invalid' AS invalid, false AS duplicate
   FROM device_telemetry_logs t JOIN devices d ON d.id = t.device_id
@@ -98,7 +118,8 @@ _ARRIVALS: Final = """
     AND t.received_at > $2::timestamptz - $3::interval AND t.received_at <= $2
   UNION ALL
   SELECT m.device_id, m.id, m.received_at, m.measured_at, m.seq,
-         m.status = 'failed_validation', m.status = 'duplicate'
+         m.status = 'failed_validation' OR m.error_code IN ({_MALFORMED}),
+         m.status = 'duplicate'
   FROM ingestion_messages m
   WHERE m.tenant_id = $1 AND m.device_id IS NOT NULL
     AND m.received_at > $2::timestamptz - $3::interval AND m.received_at <= $2

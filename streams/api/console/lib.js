@@ -108,3 +108,18 @@ export function every(ms, fn) {
   const id = setInterval(fn, ms);
   pageCleanups.push(() => clearInterval(id));
 }
+
+/** A duration in seconds for a person, in the unit that shows it: 850 µs, 1.24 ms, 3.5 s,
+ *  4.2 min, 2.0 h, 3.1 d (negative too: a clock ahead). Sub-second figures never floor to 0. */
+export function formatDuration(seconds) {
+  if (seconds == null || Number.isNaN(seconds)) return "—";
+  const a = Math.abs(seconds);
+  const fixed = (v) => v.toLocaleString(undefined, { maximumSignificantDigits: 3 });
+  if (a === 0) return "0 s";
+  if (a < 1e-3) return `${fixed(seconds * 1e6)} µs`;
+  if (a < 1) return `${fixed(seconds * 1e3)} ms`;
+  if (a < 60) return `${fixed(seconds)} s`;
+  if (a < 3600) return `${(seconds / 60).toFixed(1)} min`;
+  if (a < 86400) return `${(seconds / 3600).toFixed(1)} h`;
+  return `${(seconds / 86400).toLocaleString(undefined, { maximumFractionDigits: 1 })} d`;
+}

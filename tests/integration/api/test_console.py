@@ -182,11 +182,15 @@ def look_around(p: Person, s: Seeded) -> None:
 
     p.open("#/fleet", "#fleet-rows tr")
     fleet = {r.get_attribute("data-device"): r for r in p.all("#fleet-rows tr")}
-    assert set(fleet) == {"d1"}  # the only device with well-formed envelopes this hour
+    # d2 sent one envelope this hour, malformed: it is d2's all the same (its subject names
+    # d2), so d2 is listed, every envelope of it invalid (issue 29 item 4).
+    assert set(fleet) == {"d1", "d2"}
     assert fleet["d1"].find_element(By.CSS_SELECTOR, "[data-col=seq_gaps]").text == "0"
+    assert fleet["d2"].find_element(By.CSS_SELECTOR, "[data-col=invalid_share]").text == "100.0 %"
     assert "2 open dead letters" in p.text("#fleet-summary")
-    # Live figures: d1's four envelopes of the last minutes, all consumed.
-    assert "over 4 envelopes in the last 5 min" in p.text("#fleet-live")
+    # Live figures: d1's four envelopes and the two malformed ones (d1's, d2's) of the last
+    # minutes, all consumed.
+    assert "over 6 envelopes in the last 5 min" in p.text("#fleet-live")
     assert p.text("#fleet-e2e").startswith("end-to-end latency p50 ")
     assert "—" not in p.text("#fleet-e2e")
     assert p.text("#fleet-pending") == "consumer pending 0, unacknowledged 0"

@@ -16,7 +16,7 @@ from streams.ingest import sql
 from streams.ingest.provision import provision
 from streams.views.data_quality import device_quality, fleet_totals, recent_messages
 from streams.views.latency import SAMPLE, end_to_end
-from tests.integration.api.conftest import api_client
+from tests.integration.api.conftest import api_client, key_headers
 from tests.integration.ingest.conftest import Harness, good_values, seed_fleet
 
 
@@ -292,3 +292,62 @@ async def test_the_window_statements_read_both_halves_of_the_lean_records(pg_poo
             before = await conn.fetchrow(_BEFORE_END_TO_END, acme, NOW, window, SAMPLE)
             assert e2e == dict(before)
         assert (await end_to_end(conn, acme, now=NOW, window=HOUR))["envelopes"] == 9
+
+
+async def test_malformed_envelopes_count_for_their_device_and_in_the_charts(
+    fleet: Harness,
+) -> None:
+    """d1 sends two good envelopes and three its subject names but nobody can read (not
+    JSON, too large, no ``ts``): they count in d1's figures and in the fleet's totals, which
+    then add up to every envelope that arrived; the history's buckets add up to the same."""
+    limit = fleet.settings.consumer.max_payload_bytes
+    big = b'{"ts": 1, "values": {"blob": "' + b"x" * limit + b'"}}'
+    await fleet.publish("d1", envelope(1, 2))
+    await fleet.publish("d1", envelope(2, 1))
+    await fleet.publish("d1", None, raw=b"{not json")
+    await fleet.publish("d1", None, raw=big)
+    await fleet.publish("d1", {"seq": 3, "values": good_values()})
+    await fleet.publish("d2", envelope(1, 1))
+    await fleet.consume(6)
+    headers = await key_headers(fleet.pool, "acme")
+    async with api_client(fleet.settings, fleet.pool) as client:
+        report = await (await client.get("/v1/fleet?sort=invalid_share", headers=headers)).json()
+        assert sum(report["statuses"].values()) == 6
+        assert report["statuses"]["failed_terminal"] == 3
+        sick, healthy = report["devices"]
+        assert (sick["device"], sick["envelopes"], sick["invalid_share"]) == ("d1", 5, 3 / 5)
+        assert (healthy["device"], healthy["invalid_share"]) == ("d2", 0)
+        # Unreadable envelopes have no measurement: d1's latency is its good ones'.
+        assert sick["seq_gaps"] == 0 and 0 < sick["latency_p50_s"] < 60
+        recent = await (await client.get("/v1/devices/d1/activity", headers=headers)).json()
+        assert sorted(m["error_code"] or "" for m in recent["messages"]) == [
+            "", "", "ENVELOPE_INVALID", "ENVELOPE_TOO_LARGE", "ENVELOPE_UNPARSEABLE"]
+
+        for range_, bucket_s in (("15m", 15), ("1h", 60), ("6h", 360), ("24h", 1440)):
+            resp = await client.get(f"/v1/fleet/history?range={range_}", headers=headers)
+            assert resp.status == 200, await resp.text()
+            history = await resp.json()
+            assert (history["range"], history["bucket_s"]) == (range_, bucket_s)
+            buckets = history["buckets"]
+            assert len(buckets) == 60
+            starts = [dt.datetime.fromisoformat(b["t"]) for b in buckets]
+            assert all(t.utcoffset() == dt.timedelta(0) for t in starts)  # times carry a zone
+            assert starts == sorted(starts) and starts[0] == dt.datetime.fromisoformat(
+                history["since"])
+            at = dt.datetime.fromisoformat(history["at"])
+            assert starts[-1] <= at < dt.datetime.fromisoformat(history["until"])
+            totals: dict[str, int] = {}
+            for b in buckets:
+                for status, n in b["statuses"].items():
+                    totals[status] = totals.get(status, 0) + n
+            assert totals == report["statuses"]
+            timed = [b for b in buckets if b["sampled"]]
+            assert sum(b["sampled"] for b in timed) == 6
+            for b in timed:
+                assert 0 < b["end_to_end_p50_s"] <= b["end_to_end_p99_s"] < 60
+            assert all(b["end_to_end_p50_s"] is None for b in buckets if not b["sampled"])
+        bad = await client.get("/v1/fleet/history?range=2h", headers=headers)
+        assert bad.status == 400
+        other = await key_headers(fleet.pool, "globex")
+        empty = await (await client.get("/v1/fleet/history", headers=other)).json()
+        assert not any(b["statuses"] for b in empty["buckets"])

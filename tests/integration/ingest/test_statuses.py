@@ -149,3 +149,40 @@ async def test_what_a_device_sends_cannot_grow_the_value_layouts(fleet: Harness)
             " WHERE processing_state = 'processed' ORDER BY measured_at DESC LIMIT 1")
     assert values["humidity"] is None and values["firmware"] is None
     assert values["temp_c"] == full["temp"]
+
+
+async def test_a_malformed_envelope_on_a_registered_devices_subject_is_that_devices(
+    fleet: Harness,
+) -> None:
+    """Its message row carries the device and its tenant (its subject names them), so the
+    device's data quality and the fleet's totals count it; one on an unknown device's subject
+    or on a subject that is not ours carries neither. An envelope that reaches persist still
+    leaves them to its telemetry row."""
+    seqs = {
+        "d1": await fleet.publish("d1", None, raw=b"{not json"),
+        "ghost": await fleet.publish("ghost", None, raw=b"{not json"),
+        "good": await fleet.publish("d1", {"ts": 1, "seq": 1, "values": good_values()}),
+    }
+    await fleet.publish("d1", None, raw=b"{not json", tenant="Acme")  # not a tenant's spelling
+    await fleet.consume(4)
+    async with fleet.pool.acquire() as conn:
+        rows = {r["stream_seq"]: r for r in await conn.fetch(
+            "SELECT m.stream_seq, m.status, m.error_code, tn.name AS tenant,"
+            "       d.external_id AS device, m.subject IS NOT NULL AS keeps_subject"
+            " FROM ingestion_messages m LEFT JOIN tenants tn ON tn.id = m.tenant_id"
+            " LEFT JOIN devices d ON d.id = m.device_id")}  # fmt: skip
+        letters = dict(await conn.fetch("SELECT subject, tenant FROM dead_letters"))
+    mine = rows[seqs["d1"]]
+    assert (mine["status"], mine["error_code"]) == ("failed_terminal", "ENVELOPE_UNPARSEABLE")
+    assert (mine["tenant"], mine["device"], mine["keeps_subject"]) == ("acme", "d1", True)
+    ghost = rows[seqs["ghost"]]
+    assert (ghost["error_code"], ghost["tenant"], ghost["device"]) == (
+        "ENVELOPE_UNPARSEABLE", None, None)
+    # Processed: its telemetry row holds the device (migration 0020), as before.
+    good = rows[seqs["good"]]
+    assert (good["status"], good["tenant"], good["device"]) == ("completed", None, None)
+    (stray,) = [r for s, r in rows.items() if s not in seqs.values()]
+    assert (stray["error_code"], stray["tenant"], stray["device"]) == (
+        "SUBJECT_INVALID", None, None)
+    subject = fleet.names.telemetry_subject("acme", "d1", "state")
+    assert letters[subject] == "acme"
