@@ -21,6 +21,10 @@ class DeadLetterSample(_Body):
     id: int
     subject: str
     payload_text: str = Field(description="The start of the original body (at most 512 chars).")
+    resolution: str | None = Field(description="`redriven` or `operator` once resolved.")
+    resolution_note: str | None = Field(description="Why an operator resolved it.")
+    resolved_by: str | None = Field(description="Who resolved it (an API key, the CLI's user).")
+    resolved_at: datetime | None
 
 
 class DeadLetterGroup(_Body):
@@ -60,7 +64,10 @@ class DeadLetterSummary(_Body):
     redrive_count: int
     first_seen_at: datetime
     last_seen_at: datetime
-    resolution: str | None
+    resolution: str | None = Field(description="`redriven` or `operator` once resolved.")
+    resolution_note: str | None = Field(description="Why an operator resolved it.")
+    resolved_by: str | None = Field(description="Who resolved it (an API key, the CLI's user).")
+    resolved_at: datetime | None
     status: str = Field(description="The envelope's status.")
 
 
@@ -71,8 +78,6 @@ class DeadLetterPage(Page[DeadLetterSummary]):
 class DeadLetter(DeadLetterSummary):
     headers: dict[str, Any]
     failures: list[dict[str, Any]]
-    resolution_note: str | None
-    resolved_at: datetime | None
     attempts: int
     stream_seq: int | None
     received_at: datetime | None

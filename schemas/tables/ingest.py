@@ -273,6 +273,8 @@ dead_letters = sa.Table(
     # with the operator's note).
     sa.Column("resolution", sa.Text),
     sa.Column("resolution_note", sa.Text),
+    # Who resolved it (migration 0026): the API key or the CLI's user; NULL when a redrive did.
+    sa.Column("resolved_by", sa.Text),
     # The error signature the console groups dead letters by (migration 0016): the reason code,
     # the stage that failed first (kept right by Postgres whatever writes ``failures``) and the
     # schema version the envelope met (copied from its row when the dead letter is written).

@@ -35,6 +35,7 @@ from streams.api import path_params as pp
 from streams.api.bodies import body_of, query_of, reply
 from streams.api.context import caller_of, context_of
 from streams.api.inputs import path_int, path_text
+from streams.api.keys import Caller, key_label
 from streams.api.openapi import Route
 from streams.api.pages import decode_cursor, integer, page_of, text
 from streams.errors import NotFoundError, UsageError
@@ -147,8 +148,9 @@ async def redrive_group(request: web.Request) -> web.Response:
     return await _redrive(request, ids)
 
 
-async def _resolve(conn: Conn, tenant: str, ids: list[int], note: str) -> web.Response:
-    done = await dlq.resolve_dead_letters(conn, note=note, ids=ids, tenant=tenant)
+async def _resolve(conn: Conn, caller: Caller, ids: list[int], note: str) -> web.Response:
+    by = await key_label(conn, caller.key_id)
+    done = await dlq.resolve_dead_letters(conn, note=note, ids=ids, tenant=caller.tenant, by=by)
     return reply(
         ResolveReport(
             resolved=[int(r["id"]) for r in done.resolved], not_resolved=list(done.not_resolved)
@@ -161,7 +163,7 @@ async def resolve_dead_letter(request: web.Request) -> web.Response:
     body = await body_of(request, ResolveRequest)
     async with context_of(request).pool.acquire() as conn:
         await dead_letters.show_dead_letter(conn, dead_letter_id, caller.tenant)
-        return await _resolve(conn, caller.tenant, [dead_letter_id], body.note)
+        return await _resolve(conn, caller, [dead_letter_id], body.note)
 
 
 async def resolve_group(request: web.Request) -> web.Response:
@@ -169,7 +171,7 @@ async def resolve_group(request: web.Request) -> web.Response:
     body = await body_of(request, ResolveRequest)
     async with context_of(request).pool.acquire() as conn:
         ids = await _group_ids(conn, caller.tenant, signature)
-        return await _resolve(conn, caller.tenant, ids, body.note)
+        return await _resolve(conn, caller, ids, body.note)
 
 
 _TAG = "dead letters"

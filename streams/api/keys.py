@@ -17,7 +17,15 @@ from typing import Any
 from streams.errors import NotFoundError
 from streams.registry import ensure_tenant
 
-__all__ = ["Caller", "CreatedKey", "authenticate", "create_api_key", "hash_key", "revoke_api_key"]
+__all__ = [
+    "Caller",
+    "CreatedKey",
+    "authenticate",
+    "create_api_key",
+    "hash_key",
+    "key_label",
+    "revoke_api_key",
+]
 
 _PREFIX = "tw_"
 
@@ -77,6 +85,13 @@ async def authenticate(conn: Any, secret: str) -> Caller | None:
     if row is None:
         return None
     return Caller(tenant_id=row["tenant_id"], tenant=row["name"], key_id=row["id"])
+
+
+async def key_label(conn: Any, key_id: uuid.UUID) -> str:
+    """How an action records the key that did it: ``api key "<name>" <prefix>`` (the prefix is
+    the part of the secret that is shown in lists, never the secret)."""
+    row = await conn.fetchrow("SELECT name, prefix FROM api_keys WHERE id = $1", key_id)
+    return f"api key {key_id}" if row is None else f'api key "{row["name"]}" {row["prefix"]}'
 
 
 async def revoke_api_key(conn: Any, *, tenant: str, key_id: uuid.UUID) -> None:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 from collections import Counter
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
@@ -43,9 +44,9 @@ messages_app = typer.Typer(help="Explain recorded envelopes.", no_args_is_help=T
 _DLQ_SHOW_KEYS = (
     "id", "ingestion_message_id", "tenant", "subject", "headers", "reason_code", "failures",
     "redrive_count", "state", "first_seen_at", "last_seen_at", "resolved_at", "resolution",
-    "resolution_note", "failed_stage", "schema_version_id", "dedupe_key", "status", "attempts",
-    "stream_seq", "received_at", "source_deduplication_key", "envelope", "payload_text",
-    "payload_bytes")
+    "resolution_note", "resolved_by", "failed_stage", "schema_version_id", "dedupe_key",
+    "status", "attempts", "stream_seq", "received_at", "source_deduplication_key", "envelope",
+    "payload_text", "payload_bytes")
 
 
 @streams_app.command("init")
@@ -183,6 +184,14 @@ def dlq_redrive(
         raise typer.Exit(ExitCode.FAILED)
 
 
+def _cli_user() -> str:
+    """Who resolves from the command line, as the dead letter records it."""
+    try:
+        return f"cli {getpass.getuser()}"
+    except (OSError, KeyError):  # no login name and no passwd entry (a bare container)
+        return "cli"
+
+
 @dlq_app.command("resolve")
 def dlq_resolve(
     ids: list[int] = typer.Argument(None, help="Dead letter ids."),
@@ -198,7 +207,7 @@ def dlq_resolve(
     from streams.ingest.dlq import resolve_dead_letters
 
     report = _with_conn(lambda c: resolve_dead_letters(
-        c, note=note, ids=ids or None, code=code, tenant=tenant))
+        c, note=note, ids=ids or None, code=code, tenant=tenant, by=_cli_user()))
     if as_json:
         print_json({"resolved": list(report.resolved),
                     "not_resolved": list(report.not_resolved)})

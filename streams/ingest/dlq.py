@@ -102,16 +102,18 @@ def _evaluation(row: Any, binding: Any) -> Evaluation:
 
 async def resolve_dead_letters(conn: Conn, *, note: str, ids: list[int] | None = None,
                                code: str | None = None,
-                               tenant: str | None = None) -> ResolveReport:
+                               tenant: str | None = None,
+                               by: str | None = None) -> ResolveReport:
     """Close open dead letters an operator has dealt with (by ``ids`` and/or reason ``code``,
-    optionally one ``tenant``), recording ``note``. Malformed envelopes can never be redriven;
-    this is how they leave the open list. Their envelopes keep their recorded status."""
+    optionally one ``tenant``), recording ``note`` and who resolved them (``by``). Malformed
+    envelopes can never be redriven; this is how they leave the open list. Their envelopes
+    keep their recorded status."""
     if not ids and code is None:
         raise UsageError("name the dead letters to resolve: ids, or --code CODE")
     if not note.strip():
         raise UsageError("--note must say why the dead letters are resolved")
     try:
-        rows = await conn.fetch(sql.DEAD_LETTER_RESOLVE, ids or None, code, tenant, note)
+        rows = await conn.fetch(sql.DEAD_LETTER_RESOLVE, ids or None, code, tenant, note, by)
     except PG_FAILURES as exc:
         raise translate_pg(exc) from exc
     resolved = tuple(sorted((dict(row) for row in rows), key=lambda r: int(r["id"])))

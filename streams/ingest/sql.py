@@ -239,11 +239,11 @@ ORDER BY dl.reason_code
 """
 
 # An operator closes dead letters that will never be redriven (``tideway dlq resolve``): by
-# ids ($1), by reason code ($2), optionally one tenant ($3), with a note ($4). Only open ones
-# change; the envelope keeps its recorded status.
+# ids ($1), by reason code ($2), optionally one tenant ($3), with a note ($4), by whom ($5).
+# Only open ones change; the envelope keeps its recorded status.
 DEAD_LETTER_RESOLVE = """
 UPDATE dead_letters SET state = 'resolved', resolution = 'operator', resolution_note = $4,
-       resolved_at = now()
+       resolved_by = $5, resolved_at = now()
 WHERE state = 'open'
   AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
   AND ($2::text IS NULL OR reason_code = $2)

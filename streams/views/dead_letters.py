@@ -38,7 +38,8 @@ LEFT JOIN device_schemas sch ON sch.id = ver.schema_id
 # $4: only ids above it (keyset paging, 0 for the first page); $5: only this signature.
 _LIST = f"""
 SELECT dl.id, dl.ingestion_message_id, dl.tenant, dl.subject, dl.reason_code, dl.state,
-       dl.redrive_count, dl.first_seen_at, dl.last_seen_at, dl.resolution, m.status
+       dl.redrive_count, dl.first_seen_at, dl.last_seen_at, dl.resolution,
+       dl.resolution_note, dl.resolved_by, dl.resolved_at, m.status
 FROM dead_letters dl JOIN ingestion_messages m ON m.id = dl.ingestion_message_id
 {_SIGNATURE_JOINS}
 WHERE ($1::text IS NULL OR dl.state = $1) AND ($2::text IS NULL OR dl.tenant = $2)
@@ -69,7 +70,8 @@ WITH g AS (
     LEFT JOIN device_schema_versions ver ON ver.id = g.schema_version_id
     LEFT JOIN device_schemas sch ON sch.id = ver.schema_id
 )
-SELECT n.*, s.subject AS sample_subject, substring(s.payload FROM 1 FOR 2048) AS sample_payload
+SELECT n.*, s.subject AS sample_subject, substring(s.payload FROM 1 FOR 2048) AS sample_payload,
+       s.resolution, s.resolution_note, s.resolved_by, s.resolved_at
 FROM named n JOIN dead_letters s ON s.id = n.sample_id
 WHERE $3::jsonb IS NULL OR n.signature > $3::jsonb
 ORDER BY n.signature
@@ -118,6 +120,10 @@ def _group(row: Any) -> DeadLetterGroup:
             id=row["sample_id"],
             subject=row["sample_subject"],
             payload_text=sample.decode("utf-8", "backslashreplace")[:512],
+            resolution=row["resolution"],
+            resolution_note=row["resolution_note"],
+            resolved_by=row["resolved_by"],
+            resolved_at=row["resolved_at"],
         ),
     )
 

@@ -123,3 +123,56 @@ export function formatDuration(seconds) {
   if (a < 86400) return `${(seconds / 3600).toFixed(1)} h`;
   return `${(seconds / 86400).toLocaleString(undefined, { maximumFractionDigits: 1 })} d`;
 }
+
+// -- times, long text and dismissable notices (the dead-letter and envelope pages first) --------
+
+const TIME_FORMAT = {
+  year: "numeric", month: "short", day: "numeric",
+  hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short",
+};
+
+/** A time as the console shows it: the browser's local time with its zone's name
+ *  ("Nov 28, 2026, 01:44:56 GMT+9"), the exact instant in UTC on hover. "—" for none. */
+export function timeAt(t) {
+  if (!t) return "—";
+  const d = new Date(t);
+  if (Number.isNaN(d.getTime())) return String(t);
+  const iso = d.toISOString();
+  return h("time", { datetime: iso, title: iso }, d.toLocaleString(undefined, TIME_FORMAT));
+}
+
+/** Text that may be huge (a device's body, say): the first ``limit`` characters, wrapped, with
+ *  the rest behind a "show all" that opens a scrolling box. Never widens its container. */
+export function longText(text, limit = 160) {
+  const s = String(text ?? "");
+  if (s.length <= limit && !s.includes("\n")) return h("code", { class: "long-text" }, s);
+  const head = s.split("\n", 1)[0].slice(0, limit);
+  return h("details", { class: "long-text" },
+    h("summary", {}, h("code", {}, head), h("span", { class: "muted" }, ` … show all ${s.length.toLocaleString()} characters`)),
+    h("pre", {}, s));
+}
+
+/** A notice the reader can dismiss (×); it replaces the notices before it, which described
+ *  a state the page no longer shows. */
+export function tell(text, isError = false) {
+  for (const old of document.querySelectorAll("#main > .notice")) old.remove();
+  const el = notice(text, isError);
+  el.classList.add("dismissable");
+  el.append(h("button", {
+    type: "button", class: "notice-dismiss", "aria-label": "Dismiss", title: "Dismiss",
+    onclick: () => el.remove(),
+  }, "×"));
+  return el;
+}
+
+/** ``act``, with a failure told by a dismissable notice. */
+export function attempt(button, fn) {
+  return act(button, async () => {
+    try {
+      return await fn();
+    } catch (err) {
+      tell(`${err.message}${err.code ? ` (${err.code})` : ""}`, true);
+      return undefined;
+    }
+  });
+}

@@ -1,27 +1,46 @@
 // Dead letters, triaged: grouped by error signature; redrive or resolve a whole group at once.
-import { api, h, table, state, when, notice, act, documented } from "../lib.js";
+// A group's sample is clipped (one oversized body must not push the actions off the screen);
+// the resolved view says, for each group and each dead letter, why, who and when.
+import { api, h, table, state, timeAt, longText, tell, attempt, documented } from "../lib.js";
 
 function report(r) {
   return `Redrive: ${r.completed} completed, ${r.failed} failed, ${r.not_redrivable} not redrivable` +
     ` (resolve those), ${r.not_open} no longer open.`;
 }
 
+/** A table cell that names its column, for the stacked (phone) layout. */
+const cell = (label, ...children) => h("td", { "data-label": label }, ...children);
+
+/** How a dead letter was resolved: by whom, when, and the operator's note. */
+function resolution(d) {
+  if (!d.resolution) return h("span", { class: "muted" }, "—");
+  const how = d.resolution === "redriven" ? "Redriven" : "Resolved";
+  return h("div", { class: "dlq-resolution" },
+    h("div", {}, `${how} `, timeAt(d.resolved_at),
+      d.resolved_by ? [" by ", h("span", { class: "dlq-resolved-by" }, d.resolved_by)] : null),
+    d.resolution_note ? h("div", { class: "dlq-resolution-note" }, `“${d.resolution_note}”`) : null);
+}
+
 export async function listGroups(view) {
   const which = h("select", { id: "dlq-state" }, h("option", { value: "open" }, "open"),
     h("option", { value: "resolved" }, "resolved"));
   const body = h("tbody", { id: "dlq-rows" });
+  const last = h("th", {}, "");
   async function load() {
     const page = await api(`/v1/dead-letter-groups?state=${which.value}&limit=200`);
+    last.textContent = which.value === "open" ? "" : "resolution";
     body.replaceChildren(...page.items.map((g) => groupRow(g, which.value, load)));
     if (!page.items.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No dead letters.")));
   }
   which.addEventListener("change", load);
   await load();
-  const t = table(["code", "stage", "schema", "count", "first seen", "last seen", "sample", ""], [], { id: "dlq-groups" });
+  const t = table(["code", "stage", "schema", "count", "first seen", "last seen", "sample"], [],
+    { id: "dlq-groups", class: "dlq-table" });
+  t.querySelector("thead tr").append(last);
   t.querySelector("tbody").replaceWith(body);
   view.append(h("h1", {}, "Dead letters"),
     h("p", { class: "muted" }, "Grouped by error signature: reason code, failing stage, schema version."),
-    h("div", { class: "filters" }, which), t);
+    h("div", { class: "filters" }, h("label", {}, "state ", which)), t);
   if (await documented("/v1/session-dead-letters")) view.append(await sessionDeadLetters());
 }
 
@@ -29,50 +48,69 @@ export async function listGroups(view) {
 async function sessionDeadLetters() {
   const page = await api("/v1/session-dead-letters?limit=200");
   const rows = page.items.map((d) => h("tr", { "data-session-dead-letter": d.id },
-    h("td", {}, d.device), h("td", {}, d.code), h("td", {}, d.message),
-    h("td", {}, when(d.last_seen_at))));
+    cell("device", d.device), cell("code", d.code), cell("message", longText(d.message)),
+    cell("when", timeAt(d.last_seen_at))));
   if (!rows.length) rows.push(h("tr", {}, h("td", { colspan: 4, class: "muted" }, "No session dead letters.")));
   return h("section", { id: "session-dlq" },
     h("h2", {}, "Session dead letters"),
     h("p", { class: "muted" }, "Session notices intake could not accept (tideway sessions dlq redrive)."),
-    table(["device", "code", "message", "when"], rows, { id: "session-dlq-rows" }),
+    table(["device", "code", "message", "when"], rows, { id: "session-dlq-rows", class: "dlq-table" }),
     page.next ? h("p", { class: "muted" }, "Showing the oldest 200.") : null);
 }
 
 function groupRow(g, which, reload) {
-  const redrive = h("button", { type: "button", class: "dlq-redrive" }, "Redrive group");
-  const note = h("input", { type: "text", class: "dlq-note", placeholder: "why resolved", size: 18 });
-  const resolve = h("button", { type: "button", class: "dlq-resolve" }, "Resolve group");
-  redrive.addEventListener("click", () => act(redrive, async () => {
-    notice(report(await api(`/v1/dead-letter-groups/${encodeURIComponent(g.id)}/redrive`, { method: "POST" })));
-    await reload();
-  }));
-  resolve.addEventListener("click", () => act(resolve, async () => {
-    if (!note.value.trim()) throw new Error("say why the group is resolved");
-    const r = await api(`/v1/dead-letter-groups/${encodeURIComponent(g.id)}/resolve`,
-      { method: "POST", body: { note: note.value.trim() } });
-    notice(`Resolved ${r.resolved.length} dead letters${r.not_resolved.length ? `, ${r.not_resolved.length} were not open` : ""}.`);
-    await reload();
-  }));
+  const href = `#/dead-letters/${which}/${encodeURIComponent(g.id)}`;
+  let last;
+  if (which === "open") {
+    const redrive = h("button", { type: "button", class: "dlq-redrive" }, "Redrive group");
+    const note = h("input", { type: "text", class: "dlq-note", placeholder: "why resolved", size: 18,
+      "aria-label": `why the ${g.code} group is resolved` });
+    const resolve = h("button", { type: "button", class: "dlq-resolve" }, "Resolve group");
+    redrive.addEventListener("click", () => attempt(redrive, async () => {
+      const r = await api(`/v1/dead-letter-groups/${encodeURIComponent(g.id)}/redrive`, { method: "POST" });
+      await reload();
+      tell(report(r));
+    }));
+    resolve.addEventListener("click", () => attempt(resolve, async () => {
+      if (!note.value.trim()) throw new Error("say why the group is resolved");
+      const r = await api(`/v1/dead-letter-groups/${encodeURIComponent(g.id)}/resolve`,
+        { method: "POST", body: { note: note.value.trim() } });
+      await reload();
+      tell(`Resolved ${r.resolved.length} dead letters${r.not_resolved.length ? `, ${r.not_resolved.length} were not open` : ""}.`);
+    }));
+    last = cell("", h("div", { class: "actions" }, redrive, note, resolve));
+  } else {
+    // A group's oldest dead letter stands for it; the group's page lists each one's.
+    last = cell("resolution", resolution(g.sample),
+      g.count > 1 ? h("a", { class: "muted", href }, `each of the ${g.count}`) : null);
+  }
   return h("tr", { "data-group": g.id },
-    h("td", {}, h("a", { href: `#/dead-letters/${which}/${encodeURIComponent(g.id)}` }, g.code)),
-    h("td", {}, g.stage ?? "—"),
-    h("td", {}, g.schema ? `${g.schema} v${g.schema_version ?? "?"}` : "—"),
-    h("td", { class: "dlq-count" }, g.count),
-    h("td", {}, when(g.first_seen_at)), h("td", {}, when(g.last_seen_at)),
-    h("td", {}, h("div", { class: "muted" }, g.sample.subject), h("code", {}, g.sample.payload_text)),
-    h("td", {}, which === "open" ? h("div", { class: "actions" }, redrive, note, resolve) : null));
+    cell("code", h("a", { href }, g.code)),
+    cell("stage", g.stage ?? "—"),
+    cell("schema", g.schema ? `${g.schema} v${g.schema_version ?? "?"}` : "—"),
+    h("td", { class: "dlq-count", "data-label": "count" }, g.count),
+    cell("first seen", timeAt(g.first_seen_at)), cell("last seen", timeAt(g.last_seen_at)),
+    h("td", { class: "dlq-sample", "data-label": "sample" },
+      h("div", { class: "muted" }, h("a", { href: `#/dead-letters/${which}/${encodeURIComponent(g.id)}` }, g.sample.subject)),
+      longText(g.sample.payload_text, 120)),
+    last);
 }
 
 export async function showGroup(view, which, group) {
   const page = await api(`/v1/dead-letters?state=${which}&group=${encodeURIComponent(group)}&limit=200`);
-  view.append(h("h1", {}, "Dead letters of one signature"),
+  const resolved = which === "resolved";
+  const columns = ["id", "envelope", "subject", "reason", "state", "redrives", "first seen", "last seen"];
+  view.append(h("h1", {}, `Dead letters of one signature (${which})`),
     h("p", {}, h("a", { href: "#/dead-letters" }, "← all groups")),
-    table(["id", "envelope", "subject", "reason", "state", "redrives", "first seen", "last seen"],
-      page.items.map((d) => h("tr", {},
-        h("td", {}, d.id), h("td", {}, h("a", { href: `#/messages/${d.ingestion_message_id}` }, d.ingestion_message_id)),
-        h("td", {}, d.subject), h("td", {}, d.reason_code), h("td", {}, state(d.state)),
-        h("td", {}, d.redrive_count), h("td", {}, when(d.first_seen_at)), h("td", {}, when(d.last_seen_at)))),
-      { id: "dlq-letters" }),
-    page.next ? h("p", { class: "muted" }, "Showing the oldest 200.") : null);
+    table(resolved ? [...columns, "resolution"] : columns,
+      page.items.map((d) => h("tr", { "data-dead-letter": d.id },
+        cell("id", d.id),
+        cell("envelope", h("a", { href: `#/messages/${d.ingestion_message_id}` }, d.ingestion_message_id)),
+        cell("subject", h("span", { class: "dlq-subject" }, d.subject)), cell("reason", d.reason_code),
+        cell("state", state(d.state)), cell("redrives", d.redrive_count),
+        cell("first seen", timeAt(d.first_seen_at)), cell("last seen", timeAt(d.last_seen_at)),
+        resolved ? cell("resolution", resolution(d)) : null)),
+      { id: "dlq-letters", class: "dlq-table" }));
+  if (!page.items.length) view.append(h("p", { class: "muted" }, "None in this state."));
+  if (page.next) view.append(h("p", { class: "muted" }, "Showing the oldest 200."));
 }
