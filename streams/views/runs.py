@@ -43,7 +43,7 @@ _JOBS = """
 SELECT j.*,
        coalesce(dep.edges, '[]'::jsonb) AS deps,
        CASE WHEN j.state NOT IN ('created', 'skipped') AND coalesce(dep.all_done, true)
-            THEN greatest(j.created_at, dep.last_done) END AS queued_at,
+            THEN least(greatest(j.created_at, dep.last_done), j.started_at) END AS queued_at,
        coalesce((SELECT array_agg(ds.name ORDER BY ds.name) FROM derived_datasets ds
                  WHERE ds.job_id = j.id), '{}') AS datasets
 FROM jobs j
@@ -58,7 +58,9 @@ WHERE j.run_id = $1
 ORDER BY j.created_at, j.name
 """  # queued_at: the job left ``created`` when its last dependency finished (``deps_pending``
 # reached 0, streams.jobs.sql) - no column records it, the dependencies' ``finished_at`` do.
-# A job skipped or cancelled while some dependency was open never queued.
+# A job skipped or cancelled while some dependency was open never queued. Capped at the job's
+# start: the dependency's end and the claim take ``now`` from different workers' clocks, so the
+# claim can read a fraction of a millisecond earlier than the end that released it.
 
 _ATTEMPTS = """
 SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id
