@@ -127,8 +127,15 @@ class DagJob(_Body):
     attempt_count: int
     max_attempts: int
     locked_by: str | None = Field(exclude=True)  # operator-only: the worker holding it
+    created_at: datetime = Field(description="When the run planned the job.")
+    queued_at: datetime | None = Field(
+        description="When it could first start: its creation, or the end of the last of its"
+        " dependencies. Null while one is still open, for a skipped job, and for one cancelled"
+        " before then. Its first attempt's ``started_at`` minus this is how long it waited for"
+        " a worker."
+    )
     next_run_at: datetime | None
-    started_at: datetime | None
+    started_at: datetime | None = Field(description="Its first attempt's start.")
     finished_at: datetime | None
     busy_s: float = Field(description="Seconds spent in attempts so far.")
     skip_reason: str | None

@@ -41,15 +41,26 @@ WHERE r.id = $1 AND ($2::uuid IS NULL OR r.tenant_id = $2)
 
 _JOBS = """
 SELECT j.*,
-       coalesce((SELECT jsonb_agg(jsonb_build_object('on', d.name, 'hard', e.hard)
-                                  ORDER BY d.name)
-                 FROM job_edges e JOIN jobs d ON d.id = e.depends_on_id
-                 WHERE e.job_id = j.id), '[]'::jsonb) AS deps,
+       coalesce(dep.edges, '[]'::jsonb) AS deps,
+       CASE WHEN j.state NOT IN ('created', 'skipped') AND coalesce(dep.all_done, true)
+            THEN least(greatest(j.created_at, dep.last_done), j.started_at) END AS queued_at,
        coalesce((SELECT array_agg(ds.name ORDER BY ds.name) FROM derived_datasets ds
                  WHERE ds.job_id = j.id), '{}') AS datasets
-FROM jobs j WHERE j.run_id = $1
+FROM jobs j
+LEFT JOIN LATERAL (
+    SELECT jsonb_agg(jsonb_build_object('on', d.name, 'hard', e.hard) ORDER BY d.name) AS edges,
+           max(d.finished_at) AS last_done,
+           bool_and(d.finished_at IS NOT NULL) AS all_done
+    FROM job_edges e JOIN jobs d ON d.id = e.depends_on_id
+    WHERE e.job_id = j.id
+) dep ON true
+WHERE j.run_id = $1
 ORDER BY j.created_at, j.name
-"""
+"""  # queued_at: the job left ``created`` when its last dependency finished (``deps_pending``
+# reached 0, streams.jobs.sql) - no column records it, the dependencies' ``finished_at`` do.
+# A job skipped or cancelled while some dependency was open never queued. Capped at the job's
+# start: the dependency's end and the claim take ``now`` from different workers' clocks, so the
+# claim can read a fraction of a millisecond earlier than the end that released it.
 
 _ATTEMPTS = """
 SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id
@@ -108,6 +119,8 @@ async def show_run(conn: Conn, run_id: uuid.UUID, *, tenant_id: uuid.UUID | None
             attempt_count=j["attempt_count"],
             max_attempts=j["max_attempts"],
             locked_by=j["locked_by"],
+            created_at=j["created_at"],
+            queued_at=j["queued_at"],
             next_run_at=j["next_run_at"],
             started_at=j["started_at"],
             finished_at=j["finished_at"],

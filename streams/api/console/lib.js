@@ -58,6 +58,36 @@ export function table(columns, rows, attrs = {}) {
 
 export const state = (s) => h("span", { class: `state state-${s}` }, s ?? "—");
 export const when = (t) => (t ? new Date(t).toLocaleString() : "—");
+
+/** The browser's time zone (an IANA name such as America/New_York), to say what times are in. */
+export const zoneName = () => Intl.DateTimeFormat().resolvedOptions().timeZone;
+
+/** An instant in the browser's zone, the zone's short name after it ("14:03:07 EST"); with
+ * ``date``, the day before it ("Nov 27, 14:03:07 EST"). A <time> element holding the instant. */
+export function zoned(t, { date = false } = {}) {
+  if (!t) return "—";
+  const d = new Date(t);
+  const fmt = new Intl.DateTimeFormat(undefined, {
+    ...(date ? { month: "short", day: "numeric" } : {}),
+    hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23", timeZoneName: "short",
+  });
+  return h("time", { datetime: d.toISOString(), title: d.toISOString() }, fmt.format(d));
+}
+
+/** A duration in seconds as a person says it: 350 ms, 4.2 s, 3 min 05 s, 2 h 05 min, 1 d 3 h. */
+export function duration(seconds) {
+  if (seconds == null || !Number.isFinite(seconds)) return "—";
+  const s = Math.max(0, seconds);
+  if (s < 1) return `${Math.round(s * 1000)} ms`;
+  if (s < 10) return `${s.toFixed(1)} s`;
+  if (s < 60) return `${Math.round(s)} s`;
+  const two = (n) => String(n).padStart(2, "0");
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${two(Math.floor(s % 60))} s`;
+  const hrs = Math.floor(m / 60);
+  if (hrs < 24) return `${hrs} h ${two(m % 60)} min`;
+  return `${Math.floor(hrs / 24)} d ${hrs % 24} h`;
+}
 export const short = (id) => String(id).slice(0, 8);
 export const json = (v) => h("pre", {}, JSON.stringify(v, null, 2));
 
@@ -66,10 +96,22 @@ export function facts(pairs) {
   return h("dl", { class: "facts" }, pairs.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v ?? "—")]));
 }
 
-/** A transient line at the top of the page saying what an action did (or why it failed). */
+/** At most this many notices show at once; an older one goes when a new one would exceed it. */
+export const MAX_NOTICES = 3;
+
+/** A transient line at the top of the page saying what an action did (or why it failed). It has
+ * a close button; the same text again replaces the old line (a repeated click does not stack),
+ * and only the newest MAX_NOTICES stay. Returns the notice's element. */
 export function notice(text, isError = false) {
-  const el = h("p", { class: isError ? "notice error" : "notice", role: "status" }, text);
-  document.getElementById("main").prepend(el);
+  const main = document.getElementById("main");
+  const shown = () => [...main.querySelectorAll(":scope > .notice")];
+  for (const old of shown()) if (old.dataset.text === String(text)) old.remove();
+  const close = h("button", { type: "button", class: "notice-close", "aria-label": "Dismiss" }, "×");
+  const el = h("p", { class: isError ? "notice error" : "notice", role: "status", "data-text": text },
+    h("span", { class: "notice-text" }, text), close);
+  close.addEventListener("click", () => el.remove());
+  main.prepend(el);
+  shown().slice(MAX_NOTICES).forEach((old) => old.remove());
   return el;
 }
 
@@ -156,13 +198,7 @@ export function longText(text, limit = 160) {
  *  a state the page no longer shows. */
 export function tell(text, isError = false) {
   for (const old of document.querySelectorAll("#main > .notice")) old.remove();
-  const el = notice(text, isError);
-  el.classList.add("dismissable");
-  el.append(h("button", {
-    type: "button", class: "notice-dismiss", "aria-label": "Dismiss", title: "Dismiss",
-    onclick: () => el.remove(),
-  }, "×"));
-  return el;
+  return notice(text, isError); // dismissable: notice() gives every notice its ×
 }
 
 /** ``act``, with a failure told by a dismissable notice. */
@@ -175,4 +211,18 @@ export function attempt(button, fn) {
       return undefined;
     }
   });
+}
+
+/** Call fn(width) with el's content width once it is laid out and whenever it changes, while
+ * the current page is shown (a drawing that fits its box redraws itself). */
+export function onResize(el, fn) {
+  let last = -1;
+  // The drawing changes the box's height, so the observer fires again: only a new width redraws,
+  // and a frame later, so that no "ResizeObserver loop" error reaches the console.
+  const observer = new ResizeObserver(([entry]) => {
+    const width = Math.floor(entry.contentRect.width);
+    if (width > 0 && width !== last) requestAnimationFrame(() => { last = width; fn(width); });
+  });
+  observer.observe(el);
+  pageCleanups.push(() => observer.disconnect());
 }

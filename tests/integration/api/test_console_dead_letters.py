@@ -178,7 +178,7 @@ def act_on_envelopes(p: Person, big: dict[str, Any], failed: dict[str, Any]) -> 
     assert not p.all("#msg-redrive") and not p.all("#msg-resolve")
     assert "completed" in p.text("#view dl.facts")  # the envelope's status, read again
     assert "redriven" in p.text("#msg-dead-letter")
-    p.find(".notice .notice-dismiss").click()
+    p.find(".notice .notice-close").click()
     p.wait(lambda d: not d.find_elements(By.CSS_SELECTOR, ".notice"))
     holds_up(p, "envelope-redriven")
 

@@ -58,6 +58,9 @@ async def test_run_and_session_actions(seeded: Seeded) -> None:
     for job in dag["jobs"]:  # dependency order: every job after the jobs it waits for
         assert all(names.index(d["on"]) < names.index(job["name"]) for d in job["deps"])
     assert any(j["deps"] for j in dag["jobs"]) and dag["status"] == "pending"
+    # Only the first job could start (it waits for nothing); the others wait for theirs.
+    queued = {j["name"]: j["queued_at"] for j in dag["jobs"] if j["queued_at"]}
+    assert queued == {"artifact_validate": dag["jobs"][0]["created_at"]}
     refused = await client.post(f"{run_path}/retry", headers=acme)
     assert refused.status == 409 and (await refused.json())["code"] == "RUN_NOT_RETRIABLE"
     cancelled = await (await client.post(f"{run_path}/cancel", headers=acme)).json()
