@@ -58,6 +58,12 @@ def _client_for(dsn: str) -> Client:
                 require_wheel(
                     "chdb", wheel="chdb", service="ClickHouse", setting="TIDEWAY_CLICKHOUSE_DSN"
                 )
+                # Not even tried while another process holds the engine: chDB would print
+                # its own "Code: 76 ... Cannot lock file" line to the terminal before failing.
+                # Nothing in this process has opened it yet (no client), so the probe holds.
+                busy = _busy_error(dsn)
+                if busy is not None:
+                    raise busy
             client = clickhouse_connect.get_client(dsn=dsn)
             _CLIENTS[dsn] = client
         return client

@@ -59,7 +59,8 @@ class SchemaTestRequest(_Request):
     """A sample to run through validate, mutate and derive (no service is touched)."""
 
     # Any JSON, NUL included: the sample is evaluated, never stored.
-    payload: Any = Field(description="An envelope (its `values` are used) or the values alone.")
+    payload: Any = Field(description="An envelope (an object with `ts` and `values`, held to "
+                         "the envelope contract as ingest holds one) or the values alone.")
     topic: str = Field(
         pattern=TOPIC_PATTERN,
         description="The schema's topic the sample is for (every test names one: whether a "
@@ -72,9 +73,13 @@ class SchemaTestReport(_Body):
     schema_name: str = Field(alias="schema")
     topic: str
     content_hash: str
-    validate_: dict[str, Any] = Field(alias="validate")
+    ingress: dict[str, Any] | None = Field(
+        description="The envelope contract's verdict (`ok`, `code`, `message`); null for a "
+        "sample of values alone.")
+    validate_: dict[str, Any] | None = Field(alias="validate")
     mutate: dict[str, Any] | None
     derive: dict[str, Any] | None
-    outcome: Literal["processed", "failed_validation", "failed_mutate", "failed_derive"]
+    outcome: Literal["processed", "failed_ingress", "failed_validation", "failed_mutate",
+                     "failed_derive"]
 
     model_config = ConfigDict(frozen=True, populate_by_name=True, serialize_by_alias=True)

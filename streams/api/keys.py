@@ -8,6 +8,7 @@ request authenticates by presenting the key (``Authorization: Bearer <key>`` or
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import secrets
 import uuid
@@ -20,10 +21,12 @@ from streams.registry import ensure_tenant
 __all__ = [
     "Caller",
     "CreatedKey",
+    "KeyInfo",
     "authenticate",
     "create_api_key",
     "hash_key",
     "key_label",
+    "list_api_keys",
     "revoke_api_key",
 ]
 
@@ -39,6 +42,18 @@ class CreatedKey:
     name: str
     prefix: str
     secret: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyInfo:
+    """A stored key as ``api-keys list`` shows it: never its secret, only its clear prefix."""
+
+    id: uuid.UUID
+    name: str
+    tenant: str
+    prefix: str
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,3 +120,16 @@ async def revoke_api_key(conn: Any, *, tenant: str, key_id: uuid.UUID) -> None:
     )
     if done is None:
         raise NotFoundError(f"no active API key {key_id} for tenant {tenant}")
+
+
+_LIST = """
+SELECT k.id, k.name, t.name AS tenant, k.prefix, k.created_at, k.revoked_at
+FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+WHERE $1::text IS NULL OR t.name = $1
+ORDER BY k.created_at, k.id
+"""
+
+
+async def list_api_keys(conn: Any, *, tenant: str | None) -> list[KeyInfo]:
+    """The keys of ``tenant`` (``None``: every tenant), revoked ones included, oldest first."""
+    return [KeyInfo(**dict(r)) for r in await conn.fetch(_LIST, tenant)]

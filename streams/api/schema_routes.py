@@ -18,7 +18,7 @@ from schemas.api import (
     SchemaVersion,
     SchemaVersionQuery,
 )
-from stages.ingest.dry_run import evaluate_payload, sample_values
+from stages.ingest.dry_run import evaluate_sample
 from streams.api import path_params as pp
 from streams.api.bodies import body_of, query_of, reply
 from streams.api.context import caller_of, context_of
@@ -59,7 +59,7 @@ async def test_schema(request: web.Request) -> web.Response:
     program = device_schemas.programs(found).get(body.topic)
     if program is None:
         raise NotFoundError(f"schema {name!r} v{found.version} has no topic {body.topic!r}")
-    report = evaluate_payload(program, sample_values(body.payload))
+    report = evaluate_sample(program, body.payload)
     return reply(SchemaTestReport.model_validate(report))
 
 

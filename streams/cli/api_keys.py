@@ -1,7 +1,8 @@
-"""``tideway api-keys create | revoke``: the keys the HTTP API accepts, one tenant each.
+"""``tideway api-keys create | list | revoke``: the keys the HTTP API accepts, one tenant each.
 
-``create`` prints the secret this once, and it is not shown again; the functions are
-``streams.api.keys``.
+``create`` prints the secret this once, and it is not shown again, with the key's id (what
+``revoke`` takes); ``list`` shows every key's id, name, tenant and dates, never a secret. The
+functions are ``streams.api.keys``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from streams.cli.options import (
     run_with_connection,
     tenant_name,
 )
-from streams.cli.output import console, print_json
+from streams.cli.output import console, print_json, print_rows
 
 api_keys_app = typer.Typer(help="API keys for the HTTP API.", no_args_is_help=True)
 
@@ -35,8 +36,24 @@ def create_key(
     if as_json:
         print_json(data)
     else:
-        console.print(f"API key for tenant {owner} (store it now, it is not shown again):")
+        console.print(f"API key {key.id} ({key.name}) for tenant {owner} (store it now, it "
+                      "is not shown again):", markup=False, highlight=False)
         console.print(key.secret, markup=False, highlight=False)
+
+
+@api_keys_app.command("list")
+def list_keys(
+    tenant: str | None = TENANT_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """The tenant's API keys, revoked ones included (id, name, created, revoked), oldest
+    first; never a secret."""
+    from streams.api.keys import list_api_keys
+
+    owner = tenant_name(tenant)
+    keys = run_with_connection(lambda conn: list_api_keys(conn, tenant=owner))
+    print_rows([vars(k) for k in keys], title=f"API keys of {owner}", as_json=as_json,
+               columns=("id", "name", "tenant", "prefix", "created_at", "revoked_at"))
 
 
 @api_keys_app.command("revoke")

@@ -210,6 +210,10 @@ async def _feed_and_watch(
                 if sum(board.statuses.values()) >= stored:
                     break
             await asyncio.sleep(0.5)
+    if not console.is_terminal:
+        # Piped, rich writes the last frame without its final newline (on a terminal the
+        # cursor handling ends the line): without one the summary's title would continue it.
+        console.line()
     report = await sim_task
     progress = await run_task
     stored = await probe.last_seq() - first_seq

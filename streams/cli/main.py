@@ -9,6 +9,8 @@ plain commands first, then the groups, each in the order they are added.
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from streams.cli import process_commands, telemetry
@@ -71,10 +73,28 @@ def _root(
     """Options of ``tideway`` itself, before the command."""
 
 
+def _hide_flag_types(command: Any) -> None:
+    """No ``<bool>`` beside a flag in ``--help``: a flag takes no value.
+
+    typer's rich help prints every option's type, a flag's too (``--json <bool>``), which
+    reads as if the flag wanted a value. An empty metavar is what its help shows instead;
+    the help option itself is made on demand, so it is made here to be given one too."""
+    for param in command.params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    help_option = command.get_help_option(typer.Context(command))
+    if help_option is not None:
+        help_option.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _hide_flag_types(sub)
+
+
 def main() -> None:
     """Entry point that reports Tideway errors without a traceback."""
+    command = typer.main.get_command(app)
+    _hide_flag_types(command)
     try:
-        app()
+        command(prog_name="tideway")
     except TidewayError as exc:
         from streams.cli.output import fail
 

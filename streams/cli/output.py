@@ -18,6 +18,9 @@ from streams.cli.exit_codes import ExitCode
 
 console = Console()
 err_console = Console(stderr=True)
+# Piped or redirected, stderr is read by scripts and log collectors: one message, one line
+# (rich would otherwise wrap it at 80 columns, its width when there is no terminal).
+err_console.soft_wrap = not err_console.is_terminal
 
 
 def print_json(data: Any) -> None:

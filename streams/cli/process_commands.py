@@ -100,7 +100,7 @@ def _logging(settings: Settings, target: Literal["stderr", "file"]) -> Iterator[
 
 def up(metrics_port: int | None = METRICS_PORT_OPTION) -> None:
     """Run the whole system (starting any unconfigured service) until Ctrl-C."""
-    from streams.cli.services import services_table
+    from streams.cli.services import console_url, services_table
     from streams.system import component_names, system
 
     async def main(
@@ -111,6 +111,11 @@ def up(metrics_port: int | None = METRICS_PORT_OPTION) -> None:
             resolved, started, stop,
         ):
             console.print(services_table(started.services, resolved, metrics=metrics))
+            console.print(
+                f"console: {console_url(resolved)} (sign in with a key from `tideway api-keys "
+                f"create NAME --tenant {resolved.default_tenant}`, run in a second terminal)",
+                markup=False,
+            )
             console.print("[bold green]tideway is up[/] — Ctrl-C to stop")
             await stop.wait()
         console.print("stopped")

@@ -25,11 +25,11 @@ from schemas.api import DagJob, RunDag, operator_fields
 from streams import registry
 from streams.adapters import postgres
 from streams.adapters.postgres import Conn
-from streams.cli.options import JSON_OPTION, parse_id
+from streams.cli.options import JSON_OPTION, TENANT_OPTION, parse_id, tenant_name
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.cli.sessions import reprocess_cmd, rollback_cmd
 from streams.config import load_settings
-from streams.errors import NotFoundError
+from streams.errors import NotFoundError, UsageError
 from streams.jobs import queue, run_actions
 from streams.sessions.reprocess import BACKFILL_PRIORITY, BackfillItem, BackfillScope, backfill
 from streams.views.runs import list_runs, show_run, status_counts
@@ -57,19 +57,23 @@ _STYLE = {
 
 @runs_app.command("list")
 def list_command(
-    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's runs."),
+    tenant: str | None = TENANT_OPTION,
+    all_tenants: bool = typer.Option(False, "--all-tenants", help="Every tenant's runs."),
     session: str | None = typer.Option(None, "--session", help="Only this session's runs."),
     status: str | None = typer.Option(None, "--status", help="Only runs in this state."),
     limit: int = typer.Option(50, "--limit", min=1),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """List runs, newest first."""
+    """List the tenant's runs (like every other list), newest first."""
+    if all_tenants and tenant is not None:
+        raise UsageError("--tenant and --all-tenants exclude each other")
+    owner = None if all_tenants else tenant_name(tenant)
 
     async def main() -> None:
         conn = await postgres.connect(load_settings().postgres())
         try:
-            tenant_id = await _tenant_id(conn, tenant) if tenant else None
-            rows = await list_runs(
+            tenant_id = await registry.tenant_id(conn, owner) if owner else None
+            rows = [] if owner and tenant_id is None else await list_runs(
                 conn, tenant_id=tenant_id, session_id=parse_id(session, "session") if session
                 else None, status=status, limit=limit,
             )  # fmt: skip

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from schemas.api import SchemaVersion, operator_fields
 from schemas.device_schema import SchemaFile, SchemaFileError, load_schema_file
 from stages.errors import StageError
-from stages.ingest.dry_run import evaluate_payload, sample_values
+from stages.ingest.dry_run import evaluate_sample
 from stages.ingest.ingress import EnvelopeError, load_json
 from stages.ingest.program import compile_schema
 from stages.ingest.topic_program import TopicProgram
@@ -116,7 +117,7 @@ def test(file: Path = typer.Argument(..., help="Schema file (YAML)."),
     """Run one payload through validate, mutate and derive (no services needed)."""
     schema, programs = load_checked(file)
     program = programs[_pick_topic(schema, topic)]
-    report = evaluate_payload(program, _read_values(payload))
+    report = evaluate_sample(program, _read_sample(payload))
     if as_json:
         print_json(report)
     else:
@@ -134,18 +135,24 @@ def _pick_topic(schema: SchemaFile, topic: str | None) -> str:
     raise UsageError(f"choose a topic with --topic ({', '.join(names)})")
 
 
-def _read_values(path: Path) -> Any:
-    """The ``values`` of an envelope file, or the whole object if it is not an envelope."""
+def _read_sample(path: Path) -> Any:
+    """An envelope file, or a file of an envelope's values, as the pipeline reads a body."""
     try:
         data = load_json(path.read_bytes())  # as the pipeline reads a body (huge numbers too)
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except EnvelopeError as exc:
         raise UsageError(f"{path}: not valid JSON: {exc.message}") from None
-    return sample_values(data)
+    return data
 
 
 def _print_report(report: dict[str, Any]) -> None:
+    ingress = report["ingress"]
+    if ingress is not None and not ingress["ok"]:
+        console.print(f"[red]envelope refused[/]: {escape(ingress['message'])} "
+                      f"({ingress['code']}): ingest dead-letters it")
+        console.print("outcome: [red]failed_ingress[/]")
+        return
     checked = report["validate"]
     rows = [{"parameter": k, "value": v} for k, v in checked["extracted"].items()]
     print_rows(rows, columns=("parameter", "value"), title=f"validate: topic {report['topic']}")

@@ -26,7 +26,7 @@ from streams.cli.options import (
     run_with_connection,
     tenant_name,
 )
-from streams.cli.output import console, print_json, print_record, print_rows
+from streams.cli.output import console, err_console, print_json, print_record, print_rows
 from streams.cli.session_dlq import session_dlq_app
 from streams.config import Settings, load_settings
 from streams.errors import NotFoundError, UsageError
@@ -59,8 +59,9 @@ def _follow(settings: Settings, *, as_json: bool, timeout: float, **which: Any) 
     return asyncio.run(wait_for_run(settings, on_progress=show, timeout_s=timeout, **which))
 
 
-def _print_final(progress: Any, *, as_json: bool) -> None:
+def _print_final(progress: Any, *, as_json: bool, session_id: Any = None) -> None:
     data = {
+        **({"session_id": str(session_id)} if session_id is not None else {}),
         "run_id": str(progress.run_id),
         "status": progress.status,
         "failure_reason": progress.failure_reason,
@@ -141,15 +142,42 @@ def upload(
             date=session_date_from_text(date, name="--date")))
     except QuotaExceededError as exc:  # the command ran; the answer is "not today"
         fail(exc.describe(), code=ExitCode.FAILED)
+    # A session is its files (its id is derived from their hashes): the same files uploaded
+    # for another device are the session that device already has, not a new one - say so.
+    earlier = _earlier_device(owner, receipt.session_id, device)
     if as_json and not wait:
-        print_json(receipt.as_dict())
+        print_json({**receipt.as_dict(), "existing_session_device": earlier})
     elif not as_json:
         console.print(f"uploaded {len(receipt.artifacts)} file(s) as session "
                       f"{receipt.session_id} (artifact set {receipt.artifact_set_hash[:12]})")
+    if earlier is not None:
+        err_console.print(
+            f"note: these files were uploaded before for device {earlier}: session "
+            f"{receipt.session_id} is that upload's session (device {earlier}), not a new "
+            f"one for {device}", soft_wrap=True)
     if wait:
         final = _follow(settings, as_json=as_json, timeout=timeout, tenant=owner,
                         artifact_set_hash=receipt.artifact_set_hash)
-        _print_final(final, as_json=as_json)
+        _print_final(final, as_json=as_json, session_id=receipt.session_id)
+
+
+def _earlier_device(tenant: str, session_id: Any, device: str) -> str | None:
+    """The device of an existing session ``session_id`` when it is not ``device``."""
+    from streams.registry import tenant_id
+    from streams.views import sessions as queries
+
+    async def work(conn: Any) -> str | None:
+        tid = await tenant_id(conn, tenant)
+        if tid is None:
+            return None
+        try:
+            found = await queries.get_session(conn, tid, session_id)
+        except NotFoundError:
+            return None
+        return None if found.device == device else found.device
+
+    result: str | None = run_with_connection(work)
+    return result
 
 
 @sessions_app.command("list")

@@ -68,10 +68,12 @@ def simulate_cmd(
     devices: int = typer.Option(25, "--devices", min=1, help="Simulated devices."),
     rate: float = typer.Option(500.0, "--rate", help="Envelopes per second, whole fleet."),
     duration: float = typer.Option(10.0, "--duration", help="Seconds to publish for."),
-    duplicates: float = typer.Option(0.05, "--duplicates", help="Share re-sent."),
-    late: float = typer.Option(0.05, "--late", help="Share sent after newer readings."),
-    invalid: float = typer.Option(0.02, "--invalid", help="Share failing validation."),
-    unknown_topic: float = typer.Option(0.01, "--unknown-topic", help="Share on a bad topic."),
+    duplicates: float = typer.Option(0.05, "--duplicates", help="Share re-sent (0: none)."),
+    late: float = typer.Option(0.05, "--late",
+                               help="Share sent after newer readings (0: none)."),
+    invalid: float = typer.Option(0.02, "--invalid", help="Share failing validation (0: none)."),
+    unknown_topic: float = typer.Option(0.01, "--unknown-topic",
+                                        help="Share on a topic the schema lacks (0: none)."),
     tenant: str = TENANT_OPTION,
     seed: int = typer.Option(0, "--seed", help="Random seed (repeatable runs)."),
     as_json: bool = JSON_OPTION,
@@ -103,9 +105,13 @@ def simulate_cmd(
         print_json(data)
     else:
         expected = data.pop("expected")
+        examples = data.pop("examples")
         print_record(data, title="simulation")
         print_rows([{"status": k, "expected": v} for k, v in expected.items()],
                    columns=["status", "expected"], title="what Tideway should record")
+        print_rows([{"kind": k, "message": v} for k, v in examples.items()],
+                   columns=["kind", "message"],
+                   title="one envelope of each kind (tideway messages show MESSAGE)")
 
 
 @dlq_app.command("list")

@@ -20,7 +20,7 @@ from typing import Any
 from stages.ingest.ingress import digest_of
 from streams.adapters.postgres import Conn
 from streams.config import Settings
-from streams.errors import NotFoundError
+from streams.errors import NotFoundError, TidewayError
 from streams.ingest import sql
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotState
@@ -136,6 +136,8 @@ async def _published(resources: Resources, message: dict[str, Any],
         out["analytics_rows"] = await analytics.count_for(
             message["source_deduplication_key"], tenant=message["tenant"],
             device=message["device"], measured_at=telemetry["measured_at"])
-    except Exception as exc:  # a chDB engine held by another process, for instance
+    except TidewayError as exc:  # a chDB engine held by another process, for instance
+        out["analytics_rows"] = f"unavailable: {exc.describe()}"
+    except Exception as exc:
         out["analytics_rows"] = f"unavailable: {exc}"
     return out

@@ -74,6 +74,9 @@ class SimReport:
     publish_errors: int = 0
     expected: dict[str, int] = field(default_factory=dict)
     """The statuses Tideway should record for the stored envelopes."""
+    examples: dict[str, str] = field(default_factory=dict)
+    """One envelope of each kind sent (``normal``, ``late``, ``invalid``, ``unknown_topic``)
+    by its dedupe key, which ``tideway messages show`` takes."""
 
     def finish(self) -> None:
         self.expected = {
@@ -193,6 +196,7 @@ async def _publish(
         else:
             recent.append(env)
             setattr(report, env.kind, getattr(report, env.kind) + 1)
+            report.examples.setdefault(env.kind, f"m:{tenant}:{env.msg_id}")
 
     started = time.monotonic()
     try:

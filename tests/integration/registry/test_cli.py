@@ -12,17 +12,20 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "weather-station.yaml"
 PAYLOAD = REPO / "examples" / "payload.json"
-TIDEWAY = Path(sys.executable).parent / "tideway"  # the console script, as a user runs it
+# What the console script runs, from this checkout (an installed `tideway` script may belong
+# to another checkout of the project).
+TIDEWAY = (sys.executable, "-c", "from streams.cli.main import main; main()")
 
 
 async def tideway(dsn: str | None, *args: str, cwd: Path) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEWAY_")}
     env["TIDEWAY_CONFIG"] = str(cwd / "absent.toml")
     env["COLUMNS"] = "200"
+    env["PYTHONPATH"] = str(REPO)
     if dsn is not None:
         env["TIDEWAY_POSTGRES_DSN"] = dsn
     proc = await asyncio.create_subprocess_exec(
-        str(TIDEWAY), *args, cwd=cwd, env=env,
+        *TIDEWAY, *args, cwd=cwd, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     assert proc.returncode is not None
@@ -82,6 +85,23 @@ async def test_schema_test_needs_no_services(tmp_path: Path) -> None:
                                  cwd=tmp_path)
     assert code == 3  # ExitCode.FAILED: the command worked, the payload would be refused
     assert "MISSING_REQUIRED" in out and "failed_validation" in out
+
+
+async def test_schema_test_holds_an_envelope_to_the_ingest_contract(tmp_path: Path) -> None:
+    # What the running pipeline dead-letters as ENVELOPE_INVALID is no "processed" here.
+    bad = tmp_path / "bad-envelope.json"
+    bad.write_text(json.dumps({"ts": "yesterday-ish", "seq": -5,
+                               "values": json.loads(PAYLOAD.read_text())["values"]}))
+    code, out, _ = await tideway(None, "schema", "test", str(EXAMPLE), "--payload", str(bad),
+                                 "--json", cwd=tmp_path)
+    assert code == 3, out
+    report = as_json(out)
+    assert report["outcome"] == "failed_ingress"
+    assert report["ingress"]["code"] == "ENVELOPE_INVALID" and report["validate"] is None
+    bad.write_text(PAYLOAD.read_text().replace('"seq": 42', '"seq": -5'))
+    code, out, _ = await tideway(None, "schema", "test", str(EXAMPLE), "--payload", str(bad),
+                                 cwd=tmp_path)
+    assert code == 3 and "ENVELOPE_INVALID" in out and "failed_ingress" in out, out
 
 
 async def test_device_commands(pg_dsn: str, tmp_path: Path) -> None:

@@ -60,6 +60,14 @@ async def test_synth_upload_wait_reprocess_rollback(cli_env: Settings, tmp_path:
         listed = orjson.loads(await _cli("sessions", "list", "--json"))
         assert len(listed) == 1 and listed[0]["active_run_id"] == done["run_id"]
         session = listed[0]["id"]
+        assert done["session_id"] == session  # --wait --json names the session it made
+        # The same file for another device is kart-3's session, and the answer says so.
+        same = await asyncio.to_thread(CliRunner().invoke, app, [
+            "sessions", "upload", str(out), "--device", "kart-4", "--json"])
+        assert same.exit_code == 0, (same.output, same.exception)
+        assert orjson.loads(same.stdout)["session_id"] == session
+        assert orjson.loads(same.stdout)["existing_session_device"] == "kart-3"
+        assert "uploaded before for device kart-3" in same.stderr
         again = orjson.loads(await _cli("sessions", "reprocess", session, "--wait", "--json"))
         assert again["status"] in {"succeeded", "partial"} and again["run_id"] != done["run_id"]
 
@@ -70,6 +78,18 @@ async def test_synth_upload_wait_reprocess_rollback(cli_env: Settings, tmp_path:
     assert (back["from_run"], back["to_run"]) == (again["run_id"], done["run_id"])
     key = orjson.loads(await _cli("api-keys", "create", "ci", "--json"))
     assert key["tenant"] == "acme" and key["key"].startswith("tw_")
+    # The id `revoke` takes is in create's own answer and in `list`, never the secret.
+    shown_key = await _cli("api-keys", "create", "ops")
+    ops_id = shown_key.split()[2]
+    first = orjson.loads(await _cli("api-keys", "list", "--json"))[0]
+    assert {k: first[k] for k in ("id", "name", "tenant", "prefix", "revoked_at")} == {
+        "id": key["id"], "name": "ci", "tenant": "acme", "prefix": key["key"][3:11],
+        "revoked_at": None}
+    await _cli("api-keys", "revoke", ops_id)
+    keys = orjson.loads(await _cli("api-keys", "list", "--json"))
+    assert [(k["id"], k["name"], k["revoked_at"] is None) for k in keys] == [
+        (key["id"], "ci", True), (ops_id, "ops", False)]
+    assert key["key"] not in await _cli("api-keys", "list")
 
 
 async def test_upload_wait_exits_3_when_the_run_fails(cli_env: Settings, tmp_path: Path) -> None:
