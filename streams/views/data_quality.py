@@ -129,7 +129,10 @@ _ARRIVALS: Final = f"""
 _DEVICES: Final = f"""
 WITH recent AS (
   SELECT device_id, invalid, duplicate, received_at, measured_at, seq,
-         seq < lag(seq) OVER (PARTITION BY device_id, duplicate ORDER BY received_at, id) AS behind
+         -- malformed envelopes carry no seq: in a partition of their own, so that one arriving
+         -- between two envelopes never hides that the second came out of order
+         seq < lag(seq) OVER (PARTITION BY device_id, duplicate, seq IS NULL
+                              ORDER BY received_at, id) AS behind
   FROM ({_ARRIVALS}) a
 ), q AS (
   SELECT device_id,

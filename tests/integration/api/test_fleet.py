@@ -351,3 +351,19 @@ async def test_malformed_envelopes_count_for_their_device_and_in_the_charts(
         other = await key_headers(fleet.pool, "globex")
         empty = await (await client.get("/v1/fleet/history", headers=other)).json()
         assert not any(b["statuses"] for b in empty["buckets"])
+
+
+async def test_a_malformed_envelope_between_two_hides_no_out_of_order_arrival(
+    fleet: Harness,
+) -> None:
+    """Seq 4 arrives after seq 5 with an unreadable envelope between them: the unreadable one
+    has no seq to compare, so the late 4 still counts as out of order."""
+    await fleet.publish("d1", envelope(5, 2))
+    await fleet.publish("d1", None, raw=b"{not json")
+    await fleet.publish("d1", envelope(4, 1))
+    await fleet.consume(3)
+    headers = await key_headers(fleet.pool, "acme")
+    async with api_client(fleet.settings, fleet.pool) as client:
+        report = await (await client.get("/v1/fleet", headers=headers)).json()
+    [d1] = [d for d in report["devices"] if d["device"] == "d1"]
+    assert (d1["envelopes"], d1["out_of_order"]) == (3, 1)
