@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from schemas.api.base import Text, _Body
 
@@ -109,14 +109,27 @@ class DeviceActivity(_Body):
 
 
 class SeriesPoint(_Body):
-    t: datetime = Field(description="Start of the time bucket.")
-    value: float = Field(description="The bucket's average value.")
+    """One time bucket of a charted parameter."""
+
+    t: AwareDatetime = Field(
+        description="Start of the time bucket, in UTC with its offset (`Z`): the bucket is "
+        "`[t, t + step_s)`."
+    )
+    value: float = Field(
+        description="The bucket's average value; for a `boolean` parameter the share of its "
+        "readings that were true (0 to 1), not a reading."
+    )
 
 
 class ParameterSeries(_Body):
     parameter: str
     unit: str
-    points: list[SeriesPoint]
+    kind: Literal["number", "boolean"] = Field(
+        "number",
+        description="`boolean` when the device's schema declares the parameter boolean: its "
+        "points are shares of true readings (booleans are stored as 1 and 0).",
+    )
+    points: list[SeriesPoint] = Field(description="Only buckets with readings, oldest first.")
 
 
 class DeviceSeriesQuery(BaseModel):
@@ -128,11 +141,19 @@ class DeviceSeriesQuery(BaseModel):
 
 
 class DeviceSeries(_Body):
-    """A device's numeric parameters over a recent window (ClickHouse), bounded for drawing."""
+    """A device's numeric parameters over a recent window (ClickHouse), bounded for drawing.
+
+    The buckets span the readings, not the whole window: from the bucket of the device's first
+    reading in the window to ``until``, so a device that started sending a few minutes ago is
+    charted over those minutes. A bucket without readings has no point: that is a gap."""
 
     device: str
-    since: datetime
-    until: datetime
+    since: AwareDatetime = Field(description="The window's start (`until` - `window_minutes`).")
+    until: AwareDatetime = Field(description="The window's end: when the API answered.")
+    step_s: float = Field(
+        description="The width of every bucket in seconds (1 s, 2 s, 5 s ... 1 h: a round "
+        "step, at least the readings' span over 240)."
+    )
     parameters: list[ParameterSeries] = Field(
         description="At most 24 parameters of at most 240 bucket averages each, by name."
     )

@@ -6,7 +6,8 @@ named by its id within the tenant, so another tenant's devices are simply not fo
 
 ``GET /v1/devices/{device}/activity``: the device's hot state from Redis and its newest
 envelopes with their status. ``GET /v1/devices/{device}/series``: its numeric parameters over a
-recent window from ClickHouse.
+recent window from ClickHouse, in buckets whose times carry their UTC offset, the boolean ones
+(by the device's schema) marked as shares of true readings.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from streams.clickhouse import ClickHouse
 from streams.ingest.hot_state import HotState
 from streams.names import Names
 from streams.views import devices
-from streams.views.fleet import device_activity, device_series
+from streams.views.fleet import boolean_parameters, device_activity, device_series
 
 __all__ = [
     "DEVICE",
@@ -99,7 +100,8 @@ async def get_device_series(request: web.Request) -> web.Response:
     ctx, caller, name = context_of(request), caller_of(request), path_text(request, "device")
     q = query_of(request, DeviceSeriesQuery)
     async with ctx.pool.acquire() as conn:
-        await devices.show_device(conn, caller.tenant, name)  # 404 for another tenant's
+        found = await devices.show_device(conn, caller.tenant, name)  # 404 for another tenant's
+        booleans = await boolean_parameters(conn, found.schema_version_id)
     now, window = dt.datetime.now(dt.UTC), dt.timedelta(minutes=q.window_minutes)
     # Made per request, as Redis above: the client underneath is shared per DSN.
     clickhouse = (
@@ -109,8 +111,9 @@ async def get_device_series(request: web.Request) -> web.Response:
     )
     table = Names(namespace=ctx.settings.namespace).analytics_table
     series = await device_series(
-        clickhouse, table, tenant=caller.tenant, device=name, now=now, window=window
-    )
+        clickhouse, table, tenant=caller.tenant, device=name, now=now, window=window,
+        booleans=booleans,
+    )  # fmt: skip
     return reply(series)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import uuid
+from collections.abc import Collection
 from typing import Any
 
 from schemas.api import (
@@ -28,10 +30,18 @@ from streams.adapters.postgres import Conn
 from streams.clickhouse import ClickHouse
 from streams.errors import TransientError
 from streams.views.data_quality import device_quality, fleet_totals, recent_messages
+from streams.views.device_schemas import schema_parameters
 from streams.views.latency import end_to_end
-from streams.views.parameter_series import parameter_series
+from streams.views.parameter_series import bucket_step, parameter_series
 
-__all__ = ["RECENT", "device_activity", "device_series", "fleet_live", "fleet_report"]
+__all__ = [
+    "RECENT",
+    "boolean_parameters",
+    "device_activity",
+    "device_series",
+    "fleet_live",
+    "fleet_report",
+]
 
 RECENT = 50
 """A device page's newest envelopes."""
@@ -88,9 +98,12 @@ async def device_series(
     device: str,
     now: dt.datetime,
     window: dt.timedelta,
+    booleans: Collection[str] = (),
 ) -> DeviceSeries:
-    """The device's charted parameters over ``window``, or none and why."""
-    series: list[dict[str, Any]] = []
+    """The device's charted parameters over ``window``, or none and why (``booleans``: the
+    parameters its schema declares boolean, see :func:`boolean_parameters`)."""
+    series: list[ParameterSeries] = []
+    step = bucket_step(window)
     reason = None
     # The charts are an extra on the device page: without ClickHouse (not configured here, or
     # an embedded engine another process holds) the answer says why, rather than failing the
@@ -99,9 +112,10 @@ async def device_series(
         reason = "NO_CLICKHOUSE"
     else:
         try:
-            series = await parameter_series(
-                clickhouse, table, tenant=tenant, device=device, now=now, window=window
-            )
+            step, series = await parameter_series(
+                clickhouse, table, tenant=tenant, device=device, now=now, window=window,
+                booleans=booleans,
+            )  # fmt: skip
         except TransientError as exc:
             log.warning("device charts: %s", exc)
             reason = exc.code
@@ -109,9 +123,19 @@ async def device_series(
         device=device,
         since=now - window,
         until=now,
-        parameters=[ParameterSeries.model_validate(p) for p in series],
+        step_s=step.total_seconds(),
+        parameters=series,
         reason=reason,
     )
+
+
+async def boolean_parameters(conn: Conn, schema_version_id: uuid.UUID | None) -> frozenset[str]:
+    """The names of the parameters the schema version declares ``boolean`` (none without a
+    schema): their series are shares of true readings, not measurements."""
+    if schema_version_id is None:
+        return frozenset()
+    rows = await schema_parameters(conn, schema_version_id)
+    return frozenset(r["name"] for r in rows if r["type"] == "boolean")
 
 
 async def fleet_live(

@@ -1,7 +1,30 @@
 // Devices: the registered devices (searchable), and one device with its hot state, a chart per
-// numeric parameter over the last hour (ClickHouse), its newest envelopes, its sessions and the
-// credentials it connects to NATS with (issue, rotate, revoke; a new secret shown once).
+// numeric parameter over a chosen recent range (ClickHouse), its newest envelopes, its sessions
+// and the credentials it connects to NATS with (issue, rotate, revoke; a new secret shown once).
 import { api, h, table, state, when, short, facts, notice, act, documented } from "../lib.js";
+
+/** A notice of this page, with a button that dismisses it (lib's notice may bring one already). */
+function tell(text, isError = false) {
+  const el = notice(text, isError);
+  if (el instanceof Element && !el.querySelector(".notice-close")) {
+    const close = h("button", { type: "button", class: "notice-close", "aria-label": "Dismiss" }, "×");
+    close.addEventListener("click", () => el.remove());
+    el.append(" ", close);
+  }
+  return el;
+}
+
+/** lib's act (the button disabled meanwhile), its failure told as a dismissible notice too. */
+function run(button, fn) {
+  return act(button, async () => {
+    try {
+      return await fn();
+    } catch (err) {
+      tell(`${err.message}${err.code ? ` (${err.code})` : ""}`, true);
+      return undefined;
+    }
+  });
+}
 
 export async function listDevices(view) {
   const search = h("input", { id: "device-search", type: "search", placeholder: "filter the loaded devices" });
@@ -25,7 +48,7 @@ export async function listDevices(view) {
       h("td", {}, d.schema ? `${d.schema} v${d.schema_version ?? "?"}` : "—"), h("td", {}, when(d.updated_at)))));
   }
   search.addEventListener("input", draw);
-  more.addEventListener("click", () => act(more, load));
+  more.addEventListener("click", () => run(more, load));
   await load();
   const t = table(["device", "name", "state", "schema", "updated"], [], { id: "devices" });
   t.querySelector("tbody").replaceWith(body);
@@ -34,13 +57,21 @@ export async function listDevices(view) {
 
 export async function showDevice(view, device) {
   const enc = encodeURIComponent(device);
-  const d = await api(`/v1/devices/${enc}`);
-  const toggle = h("button", { id: "device-toggle", type: "button" }, d.active ? "Deactivate" : "Activate");
-  toggle.addEventListener("click", () => act(toggle, async () => {
-    const r = await api(`/v1/devices/${enc}/${d.active ? "deactivate" : "activate"}`, { method: "POST" });
-    notice(`${device} is now ${r.device.active ? "active" : "inactive"}.`);
-    d.active = r.device.active;
+  let d = await api(`/v1/devices/${enc}`);
+  const toggle = h("button", { id: "device-toggle", type: "button" });
+  const stateCell = h("span", { id: "device-state" });
+  function show() { // the device's activation as the server last answered it
+    stateCell.replaceChildren(d.active ? "active" : "inactive (envelopes recorded, not published)");
+    stateCell.dataset.active = String(d.active);
     toggle.textContent = d.active ? "Deactivate" : "Activate";
+  }
+  show();
+  toggle.addEventListener("click", () => run(toggle, async () => {
+    const r = await api(`/v1/devices/${enc}/${d.active ? "deactivate" : "activate"}`, { method: "POST" });
+    // Read back, so the page shows what the registry holds now (its answer, should that fail).
+    d = await api(`/v1/devices/${enc}`).catch(() => r.device);
+    show();
+    tell(`${device} is now ${d.active ? "active" : "inactive"}${r.changed ? "" : " (it already was)"}.`);
   }));
   const [sessions, activity] = await Promise.all([
     api(`/v1/sessions?device=${enc}&limit=50`), api(`/v1/devices/${enc}/activity`)]);
@@ -58,11 +89,11 @@ export async function showDevice(view, device) {
       h("td", {}, when(m.measured_at)), h("td", {}, m.seq ?? "—"), h("td", {}, m.topic),
       h("td", {}, state(m.status)), h("td", {}, m.error_code ?? ""))), { id: "device-messages" });
   view.append(h("h1", {}, "Device ", h("code", {}, device)),
-    facts([["name", d.name], ["state", d.active ? "active" : "inactive (envelopes recorded, not published)"],
+    facts([["name", d.name], ["state", stateCell],
       ["schema", d.schema ? `${d.schema} v${d.schema_version ?? "?"}` : null], ["registered", when(d.created_at)]]),
     h("div", { class: "actions" }, toggle),
     h("h2", {}, "Hot state"), h("div", { id: "device-hot-state" }, hot),
-    h("h2", {}, "Last hour"), await charts(enc),
+    await charts(enc),
     h("h2", {}, "Recent envelopes"), recent,
     h("h2", {}, "Sessions"),
     table(["session", "title", "status", "uploaded"], sessions.items.map((s) => h("tr", {},
@@ -86,10 +117,10 @@ async function credentials(device, enc) {
     let revoke = "";
     if (c.state === "active") {
       revoke = h("button", { type: "button", class: "credential-revoke" }, "Revoke");
-      revoke.addEventListener("click", () => act(revoke, async () => {
+      revoke.addEventListener("click", () => run(revoke, async () => {
         if (!confirm(`Revoke credential ${c.key_id} of ${device}? Its connections are closed.`)) return;
         await api(`${path}/${encodeURIComponent(c.key_id)}`, { method: "DELETE" });
-        notice(`Revoked credential ${c.key_id} of ${device}.`);
+        tell(`Revoked credential ${c.key_id} of ${device}.`);
         await load();
       }));
     }
@@ -122,12 +153,12 @@ async function credentials(device, enc) {
     secretBox.scrollIntoView({ block: "nearest" }); // below the fold on a long device page
   }
   const issue = h("button", { id: "credential-issue", type: "button" }, "Issue");
-  issue.addEventListener("click", () => act(issue, async () => {
+  issue.addEventListener("click", () => run(issue, async () => {
     showSecret(await api(path, { method: "POST" }));
     await load();
   }));
   const rotate = h("button", { id: "credential-rotate", type: "button" }, "Rotate");
-  rotate.addEventListener("click", () => act(rotate, async () => {
+  rotate.addEventListener("click", () => run(rotate, async () => {
     if (!confirm(`Rotate the credentials of ${device}? Every current one is retired and its connections are closed; the device needs the new secret.`)) return;
     showSecret(await api(`${path}/rotate`, { method: "POST" }));
     await load();
@@ -141,6 +172,10 @@ async function credentials(device, enc) {
     h("div", { class: "actions" }, issue, rotate), secretBox, t);
 }
 
+// -- charts ----------------------------------------------------------------------------------------
+// The API answers buckets in UTC (with their offset) over the readings' own span; the page draws
+// them on one time axis for all the device's charts, ticked on round times of the browser's zone.
+
 const SVG = "http://www.w3.org/2000/svg";
 
 function svg(tag, attrs = {}, text) {
@@ -150,35 +185,198 @@ function svg(tag, attrs = {}, text) {
   return el;
 }
 
-/** One small line chart: the parameter's bucket averages over the window, min and max marked. */
-export function drawParameter(series, since, until) {
-  const W = 300, H = 90, L = 4, R = 4, T = 14, B = 4;
-  const t0 = Date.parse(since), t1 = Date.parse(until);
-  const vs = series.points.map((p) => p.value);
-  const lo = Math.min(...vs), hi = Math.max(...vs);
-  const x = (t) => (L + ((Date.parse(t) - t0) / (t1 - t0 || 1)) * (W - L - R)).toFixed(1);
-  const y = (v) => (T + (hi === lo ? 0.5 : 1 - (v - lo) / (hi - lo)) * (H - T - B)).toFixed(1);
-  const d = series.points.map((p, i) => `${i ? "L" : "M"}${x(p.t)},${y(p.value)}`).join("");
+const SECOND = 1000, MINUTE = 60 * SECOND, HOUR = 60 * MINUTE, DAY = 24 * HOUR;
+/** The ranges a person can chart (window_minutes, how the page says it). */
+export const RANGES = [[15, "15 minutes"], [60, "hour"], [360, "6 hours"], [1440, "24 hours"]];
+const TICK_STEPS = [...[1, 2, 5, 10, 15, 30].map((n) => n * SECOND), ...[1, 2, 5, 10, 15, 30].map((n) => n * MINUTE),
+  ...[1, 2, 3, 6, 12].map((n) => n * HOUR), DAY, 2 * DAY, 7 * DAY];
+
+/** The browser's time zone: its IANA name and its short name at instant ``t`` (EST, GMT+9). */
+export function zoneAt(t) {
+  const name = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  const part = new Intl.DateTimeFormat(undefined, { timeZoneName: "short" }).formatToParts(new Date(t))
+    .find((x) => x.type === "timeZoneName");
+  return { name, short: part ? part.value : "" };
+}
+
+/** Round instants of the browser's wall clock from t0 to t1 (ms), at most ``most``: {step, ticks}. */
+export function timeTicks(t0, t1, most) {
+  const step = TICK_STEPS.find((s) => (t1 - t0) / s <= most) ?? TICK_STEPS.at(-1);
+  // Rounded on the local wall clock (minutes east of UTC at t0), so that in a zone half an hour
+  // off UTC an hourly tick still falls on the hour there.
+  const offset = -new Date(t0).getTimezoneOffset() * MINUTE;
+  const ticks = [];
+  for (let t = Math.ceil((t0 + offset) / step) * step - offset; t <= t1; t += step) ticks.push(t);
+  return { step, ticks };
+}
+
+function tickLabel(t, step) {
+  const d = new Date(t);
+  const midnight = d.getHours() === 0 && d.getMinutes() === 0 && d.getSeconds() === 0;
+  const opts = step >= DAY || (midnight && step >= MINUTE) ? { month: "short", day: "numeric" }
+    : { hour: "2-digit", minute: "2-digit", hourCycle: "h23", ...(step < MINUTE ? { second: "2-digit" } : {}) };
+  return new Intl.DateTimeFormat(undefined, opts).format(d);
+}
+
+const instant = (t) => new Intl.DateTimeFormat(undefined,
+  { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" }).format(new Date(t));
+
+/** A bucket width in seconds as a person says it: 1 s, 15 s, 10 min, 1 h. */
+export function span(seconds) {
+  if (seconds < 60) return `${seconds} s`;
+  if (seconds < 3600) return `${seconds / 60} min`;
+  return `${seconds / 3600} h`;
+}
+
+/** Round value ticks covering lo..hi (about ``most``): {lo, hi, ticks, digits}. */
+function valueTicks(lo, hi, most = 3) {
+  if (lo === hi) { const pad = Math.abs(lo) * 0.05 || 1; lo -= pad; hi += pad; }
+  const raw = (hi - lo) / most, mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw);
+  const a = Math.floor(lo / step) * step, b = Math.ceil(hi / step) * step;
+  const ticks = [];
+  for (let i = 0; a + i * step <= b + step / 2; i++) ticks.push(a + i * step);
+  return { lo: a, hi: b, ticks, digits: Math.max(0, -Math.floor(Math.log10(step))) };
+}
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.floor(s.length / 2)] : undefined;
+}
+
+/** The points cut where the readings stop: a spacing over twice the usual one (never less than a
+ * bucket) is a gap, left blank. Returns {runs, usual} (ms). */
+export function runsOf(points, stepMs) {
+  const usual = Math.max(stepMs, median(points.slice(1).map((p, i) => p.t - points[i].t)) ?? stepMs);
+  const runs = [];
+  points.forEach((p, i) => {
+    if (!i || p.t - points[i - 1].t > 2 * usual) runs.push([]);
+    runs.at(-1).push(p);
+  });
+  return { runs, usual };
+}
+
+const W = 360, L = 46, R = 10, T = 20, B = 22;
+
+/** The time axis under a chart: gridlines and labels at round local times. */
+function timeAxis(root, frame, x, top, bottom) {
+  const { ticks, step } = timeTicks(frame.t0, frame.t1, Math.floor((W - L - R) / 60));
+  const g = svg("g", { class: "time-axis" });
+  g.append(svg("line", { class: "axis", x1: L, x2: W - R, y1: bottom, y2: bottom }));
+  for (const t of ticks) {
+    const tx = x(t).toFixed(1);
+    g.append(svg("line", { class: "grid", x1: tx, x2: tx, y1: top, y2: bottom }),
+      svg("line", { class: "axis", x1: tx, x2: tx, y1: bottom, y2: bottom + 3 }));
+    const anchor = x(t) > W - 26 ? "end" : "middle"; // the last label stays inside the drawing
+    g.append(svg("text", { class: "tick-label", x: tx, y: bottom + 14, "text-anchor": anchor,
+      "data-t": new Date(t).toISOString() }, tickLabel(t, step)));
+  }
+  root.append(g);
+}
+
+/** One chart of a parameter's buckets on the shared time frame {t0, t1, step} (ms): a number as a
+ * line of bucket averages with a value axis, a boolean as a band of the share of its readings that
+ * were true per bucket. Where readings stop, the chart is blank. */
+export function drawParameter(series, frame) {
+  const boolean = series.kind === "boolean";
+  const H = boolean ? 84 : 136, bottom = H - B;
+  const x = (t) => L + ((t - frame.t0) / (frame.t1 - frame.t0 || 1)) * (W - L - R);
+  const pts = series.points.map((p) => ({ t: Date.parse(p.t), v: p.value }));
+  const { runs, usual } = runsOf(pts, frame.step);
   const unit = series.unit ? ` ${series.unit}` : "";
-  const root = svg("svg", { class: "chart param-chart", "data-parameter": series.parameter, width: W, height: H,
-    viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${series.parameter} over the window` });
-  root.append(svg("text", { class: "axis-label", x: L, y: 11 },
-    `${series.parameter}: ${lo.toPrecision(4)} to ${hi.toPrecision(4)}${unit}`));
-  // A lone point is still a mark: a zero-length line with round caps would vanish, so a dot.
-  root.append(series.points.length > 1 ? svg("path", { class: "param-line", d })
-    : svg("circle", { class: "param-dot", cx: x(series.points[0].t), cy: y(vs[0]), r: 2.5 }));
+  const root = svg("svg", { class: `chart param-chart ${boolean ? "bool-chart" : "number-chart"}`,
+    "data-parameter": series.parameter, "data-kind": series.kind, "data-runs": runs.length,
+    viewBox: `0 0 ${W} ${H}`, role: "img", preserveAspectRatio: "xMinYMin meet" });
+  let title;
+  if (boolean) {
+    title = `${series.parameter}: share of readings true, per bucket`;
+    const y0 = T + 4, h0 = bottom - y0;
+    root.append(svg("text", { class: "tick-label", x: L - 4, y: y0 + 8, "text-anchor": "end" }, "true"),
+      svg("text", { class: "tick-label", x: L - 4, y: bottom - 1, "text-anchor": "end" }, "false"));
+    for (const run of runs) {
+      run.forEach((p, i) => { // a bucket holds until the next one, or for the usual spacing
+        const end = Math.min(frame.t1, i + 1 < run.length ? run[i + 1].t : p.t + usual);
+        const bx = x(p.t), bw = Math.max(1, x(end) - bx);
+        const g = svg("g", { class: "bool-bucket", "data-t": new Date(p.t).toISOString(), "data-share": p.v });
+        g.append(svg("title", {}, `${instant(p.t)}: true in ${Math.round(p.v * 100)} % of readings`),
+          svg("rect", { class: "bool-false", x: bx.toFixed(1), y: y0, width: bw.toFixed(1), height: h0 }));
+        if (p.v > 0) g.append(svg("rect", { class: "bool-true", x: bx.toFixed(1), y: (bottom - p.v * h0).toFixed(1),
+          width: bw.toFixed(1), height: (p.v * h0).toFixed(1) }));
+        root.append(g);
+      });
+    }
+  } else {
+    const vs = pts.map((p) => p.v);
+    const lo = Math.min(...vs), hi = Math.max(...vs);
+    title = `${series.parameter}: ${lo.toPrecision(4)} to ${hi.toPrecision(4)}${unit}`;
+    const scale = valueTicks(lo, hi);
+    const y = (v) => T + 4 + (1 - (v - scale.lo) / (scale.hi - scale.lo)) * (bottom - T - 4);
+    const fmt = new Intl.NumberFormat(undefined, { maximumFractionDigits: scale.digits,
+      notation: Math.max(Math.abs(scale.lo), Math.abs(scale.hi)) >= 1e5 ? "compact" : "standard" });
+    for (const v of scale.ticks) {
+      const ty = y(v).toFixed(1);
+      root.append(svg("line", { class: "grid", x1: L, x2: W - R, y1: ty, y2: ty }),
+        svg("text", { class: "tick-label value-tick", x: L - 4, y: (y(v) + 3.5).toFixed(1), "text-anchor": "end" }, fmt.format(v)));
+    }
+    const d = runs.filter((r) => r.length > 1)
+      .map((r) => r.map((p, i) => `${i ? "L" : "M"}${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join("")).join("");
+    if (d) root.append(svg("path", { class: "param-line", d }));
+    // A reading alone between gaps is still a mark: a dot (a zero-length line would vanish).
+    for (const r of runs.filter((r) => r.length === 1)) {
+      root.append(svg("circle", { class: "param-dot", cx: x(r[0].t).toFixed(1), cy: y(r[0].v).toFixed(1), r: 2.5 }));
+    }
+  }
+  timeAxis(root, frame, x, T, bottom);
+  root.prepend(svg("title", {}, `${title}${boolean ? "" : " (bucket averages)"}`));
+  root.setAttribute("aria-label", title);
+  root.append(svg("text", { class: "chart-title", x: 4, y: 13 }, title));
   return root;
 }
 
-/** The device's charts from ClickHouse; a sentence instead when there is nothing or it fails. */
+/** The shared time frame of the device's charts: from its first bucket (at least a minute back)
+ * to when the API answered, so the readings fill the width whatever the range asked. */
+export function frameOf(r) {
+  const t1 = Date.parse(r.until);
+  const first = Math.min(...r.parameters.flatMap((p) => p.points.map((q) => Date.parse(q.t))));
+  return { t0: Math.min(first, t1 - MINUTE), t1, step: r.step_s * SECOND };
+}
+
+/** The device's charts from ClickHouse over a range a person picks; a sentence instead when there
+ * is nothing or it fails. */
 async function charts(enc) {
   const box = h("div", { id: "device-charts", class: "charts" });
-  try {
-    const r = await api(`/v1/devices/${enc}/series?window_minutes=60`);
-    box.append(...(r.parameters.length ? r.parameters.map((p) => drawParameter(p, r.since, r.until))
-      : [h("p", { class: "muted" }, r.reason ? `Charts unavailable: ${r.reason}.` : "No numeric values measured in the last hour.")]));
-  } catch (err) {  // the page stays usable without its charts (ClickHouse down, an older API)
-    box.append(h("p", { class: "muted" }, `Charts unavailable: ${err.message}`));
+  const caption = h("p", { id: "device-charts-caption", class: "muted chart-caption" });
+  const range = h("select", { id: "device-range", "aria-label": "Chart range" },
+    RANGES.map(([m, label]) => h("option", { value: m, selected: m === 60 }, `last ${label}`)));
+  let asked = 0;
+  async function load() {
+    const ticket = ++asked, minutes = Number(range.value);
+    const label = RANGES.find(([m]) => m === minutes)[1];
+    let shown;
+    try {
+      const r = await api(`/v1/devices/${enc}/series?window_minutes=${minutes}`);
+      if (ticket !== asked) return; // a newer pick is on its way
+      if (r.parameters.length) {
+        const frame = frameOf(r), zone = zoneAt(frame.t1);
+        box.dataset.zone = zone.name;
+        caption.replaceChildren(`Times in ${zone.name} (${zone.short}), ${instant(frame.t0)} to ${instant(frame.t1)}. `,
+          `Each point is a ${span(r.step_s)} bucket: a number's average, a boolean's share of readings that were true. `,
+          "Where readings stop for more than twice their usual interval the chart is left blank.");
+        shown = r.parameters.map((p) => drawParameter(p, frame));
+      } else {
+        caption.replaceChildren();
+        shown = [h("p", { class: "muted" }, r.reason ? `Charts unavailable: ${r.reason}.` : `No numeric values measured in the last ${label}.`)];
+      }
+    } catch (err) { // the page stays usable without its charts (ClickHouse down, an older API)
+      if (ticket !== asked) return;
+      caption.replaceChildren();
+      shown = [h("p", { class: "muted" }, `Charts unavailable: ${err.message}`)];
+    }
+    box.replaceChildren(...shown);
+    box.dataset.minutes = minutes; // what the charts show now
   }
-  return box;
+  range.addEventListener("change", () => run(range, load));
+  await load();
+  return h("section", { id: "device-charts-section" },
+    h("div", { class: "chart-head" }, h("h2", {}, "Charts"), range), caption, box);
 }
