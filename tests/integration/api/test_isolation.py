@@ -91,6 +91,12 @@ async def test_every_route_hides_one_tenants_things_from_another(seeded: Seeded)
             ours = await (await client.get(path, headers=seeded.acme)).json()
             assert ours["envelopes"] and ours["end_to_end_p50_s"] is not None, ours
             continue
+        if route.path == "/v1/fleet/history":  # charts: globex's buckets count nothing
+            assert answer["buckets"], answer
+            assert all(b["statuses"] == {} and b["sampled"] == 0 for b in answer["buckets"])
+            ours = await (await client.get(path, headers=seeded.acme)).json()
+            assert any(b["statuses"] for b in ours["buckets"]), ours
+            continue
         # A list: globex's is empty, acme's on the same route is not.
         assert answer == {"items": [], "next": None}, route.path
         ours = await (await client.get(path, headers=seeded.acme)).json()
