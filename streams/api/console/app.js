@@ -83,13 +83,14 @@ async function render() {
   for (const a of document.querySelectorAll("nav a")) {
     a.classList.toggle("current", hash.startsWith(a.getAttribute("href")));
   }
-  const match = ROUTES.find(([re]) => re.test(hash));
+  const path = hash.split("?", 1)[0]; // after "?": the view's state (lib.js viewState)
+  const match = ROUTES.find(([re]) => re.test(path));
   const ticket = ++rendering;
   const view = h("div", { id: "view" });
   if (!match) {
     view.append(h("p", { class: "error" }, "No such page."));
   } else {
-    const args = hash.match(match[0]).slice(1).map(decodeURIComponent);
+    const args = path.match(match[0]).slice(1).map(decodeURIComponent);
     try {
       await match[1](view, ...args);
     } catch (err) {

@@ -226,3 +226,24 @@ export function onResize(el, fn) {
   observer.observe(el);
   pageCleanups.push(() => observer.disconnect());
 }
+
+// -- the view's state in the URL (#/page?key=value&...): a link shows a colleague the same view --
+
+/** The current view's state: the parameters after "?" in the location's hash. */
+export function viewState() {
+  const query = location.hash.split("?")[1] || "";
+  return Object.fromEntries(new URLSearchParams(query));
+}
+
+/** Record ``changes`` (key → value; empty, null or undefined removes the key) in the URL,
+ *  without re-rendering the page or adding a history entry per click. */
+export function setViewState(changes) {
+  const [path, query = ""] = location.hash.split("?");
+  const params = new URLSearchParams(query);
+  for (const [key, value] of Object.entries(changes)) {
+    if (value === undefined || value === null || value === "") params.delete(key);
+    else params.set(key, String(value));
+  }
+  const next = params.toString();
+  history.replaceState(null, "", `${location.pathname}${location.search}${next ? `${path}?${next}` : path}`);
+}

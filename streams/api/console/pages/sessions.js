@@ -1,6 +1,8 @@
 // Sessions: the list, and one session with its runs, files, track, laps (two overlaid as speed
 // over distance, with the corners) and the active run's features.
-import { api, h, table, state, when, short, facts, notice, act, documented } from "../lib.js";
+import {
+  api, h, table, state, short, facts, notice, act, documented, timeAt, duration, viewState, setViewState,
+} from "../lib.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const BINS = 12;
@@ -14,16 +16,35 @@ function svg(tag, attrs = {}) {
 /** Speed to colour: blue (slowest of the session) to red (fastest). */
 const colour = (f) => `hsl(${Math.round(240 - 240 * f)}, 80%, 45%)`;
 
-/** The track as SVG: an equirectangular projection around the track's middle (no map tiles),
- * one path per speed band so thousands of points stay a dozen elements. */
-export function drawTrack(points) {
-  const W = 640, H = 440, PAD = 12;
-  const lat0 = points.reduce((a, p) => a + p.lat, 0) / points.length;
+/** Where the track is drawn: an equirectangular projection around the track's middle (no map
+ * tiles), fitted into W x H, and its inverse (a click on the drawing back to degrees). The
+ * start/finish line's ends count too, so a line placed off the track still shows. */
+function projection(points, line, W, H, PAD) {
+  const lats = points.map((p) => p.lat), lons = points.map((p) => p.lon);
+  if (line) { lats.push(line.lat1, line.lat2); lons.push(line.lon1, line.lon2); }
+  const lat0 = lats.reduce((a, v) => a + v, 0) / lats.length;
   const k = Math.cos((lat0 * Math.PI) / 180);
-  const xs = points.map((p) => p.lon * k), ys = points.map((p) => -p.lat);
+  const xs = lons.map((v) => v * k), ys = lats.map((v) => -v);
   const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
   const scale = Math.min((W - 2 * PAD) / (x1 - x0 || 1e-9), (H - 2 * PAD) / (y1 - y0 || 1e-9));
-  const px = (i) => `${(PAD + (xs[i] - x0) * scale).toFixed(1)},${(PAD + (ys[i] - y0) * scale).toFixed(1)}`;
+  return {
+    x: (lat, lon) => PAD + (lon * k - x0) * scale,
+    y: (lat) => PAD + (-lat - y0) * scale,
+    /** Degrees (rounded to 1e-7, about a centimetre) of a point of the drawing. */
+    toLatLon: (x, y) => ({
+      lat: +(-((y - PAD) / scale + y0)).toFixed(7),
+      lon: +(((x - PAD) / scale + x0) / k).toFixed(7),
+    }),
+  };
+}
+
+/** The track as SVG, one path per speed band so thousands of points stay a dozen elements,
+ * with the start/finish line (``line``: the laps report's, configured or detected) across it.
+ * The drawing scales to its box (viewBox): a phone shows all of it. */
+export function drawTrack(points, line = null) {
+  const W = 640, H = 440, PAD = 12;
+  const proj = projection(points, line, W, H, PAD);
+  const px = (i) => `${proj.x(points[i].lat, points[i].lon).toFixed(1)},${proj.y(points[i].lat).toFixed(1)}`;
   const speeds = points.map((p) => p.speed_mps).filter((v) => v != null);
   const lo = speeds.length ? Math.min(...speeds) : 0, hi = speeds.length ? Math.max(...speeds) : 1;
   const bands = Array.from({ length: BINS }, () => []);
@@ -33,26 +54,104 @@ export function drawTrack(points) {
     bands[b].push(`M${px(i - 1)}L${px(i)}`);
   }
   const root = svg("svg", { id: "track-svg", class: "track", width: W, height: H, viewBox: `0 0 ${W} ${H}`,
-    role: "img", "aria-label": "the session's track, coloured by speed" });
+    role: "img", "aria-label": "the session's track, coloured by speed, with its start/finish line" });
   bands.forEach((segs, b) => {
     if (segs.length) root.append(svg("path", { class: "track-seg", d: segs.join(""), stroke: colour((b + 0.5) / BINS) }));
   });
+  if (line) root.append(lineMark(proj, line, "sf-line", `start-finish ${line.source ?? ""}`));
   const legend = h("p", { class: "muted", id: "track-legend" },
     `${points.length} points, speed ${(lo * 3.6).toFixed(0)} (blue) to ${(hi * 3.6).toFixed(0)} km/h (red)`);
-  return [root, legend];
+  return { root, legend, proj };
+}
+
+/** A start/finish line on the track: the segment and a dot at each end. */
+function lineMark(proj, line, id, cls) {
+  const [xa, ya, xb, yb] = [proj.x(line.lat1, line.lon1), proj.y(line.lat1), proj.x(line.lat2, line.lon2), proj.y(line.lat2)];
+  const g = svg("g", { id, class: cls, "data-source": line.source ?? "placed" });
+  g.append(svg("line", { x1: xa.toFixed(1), y1: ya.toFixed(1), x2: xb.toFixed(1), y2: yb.toFixed(1) }));
+  for (const [cx, cy] of [[xa, ya], [xb, yb]]) g.append(svg("circle", { cx: cx.toFixed(1), cy: cy.toFixed(1), r: 4 }));
+  // A timing line is tens of metres on a circuit of kilometres: a label says where it is.
+  const label = svg("text", { class: "sf-label", x: (Math.max(xa, xb) + 6).toFixed(1), y: (Math.min(ya, yb) - 4).toFixed(1) });
+  label.textContent = id === "sf-draft" ? "new S/F" : "S/F";
+  g.append(label);
+  return g;
+}
+
+const LINE_SOURCES = {
+  config: "placed by the run's config (start_finish)",
+  auto: "detected where the track first closes on itself: if laps are missing, place it yourself",
+};
+
+/** The track with its start/finish line, and the tools to place another line and reprocess
+ * with it (two clicks on the track: the line's ends; then Reprocess follows the new run). */
+function trackPanel(id, points, line, run) {
+  const { root, legend, proj } = drawTrack(points, line);
+  const about = h("p", { id: "line-legend" }, line
+    ? [h("span", { class: "sf-key" }, "━ "), `Start/finish line: ${LINE_SOURCES[line.source] ?? line.source}.`]
+    : "No start/finish line: lap detection found none (the track never closes on itself). Place one.");
+  const place = h("button", { id: "line-place", type: "button" }, "Place start/finish line");
+  const go = h("button", { id: "line-reprocess", type: "button", hidden: true }, "Reprocess with this line");
+  const cancel = h("button", { id: "line-cancel", type: "button", hidden: true }, "Cancel");
+  const hint = h("span", { class: "muted", id: "line-hint" });
+  let ends = null; // null: not placing; [] / [p] / [p, q]: the ends clicked so far
+  const redraw = () => {
+    root.querySelectorAll(".sf-draft").forEach((el) => el.remove());
+    if (ends && ends.length === 2) {
+      const [a, b] = ends;
+      root.append(lineMark(proj, { lat1: a.lat, lon1: a.lon, lat2: b.lat, lon2: b.lon, source: "placed" }, "sf-draft", "sf-draft"));
+    } else if (ends && ends.length === 1) {
+      root.append(svg("circle", { class: "sf-draft", cx: proj.x(ends[0].lat, ends[0].lon).toFixed(1), cy: proj.y(ends[0].lat).toFixed(1), r: 4 }));
+    }
+    go.hidden = !(ends && ends.length === 2);
+    cancel.hidden = !ends;
+    place.hidden = !!ends;
+    root.classList.toggle("placing", !!ends);
+    hint.textContent = !ends ? "" : ends.length === 0 ? "Click one end of the line on the track, across it."
+      : ends.length === 1 ? "Now click the other end." : "Reprocess with it, or click again to start over.";
+  };
+  place.addEventListener("click", () => { ends = []; redraw(); });
+  cancel.addEventListener("click", () => { ends = null; redraw(); });
+  root.addEventListener("click", (e) => {
+    if (!ends) return;
+    const pt = root.createSVGPoint();
+    pt.x = e.clientX; pt.y = e.clientY;
+    const at = pt.matrixTransform(root.getScreenCTM().inverse());
+    if (ends.length === 2) ends = [];
+    ends.push(proj.toLatLon(at.x, at.y));
+    redraw();
+  });
+  go.addEventListener("click", () => act(go, async () => {
+    const [a, b] = ends;
+    // The new run keeps the active run's config (a reprocess's config replaces it whole).
+    const config = { ...(run ? run.config : {}), start_finish: { lat1: a.lat, lon1: a.lon, lat2: b.lat, lon2: b.lon } };
+    const r = await api(`/v1/sessions/${id}/reprocess`, { method: "POST", body: { config } });
+    location.hash = `#/runs/${r.run_id}`;
+  }));
+  return [h("div", { id: "track" }, root), legend, about, h("div", { class: "actions line-actions" }, place, go, cancel, hint)];
+}
+
+/** A table that stacks on a phone: each cell carries its column's name (shown before it in
+ * the narrow layout, style.css "Session pages"), so no row is wider than the screen. */
+function stacked(el) {
+  el.classList.add("stack");
+  const names = [...el.querySelectorAll("thead th")].map((th) => th.textContent);
+  for (const row of el.querySelectorAll("tbody tr")) {
+    [...row.children].forEach((td, i) => td.setAttribute("data-label", names[i] ?? ""));
+  }
+  return el;
 }
 
 function lapTable(report) {
   if (!report.laps.length) return h("p", { class: "muted" }, `No laps${report.reason ? `: ${report.reason}` : ""}.`);
   const kmh = (v) => (v == null ? "—" : (v * 3.6).toFixed(1));
-  return table(["lap", "time", "Δ best", "distance", "max km/h", "avg km/h", ""], report.laps.map((l) =>
+  return stacked(table(["lap", "time", "Δ best", "distance", "max km/h", "avg km/h", "notes"], report.laps.map((l) =>
     h("tr", { class: l.is_best ? "best" : null, "data-lap": l.lap },
       h("td", {}, l.lap), h("td", {}, `${l.lap_time_s.toFixed(3)} s`),
       h("td", {}, l.delta_to_best_s == null ? "—" : `+${l.delta_to_best_s.toFixed(3)}`),
       h("td", {}, l.distance_m == null ? "—" : `${l.distance_m.toFixed(0)} m`),
       h("td", {}, kmh(l.max_speed_mps)), h("td", {}, kmh(l.avg_speed_mps)),
       h("td", {}, [l.is_best ? "best" : "", l.pit ? "pit" : "", l.valid ? "" : "invalid"].filter(Boolean).join(", ")))),
-  { id: "lap-table" });
+  { id: "lap-table" }));
 }
 
 const LAP_COLOURS = ["#1565c0", "#d84315"];
@@ -99,33 +198,40 @@ function cornerTable(trace) {
   const list = corners(trace);
   if (!list.length) return h("p", { class: "muted", id: "corner-table" }, `No corners found in lap ${trace.lap}.`);
   const m = (v) => (v == null ? "—" : `${v.toFixed(0)} m`);
-  return table(["corner", "direction", "from", "apex", "to", "turns"], list.map((c, i) => h("tr", { "data-segment": c.segment_id },
+  return stacked(table(["corner", "direction", "from", "apex", "to", "turns"], list.map((c, i) => h("tr", { "data-segment": c.segment_id },
     h("td", {}, `C${i + 1}`), h("td", {}, c.direction ?? "—"), h("td", {}, m(c.start_m)), h("td", {}, m(c.apex_m)),
     h("td", {}, m(c.end_m)), h("td", {}, c.heading_change_deg == null ? "—" : `${Math.abs(c.heading_change_deg).toFixed(0)}°`))),
-  { id: "corner-table" });
+  { id: "corner-table" }));
 }
 
-/** Two lap pickers (the best lap and another, to start with) and their overlaid lines. */
+/** Two lap pickers and their overlaid lines. The pair lives in the URL (``?a=3&b=5``), so a
+ * link shows a colleague the same comparison; without one, the best lap and another. */
 function lapComparison(id, laps) {
+  const byLap = (n) => laps.find((l) => String(l.lap) === String(n));
   const best = laps.find((l) => l.is_best) || laps[0];
-  const other = laps.find((l) => l.lap !== best.lap) || best;
-  const pick = (name, chosen) => h("select", { id: name }, laps.map((l) =>
-    h("option", { value: l.lap, selected: l.lap === chosen.lap }, `lap ${l.lap}${l.is_best ? " (best)" : ""}`)));
-  const a = pick("lap-a", best), b = pick("lap-b", other);
+  const wanted = viewState();
+  const first = byLap(wanted.a) || best;
+  const second = byLap(wanted.b) || laps.find((l) => l.lap !== first.lap) || first;
+  const pick = (name, chosen) => h("select", { id: name, "aria-label": name === "lap-a" ? "first lap" : "second lap" },
+    laps.map((l) => h("option", { value: l.lap, selected: l.lap === chosen.lap }, `lap ${l.lap}${l.is_best ? " (best)" : ""}`)));
+  const a = pick("lap-a", first), b = pick("lap-b", second);
   const chart = h("div", { id: "lap-compare" });
   async function load() {
-    const wanted = [...new Set([a.value, b.value])];
-    const traces = await Promise.all(wanted.map((lap) => api(`/v1/sessions/${id}/laps/${lap}/trace`)));
+    const pair = [...new Set([a.value, b.value])];
+    const traces = await Promise.all(pair.map((lap) => api(`/v1/sessions/${id}/laps/${lap}/trace`)));
     chart.replaceChildren(...drawLapChart(traces), h("h3", {}, `Corners of lap ${traces[0].lap}`), cornerTable(traces[0]));
   }
-  a.addEventListener("change", load);
-  b.addEventListener("change", load);
+  const changed = () => { setViewState({ a: a.value, b: b.value }); return load(); };
+  a.addEventListener("change", changed);
+  b.addEventListener("change", changed);
   return [h("h2", {}, "Speed over distance"), h("div", { class: "filters" }, "compare ", a, " with ", b), chart, load];
 }
 
 export async function listSessions(view) {
   const device = h("input", { id: "session-device", type: "search", placeholder: "device" });
+  const t = table(["session", "device", "title", "status", "latest run", "query ready", "uploaded"], [], { id: "sessions" });
   const body = h("tbody", { id: "sessions-rows" });
+  t.querySelector("tbody").replaceWith(body);
   async function load() {
     const q = new URLSearchParams({ limit: "100" });
     if (device.value.trim()) q.set("device", device.value.trim());
@@ -133,47 +239,102 @@ export async function listSessions(view) {
     body.replaceChildren(...page.items.map((s) => h("tr", {},
       h("td", {}, h("a", { href: `#/sessions/${s.id}` }, short(s.id))), h("td", {}, s.device),
       h("td", {}, s.title ?? ""), h("td", {}, state(s.status)), h("td", {}, state(s.latest_run_status)),
-      h("td", {}, s.query_ready ? "yes" : "no"), h("td", {}, when(s.created_at)))));
+      h("td", {}, s.query_ready ? "yes" : "no"), h("td", {}, timeAt(s.created_at)))));
+    stacked(t);
   }
   device.addEventListener("change", load);
   await load();
-  const t = table(["session", "device", "title", "status", "latest run", "query ready", "uploaded"], [], { id: "sessions" });
-  t.querySelector("tbody").replaceWith(body);
   view.append(h("h1", {}, "Sessions"), h("div", { class: "filters" }, device), t);
+}
+
+const GOOD = ["succeeded", "partial"];
+
+/** Whether Roll back has somewhere to go: an earlier run than the active one that ended
+ * succeeded or partial (streams/sessions/reprocess.py's rule; retention may still refuse it). */
+function canRollBack(s) {
+  const active = s.runs.find((r) => r.id === s.active_run_id);
+  if (!active) return false;
+  return s.runs.some((r) => r.id !== active.id && GOOD.includes(r.status) && r.created_at <= active.created_at);
+}
+
+/** Why a run failed, in the operator's terms: the failing job's code and message (a rejected
+ * file names itself first: "junk.bin: content is not NMEA..."), and the files it rejected. */
+function failure(run, artifacts) {
+  const failed = run.jobs.filter((j) => j.state === "failed");
+  const rejected = artifacts.filter((a) => a.status === "rejected");
+  return h("div", { id: "session-failure", class: "failure", role: "alert" },
+    h("p", {}, h("strong", {}, `Run ${short(run.id)} failed`), run.failure_reason ? `: ${run.failure_reason}.` : "."),
+    failed.length ? h("ul", {}, failed.map((j) => h("li", { "data-job": j.name },
+      h("code", {}, j.name), " ", j.last_error_code ? h("code", {}, j.last_error_code) : "",
+      j.last_error_message ? ` — ${j.last_error_message}` : ""))) : null,
+    rejected.length ? h("p", {}, `Rejected ${rejected.length === 1 ? "file" : "files"}: `,
+      rejected.map((a) => a.filename).join(", "), ". Upload a corrected recording.") : null);
+}
+
+/** Why a session shows no track, laps or features: its run failed, or has not ended yet. */
+function noResult(latest) {
+  if (!latest) return "the session has no run yet";
+  if (latest.status === "failed") return `its run ${short(latest.id)} failed (see above)`;
+  if (latest.status === "cancelled") return `its run ${short(latest.id)} was cancelled`;
+  return `its run ${short(latest.id)} is ${latest.status}`;
 }
 
 export async function showSession(view, id) {
   const s = await api(`/v1/sessions/${id}`);
+  const latest = s.runs[s.runs.length - 1]; // oldest first
+  const runId = s.active_run_id || (latest && latest.id);
+  const run = runId ? await api(`/v1/runs/${runId}`) : null;
   const reprocess = h("button", { id: "session-reprocess", type: "button" }, "Reprocess");
-  const rollback = h("button", { id: "session-rollback", type: "button" }, "Roll back");
   reprocess.addEventListener("click", () => act(reprocess, async () => {
     const r = await api(`/v1/sessions/${id}/reprocess`, { method: "POST", body: {} });
     location.hash = `#/runs/${r.run_id}`;
   }));
-  rollback.addEventListener("click", () => act(rollback, async () => {
-    const r = await api(`/v1/sessions/${id}/rollback`, { method: "POST", body: {} });
-    notice(`The session now shows run ${r.to_run} (was ${r.from_run}).`);
-  }));
-  view.append(h("h1", {}, s.title || "Session", " ", h("code", {}, short(id))),
+  const actions = h("div", { class: "actions" }, reprocess);
+  if (canRollBack(s)) {
+    const rollback = h("button", { id: "session-rollback", type: "button" }, "Roll back");
+    rollback.addEventListener("click", () => act(rollback, async () => {
+      const r = await api(`/v1/sessions/${id}/rollback`, { method: "POST", body: {} });
+      // Read the session again, so every fact on the page is the new active run's.
+      const fresh = h("div");
+      await showSession(fresh, id);
+      view.replaceChildren(...fresh.childNodes);
+      notice(`Rolled back: the session now shows run ${short(r.to_run)} (was ${short(r.from_run)}).`);
+    }));
+    actions.append(rollback);
+  }
+  // A later run that failed while an earlier one stays active is told too.
+  const failedRun = latest && latest.status === "failed"
+    ? (latest.id === runId ? run : await api(`/v1/runs/${latest.id}`)) : null;
+  view.append(h("h1", { class: "session-title" }, s.title || "Session", " ", h("code", {}, short(id))),
     facts([["device", h("a", { href: `#/devices/${encodeURIComponent(s.device)}` }, s.device)],
       ["status", state(s.status)], ["query ready", s.query_ready ? "yes" : "no"],
-      ["active run", s.active_run_id && h("a", { href: `#/runs/${s.active_run_id}` }, s.active_run_id)],
-      ["uploaded", when(s.created_at)]]),
-    h("div", { class: "actions" }, reprocess, rollback),
+      ["active run", s.active_run_id ? h("a", { href: `#/runs/${s.active_run_id}`, id: "session-active-run" }, s.active_run_id)
+        : h("span", { id: "session-active-run" }, "none")],
+      ["uploaded", timeAt(s.created_at)]]),
+    ...(failedRun ? [failure(failedRun, s.artifacts)] : []),
+    actions,
     h("h2", {}, "Runs"),
-    table(["run", "status", "requested by", "created", "completed", "failure"], s.runs.map((r) => h("tr", {},
-      h("td", {}, h("a", { href: `#/runs/${r.id}` }, short(r.id))), h("td", {}, state(r.status)),
-      h("td", {}, r.requested_by), h("td", {}, when(r.created_at)), h("td", {}, when(r.completed_at)),
-      h("td", {}, r.failure_reason ?? ""))), { id: "session-runs" }),
+    stacked(table(["run", "status", "requested by", "created", "took", "failure"], s.runs.map((r) => h("tr", { "data-run": r.id },
+      h("td", {}, h("a", { href: `#/runs/${r.id}` }, short(r.id)), r.id === s.active_run_id ? " (active)" : ""),
+      h("td", {}, state(r.status)), h("td", {}, r.requested_by), h("td", {}, timeAt(r.created_at)),
+      h("td", {}, r.completed_at ? duration((new Date(r.completed_at) - new Date(r.created_at)) / 1000) : "—"),
+      h("td", {}, r.failure_reason ?? ""))), { id: "session-runs" })),
     h("h2", {}, "Files"),
-    table(["file", "format", "bytes", "status"], s.artifacts.map((a) => h("tr", {},
-      h("td", {}, a.filename), h("td", {}, a.format_detected ?? "—"), h("td", {}, a.bytes), h("td", {}, state(a.status))))));
+    stacked(table(["file", "format", "bytes", "status"], s.artifacts.map((a) => h("tr", {},
+      h("td", {}, a.filename), h("td", {}, a.format_detected ?? "—"), h("td", {}, a.bytes.toLocaleString()),
+      h("td", {}, state(a.status)))), { id: "session-files" })));
+  if (!s.active_run_id) {
+    // Nothing to draw: say why in the session's terms, not as the read model's NO_ACTIVE_RUN.
+    view.append(h("h2", {}, "Track"), h("p", { class: "muted", id: "track-legend" }, `No track: ${noResult(latest)}.`),
+      h("h2", {}, "Features"), h("p", { class: "muted", id: "session-features" }, `No features: ${noResult(latest)}.`));
+    return;
+  }
   const track = await api(`/v1/sessions/${id}/track`);
-  view.append(h("h2", {}, "Track"), track.points.length > 1 ? h("div", { id: "track" }, drawTrack(track.points))
-    : h("p", { class: "muted", id: "track-legend" }, `No track${track.reason ? `: ${track.reason}` : ""}.`));
   // The lap table's route is served by newer APIs only: ask the document before calling it.
-  if (s.active_run_id && await documented("/v1/sessions/{id}/laps")) {
-    const report = await api(`/v1/sessions/${id}/laps`);
+  const report = await documented("/v1/sessions/{id}/laps") ? await api(`/v1/sessions/${id}/laps`) : null;
+  view.append(h("h2", {}, "Track"), ...(track.points.length > 1 ? trackPanel(id, track.points, report && report.line, run)
+    : [h("p", { class: "muted", id: "track-legend" }, `No track${track.reason ? `: ${track.reason}` : ""}.`)]));
+  if (report) {
     view.append(h("h2", {}, "Laps"), lapTable(report));
     if (report.laps.length && await documented("/v1/sessions/{id}/laps/{lap}/trace")) {
       const [title, pickers, chart, load] = lapComparison(id, report.laps);
@@ -181,14 +342,10 @@ export async function showSession(view, id) {
       await load();
     }
   }
-  const runId = s.active_run_id || (s.runs[0] && s.runs[0].id);
-  if (runId) {
-    const run = await api(`/v1/runs/${runId}`);
-    const names = [...new Set([...Object.keys(run.features_available), ...Object.keys(run.feature_reasons)])].sort();
-    view.append(h("h2", {}, "Features"), names.length
-      ? table(["feature", "available", "why not"], names.map((n) => h("tr", {},
-        h("td", {}, n), h("td", {}, run.features_available[n] ? "yes" : "no"), h("td", {}, run.feature_reasons[n] ?? ""))),
-      { id: "session-features" })
-      : h("p", { class: "muted" }, "The run has not decided its features yet."));
-  }
+  const names = [...new Set([...Object.keys(run.features_available), ...Object.keys(run.feature_reasons)])].sort();
+  view.append(h("h2", {}, "Features"), names.length
+    ? stacked(table(["feature", "available", "why not"], names.map((n) => h("tr", {},
+      h("td", {}, n), h("td", {}, run.features_available[n] ? "yes" : "no"), h("td", {}, run.feature_reasons[n] ?? ""))),
+    { id: "session-features" }))
+    : h("p", { class: "muted", id: "session-features" }, "The run has not decided its features yet."));
 }
