@@ -236,7 +236,8 @@ async def time_calls(
         session = (await get("/v1/sessions?limit=1"))["items"][0]["id"]
         device = (await get("/v1/devices?limit=1"))["items"][0]["external_id"]
         pages = {
-            "fleet": ["/v1/fleet?sort=seq_gaps&order=desc&limit=200", "/v1/fleet/live"],
+            "fleet": ["/v1/fleet?sort=seq_gaps&order=desc&limit=200", "/v1/fleet/live",
+                      "/v1/fleet/history?range=1h", "/v1/fleet/history?range=24h"],
             "runs": ["/v1/runs?limit=50"],
             "run": [f"/v1/runs/{run}", f"/v1/runs/{run}/dag"],
             "dead letters": ["/v1/dead-letter-groups?state=open&limit=200"],
