@@ -1,6 +1,6 @@
 // Sessions: the list, and one session with its runs, files, track, laps (two overlaid as speed
 // over distance, with the corners) and the active run's features.
-import { api, h, table, state, when, short, facts, notice, act, documented } from "../lib.js";
+import { api, h, table, cell, state, when, short, facts, notice, act, documented } from "../lib.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const BINS = 12;
@@ -131,13 +131,14 @@ export async function listSessions(view) {
     if (device.value.trim()) q.set("device", device.value.trim());
     const page = await api(`/v1/sessions?${q}`);
     body.replaceChildren(...page.items.map((s) => h("tr", {},
-      h("td", {}, h("a", { href: `#/sessions/${s.id}` }, short(s.id))), h("td", {}, s.device),
-      h("td", {}, s.title ?? ""), h("td", {}, state(s.status)), h("td", {}, state(s.latest_run_status)),
-      h("td", {}, s.query_ready ? "yes" : "no"), h("td", {}, when(s.created_at)))));
+      cell("session", h("a", { href: `#/sessions/${s.id}` }, short(s.id))), cell("device", s.device),
+      cell("title", s.title ?? ""), cell("status", state(s.status)), cell("latest run", state(s.latest_run_status)),
+      cell("query ready", s.query_ready ? "yes" : "no"), cell("uploaded", when(s.created_at)))));
+    if (!page.items.length) body.append(h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No sessions.")));
   }
   device.addEventListener("change", load);
   await load();
-  const t = table(["session", "device", "title", "status", "latest run", "query ready", "uploaded"], [], { id: "sessions" });
+  const t = table(["session", "device", "title", "status", "latest run", "query ready", "uploaded"], [], { id: "sessions", class: "cards" });
   t.querySelector("tbody").replaceWith(body);
   view.append(h("h1", {}, "Sessions"), h("div", { class: "filters" }, device), t);
 }
