@@ -89,8 +89,13 @@ def holds_up(p: Person, name: str) -> None:
 def whole_page_shot(p: Person, name: str) -> None:
     """A screenshot of the whole page, scrolled parts included (a phone's page is long)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    # As wide as the window: the content's width leaves out the scrollbar's, which is gone
+    # while the whole page is drawn, and the picture would lose the page's right edge.
+    size = p.driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    width = p.driver.execute_script("return window.innerWidth")
+    clip = {"x": 0, "y": 0, "width": width, "height": size["height"], "scale": 1}
     shot = p.driver.execute_cdp_cmd(
-        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
     )
     (ARTIFACTS / f"{name}.png").write_bytes(base64.b64decode(shot["data"]))
 
