@@ -56,6 +56,10 @@ export function table(columns, rows, attrs = {}) {
     h("tbody", {}, rows));
 }
 
+/** A table cell that names its column (``data-label``): on a phone a table of class "cards"
+ * stacks each row as a card, each cell headed by its label (style.css, narrow screens). */
+export const cell = (label, ...children) => h("td", { "data-label": label }, ...children);
+
 export const state = (s) => h("span", { class: `state state-${s}` }, s ?? "—");
 export const when = (t) => (t ? new Date(t).toLocaleString() : "—");
 

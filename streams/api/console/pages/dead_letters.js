@@ -1,15 +1,12 @@
 // Dead letters, triaged: grouped by error signature; redrive or resolve a whole group at once.
 // A group's sample is clipped (one oversized body must not push the actions off the screen);
 // the resolved view says, for each group and each dead letter, why, who and when.
-import { api, h, table, state, timeAt, longText, tell, attempt, documented } from "../lib.js";
+import { api, h, table, cell, state, timeAt, longText, tell, attempt, documented } from "../lib.js";
 
 function report(r) {
   return `Redrive: ${r.completed} completed, ${r.failed} failed, ${r.not_redrivable} not redrivable` +
     ` (resolve those), ${r.not_open} no longer open.`;
 }
-
-/** A table cell that names its column, for the stacked (phone) layout. */
-const cell = (label, ...children) => h("td", { "data-label": label }, ...children);
 
 /** How a dead letter was resolved: by whom, when, and the operator's note. */
 function resolution(d) {

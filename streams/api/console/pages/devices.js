@@ -1,7 +1,7 @@
 // Devices: the registered devices (searchable), and one device with its hot state, a chart per
 // numeric parameter over a chosen recent range (ClickHouse), its newest envelopes, its sessions
 // and the credentials it connects to NATS with (issue, rotate, revoke; a new secret shown once).
-import { api, h, table, state, when, short, facts, notice, act, documented } from "../lib.js";
+import { api, h, table, cell, state, when, short, facts, notice, act, documented } from "../lib.js";
 
 /** A notice of this page, with a button that dismisses it (lib's notice may bring one already). */
 function tell(text, isError = false) {
@@ -43,14 +43,15 @@ export async function listDevices(view) {
     const q = search.value.trim().toLowerCase();
     const shown = items.filter((d) => !q || [d.external_id, d.name, d.schema].some((v) => v && v.toLowerCase().includes(q)));
     body.replaceChildren(...shown.map((d) => h("tr", {},
-      h("td", {}, h("a", { href: `#/devices/${encodeURIComponent(d.external_id)}` }, d.external_id)),
-      h("td", {}, d.name ?? ""), h("td", {}, d.active ? "active" : "inactive"),
-      h("td", {}, d.schema ? `${d.schema} v${d.schema_version ?? "?"}` : "—"), h("td", {}, when(d.updated_at)))));
+      cell("device", h("a", { href: `#/devices/${encodeURIComponent(d.external_id)}` }, d.external_id)),
+      cell("name", d.name ?? ""), cell("state", d.active ? "active" : "inactive"),
+      cell("schema", d.schema ? `${d.schema} v${d.schema_version ?? "?"}` : "—"), cell("updated", when(d.updated_at)))));
+    if (!shown.length) body.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, q ? "No loaded device matches." : "No devices.")));
   }
   search.addEventListener("input", draw);
   more.addEventListener("click", () => run(more, load));
   await load();
-  const t = table(["device", "name", "state", "schema", "updated"], [], { id: "devices" });
+  const t = table(["device", "name", "state", "schema", "updated"], [], { id: "devices", class: "cards" });
   t.querySelector("tbody").replaceWith(body);
   view.append(h("h1", {}, "Devices"), h("div", { class: "filters" }, search), t, more);
 }
@@ -85,9 +86,9 @@ export async function showDevice(view, device) {
     : [h("p", { class: "muted" }, "No measurement published yet.")];
   const recent = table(["envelope", "received", "measured", "seq", "topic", "status", "error"],
     activity.messages.map((m) => h("tr", {},
-      h("td", {}, h("a", { href: `#/messages/${m.id}` }, m.id)), h("td", {}, when(m.received_at)),
-      h("td", {}, when(m.measured_at)), h("td", {}, m.seq ?? "—"), h("td", {}, m.topic),
-      h("td", {}, state(m.status)), h("td", {}, m.error_code ?? ""))), { id: "device-messages" });
+      cell("envelope", h("a", { href: `#/messages/${m.id}` }, m.id)), cell("received", when(m.received_at)),
+      cell("measured", when(m.measured_at)), cell("seq", m.seq ?? "—"), cell("topic", m.topic),
+      cell("status", state(m.status)), cell("error", m.error_code ?? ""))), { id: "device-messages", class: "cards" });
   view.append(h("h1", {}, "Device ", h("code", {}, device)),
     facts([["name", d.name], ["state", stateCell],
       ["schema", d.schema ? `${d.schema} v${d.schema_version ?? "?"}` : null], ["registered", when(d.created_at)]]),
@@ -96,9 +97,11 @@ export async function showDevice(view, device) {
     await charts(enc),
     h("h2", {}, "Recent envelopes"), recent,
     h("h2", {}, "Sessions"),
-    table(["session", "title", "status", "uploaded"], sessions.items.map((s) => h("tr", {},
-      h("td", {}, h("a", { href: `#/sessions/${s.id}` }, short(s.id))), h("td", {}, s.title ?? ""),
-      h("td", {}, state(s.status)), h("td", {}, when(s.created_at))))));
+    sessions.items.length
+      ? table(["session", "title", "status", "uploaded"], sessions.items.map((s) => h("tr", {},
+        cell("session", h("a", { href: `#/sessions/${s.id}` }, short(s.id))), cell("title", s.title ?? ""),
+        cell("status", state(s.status)), cell("uploaded", when(s.created_at)))), { id: "device-sessions", class: "cards" })
+      : h("p", { class: "muted", id: "device-sessions" }, "No sessions uploaded."));
   if (await documented("/v1/devices/{device}/credentials")) view.append(await credentials(device, enc));
 }
 
@@ -125,8 +128,8 @@ async function credentials(device, enc) {
       }));
     }
     return h("tr", { "data-key": c.key_id, "data-state": c.state },
-      h("td", {}, h("code", {}, c.key_id)), h("td", {}, state(c.state)), h("td", {}, when(c.created_at)),
-      h("td", {}, when(c.revoked_at)), h("td", {}, revoke));
+      cell("key id", h("code", {}, c.key_id)), cell("state", state(c.state)), cell("created", when(c.created_at)),
+      cell("revoked", when(c.revoked_at)), cell("", revoke));
   }
   function showSecret(issued) {
     const value = h("input", { id: "credential-secret-value", class: "secret-value", type: "text",
@@ -164,7 +167,7 @@ async function credentials(device, enc) {
     await load();
   }));
   await load();
-  const t = table(["key id", "state", "created", "revoked", ""], [], { id: "device-credentials" });
+  const t = table(["key id", "state", "created", "revoked", ""], [], { id: "device-credentials", class: "cards" });
   t.querySelector("tbody").replaceWith(rows);
   return h("section", {}, h("h2", {}, "Credentials"),
     h("p", { class: "muted" }, "The secrets ", device, " connects to NATS or MQTT with, as the password of user ",

@@ -1,6 +1,6 @@
 // Runs: the list with filters, and one run's DAG drawn as SVG with its jobs' details and actions.
 import {
-  api, h, table, state, short, facts, notice, act, onEvent, every, onResize, zoned, zoneName, duration,
+  api, h, table, cell, state, short, facts, notice, act, onEvent, every, onResize, zoned, zoneName, duration,
 } from "../lib.js";
 
 const STATUSES = ["", "pending", "running", "cancel_requested", "succeeded", "partial", "failed", "cancelled"];
@@ -21,14 +21,15 @@ export async function listRuns(view) {
     if (session.value.trim()) q.set("session", session.value.trim());
     const page = await api(append && next ? next : `/v1/runs?${q}`);
     const rows = page.items.map((r) => h("tr", { "data-run": r.id },
-      h("td", {}, h("a", { href: `#/runs/${r.id}` }, short(r.id))),
-      h("td", {}, h("a", { href: `#/sessions/${r.session_id}` }, short(r.session_id))),
-      h("td", { class: "run-status" }, state(r.status)),
-      h("td", {}, `${r.jobs_total - r.jobs_open} / ${r.jobs_total}`),
-      h("td", {}, r.requested_by),
-      h("td", {}, zoned(r.created_at, { date: true })),
-      h("td", {}, r.failure_reason ?? "")));
+      cell("run", h("a", { href: `#/runs/${r.id}` }, short(r.id))),
+      cell("session", h("a", { href: `#/sessions/${r.session_id}` }, short(r.session_id))),
+      h("td", { class: "run-status", "data-label": "status" }, state(r.status)),
+      cell("jobs done", `${r.jobs_total - r.jobs_open} / ${r.jobs_total}`),
+      cell("requested by", r.requested_by),
+      cell("created", zoned(r.created_at, { date: true })),
+      cell("failure", r.failure_reason ?? "")));
     if (append) body.append(...rows); else body.replaceChildren(...rows);
+    if (!body.children.length) body.append(h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No runs.")));
     next = page.next;
     more.hidden = !next;
   }
@@ -41,7 +42,7 @@ export async function listRuns(view) {
   // Live: a run changed state somewhere in the tenant - re-read the page shown.
   onEvent(({ type }) => { if (type.startsWith("run.") || type === "reconnected") load(); });
   view.append(h("h1", {}, "Runs"), h("div", { class: "filters" }, status, session),
-    table(["run", "session", "status", "jobs done", "requested by", "created", "failure"], [], { id: "runs" }),
+    table(["run", "session", "status", "jobs done", "requested by", "created", "failure"], [], { id: "runs", class: "cards" }),
     more);
   view.querySelector("#runs tbody").replaceWith(body);
 }
@@ -388,7 +389,8 @@ function jobDetail(job) {
     ]),
     job.attempts.length ? table(["#", "status", "worker", "started", "duration", "error"],
       job.attempts.map((a) => h("tr", {},
-        h("td", {}, a.number), h("td", {}, state(a.status)), h("td", {}, a.worker),
-        h("td", {}, zoned(a.started_at)), h("td", {}, duration(a.duration_s)),
-        h("td", {}, a.error_code ? `${a.error_code}: ${a.message ?? ""}` : "")))) : null);
+        cell("#", a.number), cell("status", state(a.status)), cell("worker", a.worker),
+        cell("started", zoned(a.started_at)), cell("duration", duration(a.duration_s)),
+        cell("error", a.error_code ? `${a.error_code}: ${a.message ?? ""}` : ""))),
+      { class: "cards" }) : null);
 }

@@ -1,7 +1,8 @@
 // Sessions: the list, and one session with its runs, files, track, laps (two overlaid as speed
 // over distance, with the corners) and the active run's features.
 import {
-  api, h, table, state, short, facts, notice, act, documented, timeAt, duration, viewState, setViewState,
+  api, h, table, cell, state, short, facts, notice, act, documented, timeAt, duration, viewState,
+  setViewState,
 } from "../lib.js";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -229,21 +230,21 @@ function lapComparison(id, laps) {
 
 export async function listSessions(view) {
   const device = h("input", { id: "session-device", type: "search", placeholder: "device" });
-  const t = table(["session", "device", "title", "status", "latest run", "query ready", "uploaded"], [], { id: "sessions" });
   const body = h("tbody", { id: "sessions-rows" });
-  t.querySelector("tbody").replaceWith(body);
   async function load() {
     const q = new URLSearchParams({ limit: "100" });
     if (device.value.trim()) q.set("device", device.value.trim());
     const page = await api(`/v1/sessions?${q}`);
     body.replaceChildren(...page.items.map((s) => h("tr", {},
-      h("td", {}, h("a", { href: `#/sessions/${s.id}` }, short(s.id))), h("td", {}, s.device),
-      h("td", {}, s.title ?? ""), h("td", {}, state(s.status)), h("td", {}, state(s.latest_run_status)),
-      h("td", {}, s.query_ready ? "yes" : "no"), h("td", {}, timeAt(s.created_at)))));
-    stacked(t);
+      cell("session", h("a", { href: `#/sessions/${s.id}` }, short(s.id))), cell("device", s.device),
+      cell("title", s.title ?? ""), cell("status", state(s.status)), cell("latest run", state(s.latest_run_status)),
+      cell("query ready", s.query_ready ? "yes" : "no"), cell("uploaded", timeAt(s.created_at)))));
+    if (!page.items.length) body.append(h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No sessions.")));
   }
   device.addEventListener("change", load);
   await load();
+  const t = table(["session", "device", "title", "status", "latest run", "query ready", "uploaded"], [], { id: "sessions", class: "cards" });
+  t.querySelector("tbody").replaceWith(body);
   view.append(h("h1", {}, "Sessions"), h("div", { class: "filters" }, device), t);
 }
 
