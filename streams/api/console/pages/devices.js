@@ -1,7 +1,9 @@
 // Devices: the registered devices (searchable), and one device with its hot state, a chart per
 // numeric parameter over a chosen recent range (ClickHouse), its newest envelopes, its sessions
 // and the credentials it connects to NATS with (issue, rotate, revoke; a new secret shown once).
-import { api, h, table, state, when, short, facts, notice, act, documented } from "../lib.js";
+import {
+  api, h, table, state, when, short, facts, notice, act, documented, viewState, setViewState,
+} from "../lib.js";
 
 /** A notice of this page, with a button that dismisses it (lib's notice may bring one already). */
 function tell(text, isError = false) {
@@ -32,6 +34,7 @@ export async function listDevices(view) {
   const more = h("button", { id: "devices-more", type: "button", hidden: true }, "More");
   let items = [];
   let next = "/v1/devices?limit=200";
+  search.value = viewState().q || ""; // #/devices?q=<text>: the filter typed
   async function load() { // a page at a time; the fleet page searches every device on the server
     const page = await api(next);
     items = items.concat(page.items);
@@ -47,7 +50,7 @@ export async function listDevices(view) {
       h("td", {}, d.name ?? ""), h("td", {}, d.active ? "active" : "inactive"),
       h("td", {}, d.schema ? `${d.schema} v${d.schema_version ?? "?"}` : "—"), h("td", {}, when(d.updated_at)))));
   }
-  search.addEventListener("input", draw);
+  search.addEventListener("input", () => { setViewState({ q: search.value.trim() }); draw(); });
   more.addEventListener("click", () => run(more, load));
   await load();
   const t = table(["device", "name", "state", "schema", "updated"], [], { id: "devices" });
@@ -346,8 +349,11 @@ export function frameOf(r) {
 async function charts(enc) {
   const box = h("div", { id: "device-charts", class: "charts" });
   const caption = h("p", { id: "device-charts-caption", class: "muted chart-caption" });
+  // #/devices/<id>?minutes=360: the range charted (an hour unless the URL says another).
+  const linked = Number(viewState().minutes);
+  const initial = RANGES.some(([m]) => m === linked) ? linked : 60;
   const range = h("select", { id: "device-range", "aria-label": "Chart range" },
-    RANGES.map(([m, label]) => h("option", { value: m, selected: m === 60 }, `last ${label}`)));
+    RANGES.map(([m, label]) => h("option", { value: m, selected: m === initial }, `last ${label}`)));
   let asked = 0;
   async function load() {
     const ticket = ++asked, minutes = Number(range.value);
@@ -375,7 +381,10 @@ async function charts(enc) {
     box.replaceChildren(...shown);
     box.dataset.minutes = minutes; // what the charts show now
   }
-  range.addEventListener("change", () => run(range, load));
+  range.addEventListener("change", () => {
+    setViewState({ minutes: Number(range.value) === 60 ? null : range.value });
+    run(range, load);
+  });
   await load();
   return h("section", { id: "device-charts-section" },
     h("div", { class: "chart-head" }, h("h2", {}, "Charts"), range), caption, box);

@@ -1,6 +1,8 @@
 // Sessions: the list, and one session with its runs, files, track, laps (two overlaid as speed
 // over distance, with the corners) and the active run's features.
-import { api, h, table, state, when, short, facts, notice, act, documented } from "../lib.js";
+import {
+  api, h, table, state, when, short, facts, notice, act, documented, viewState, setViewState,
+} from "../lib.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const BINS = 12;
@@ -125,6 +127,7 @@ function lapComparison(id, laps) {
 
 export async function listSessions(view) {
   const device = h("input", { id: "session-device", type: "search", placeholder: "device" });
+  device.value = viewState().device || ""; // #/sessions?device=<id>: the device filter
   const body = h("tbody", { id: "sessions-rows" });
   async function load() {
     const q = new URLSearchParams({ limit: "100" });
@@ -135,7 +138,7 @@ export async function listSessions(view) {
       h("td", {}, s.title ?? ""), h("td", {}, state(s.status)), h("td", {}, state(s.latest_run_status)),
       h("td", {}, s.query_ready ? "yes" : "no"), h("td", {}, when(s.created_at)))));
   }
-  device.addEventListener("change", load);
+  device.addEventListener("change", () => { setViewState({ device: device.value.trim() }); load(); });
   await load();
   const t = table(["session", "device", "title", "status", "latest run", "query ready", "uploaded"], [], { id: "sessions" });
   t.querySelector("tbody").replaceWith(body);
