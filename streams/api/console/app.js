@@ -144,4 +144,8 @@ signInForm.addEventListener("submit", async (e) => {
 document.getElementById("sign-out").addEventListener("click", signOut);
 window.addEventListener("tideway:signed-out", signOut); // the API refused the key (401)
 window.addEventListener("hashchange", render);
+// Leaving the page (or the browser keeping it in its back-forward cache) ends the live stream:
+// each open stream holds one of the browser's six connections to this server.
+window.addEventListener("pagehide", () => { if (events) events.abort(); events = null; });
+window.addEventListener("pageshow", (e) => { if (e.persisted && sessionStorage.getItem(KEY)) signedIn(); });
 if (sessionStorage.getItem(KEY)) signedIn(); else showSignIn();

@@ -1,7 +1,9 @@
 // Dead letters, triaged: grouped by error signature; redrive or resolve a whole group at once.
 // A group's sample is clipped (one oversized body must not push the actions off the screen);
 // the resolved view says, for each group and each dead letter, why, who and when.
-import { api, h, table, cell, state, timeAt, longText, tell, attempt, documented } from "../lib.js";
+import {
+  api, h, table, cell, state, timeAt, longText, tell, attempt, documented, viewState, setViewState,
+} from "../lib.js";
 
 function report(r) {
   return `Redrive: ${r.completed} completed, ${r.failed} failed, ${r.not_redrivable} not redrivable` +
@@ -19,8 +21,13 @@ function resolution(d) {
 }
 
 export async function listGroups(view) {
+  // The view's state in the URL: #/dead-letters?state=resolved&expanded=<group id> (the group
+  // whose sample is shown whole).
+  const asked = viewState();
   const which = h("select", { id: "dlq-state" }, h("option", { value: "open" }, "open"),
     h("option", { value: "resolved" }, "resolved"));
+  which.value = asked.state === "resolved" ? "resolved" : "open";
+  let expanded = asked.expanded || null;
   const body = h("tbody", { id: "dlq-rows" });
   const last = h("th", {}, "");
   async function load() {
@@ -28,8 +35,24 @@ export async function listGroups(view) {
     last.textContent = which.value === "open" ? "" : "resolution";
     body.replaceChildren(...page.items.map((g) => groupRow(g, which.value, load)));
     if (!page.items.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No dead letters.")));
+    for (const tr of body.querySelectorAll("tr[data-group]")) { // the expanded sample stays open
+      const sample = tr.querySelector(".dlq-sample details");
+      if (sample && tr.dataset.group === expanded) sample.open = true;
+    }
   }
-  which.addEventListener("change", load);
+  // A sample opened or closed ("toggle" does not bubble: caught on its way down).
+  body.addEventListener("toggle", (e) => {
+    const tr = e.target.closest?.("tr[data-group]");
+    if (!tr || !e.target.matches(".dlq-sample details")) return;
+    if (e.target.open) expanded = tr.dataset.group;
+    else if (expanded === tr.dataset.group) expanded = null;
+    setViewState({ expanded });
+  }, true);
+  which.addEventListener("change", () => {
+    expanded = null;
+    setViewState({ state: which.value === "open" ? null : which.value, expanded });
+    load();
+  });
   await load();
   const t = table(["code", "stage", "schema", "count", "first seen", "last seen", "sample"], [],
     { id: "dlq-groups", class: "dlq-table" });
@@ -98,7 +121,7 @@ export async function showGroup(view, which, group) {
   const resolved = which === "resolved";
   const columns = ["id", "envelope", "subject", "reason", "state", "redrives", "first seen", "last seen"];
   view.append(h("h1", {}, `Dead letters of one signature (${which})`),
-    h("p", {}, h("a", { href: "#/dead-letters" }, "← all groups")),
+    h("p", {}, h("a", { href: resolved ? "#/dead-letters?state=resolved" : "#/dead-letters" }, "← all groups")),
     table(resolved ? [...columns, "resolution"] : columns,
       page.items.map((d) => h("tr", { "data-dead-letter": d.id },
         cell("id", d.id),

@@ -1,7 +1,9 @@
 // Devices: the registered devices (searchable), and one device with its hot state, a chart per
 // numeric parameter over a chosen recent range (ClickHouse), its newest envelopes, its sessions
 // and the credentials it connects to NATS with (issue, rotate, revoke; a new secret shown once).
-import { api, h, table, cell, state, when, short, facts, notice, act, documented } from "../lib.js";
+import {
+  api, h, table, cell, state, timeAt, short, facts, notice, act, documented, viewState, setViewState,
+} from "../lib.js";
 
 /** A notice of this page, with a button that dismisses it (lib's notice may bring one already). */
 function tell(text, isError = false) {
@@ -32,6 +34,7 @@ export async function listDevices(view) {
   const more = h("button", { id: "devices-more", type: "button", hidden: true }, "More");
   let items = [];
   let next = "/v1/devices?limit=200";
+  search.value = viewState().q || ""; // #/devices?q=<text>: the filter typed
   async function load() { // a page at a time; the fleet page searches every device on the server
     const page = await api(next);
     items = items.concat(page.items);
@@ -45,10 +48,10 @@ export async function listDevices(view) {
     body.replaceChildren(...shown.map((d) => h("tr", {},
       cell("device", h("a", { href: `#/devices/${encodeURIComponent(d.external_id)}` }, d.external_id)),
       cell("name", d.name ?? ""), cell("state", d.active ? "active" : "inactive"),
-      cell("schema", d.schema ? `${d.schema} v${d.schema_version ?? "?"}` : "—"), cell("updated", when(d.updated_at)))));
+      cell("schema", d.schema ? `${d.schema} v${d.schema_version ?? "?"}` : "—"), cell("updated", timeAt(d.updated_at)))));
     if (!shown.length) body.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, q ? "No loaded device matches." : "No devices.")));
   }
-  search.addEventListener("input", draw);
+  search.addEventListener("input", () => { setViewState({ q: search.value.trim() }); draw(); });
   more.addEventListener("click", () => run(more, load));
   await load();
   const t = table(["device", "name", "state", "schema", "updated"], [], { id: "devices", class: "cards" });
@@ -79,19 +82,19 @@ export async function showDevice(view, device) {
   const topics = Object.entries(activity.state).sort();
   const hot = topics.length
     ? topics.flatMap(([topic, doc]) => [
-      h("h3", {}, topic, " ", h("span", { class: "muted" }, `measured ${when(doc.ts)}`, doc.seq == null ? "" : `, seq ${doc.seq}`)),
+      h("h3", {}, topic, " ", h("span", { class: "muted" }, "measured ", timeAt(doc.ts), doc.seq == null ? "" : `, seq ${doc.seq}`)),
       table(["parameter", "value"], Object.entries(doc.values || {}).sort().map(([k, v]) =>
         h("tr", {}, h("td", {}, k), h("td", {}, typeof v === "object" && v !== null ? JSON.stringify(v) : String(v)))),
       { class: "hot-state", "data-topic": topic })])
     : [h("p", { class: "muted" }, "No measurement published yet.")];
   const recent = table(["envelope", "received", "measured", "seq", "topic", "status", "error"],
     activity.messages.map((m) => h("tr", {},
-      cell("envelope", h("a", { href: `#/messages/${m.id}` }, m.id)), cell("received", when(m.received_at)),
-      cell("measured", when(m.measured_at)), cell("seq", m.seq ?? "—"), cell("topic", m.topic),
+      cell("envelope", h("a", { href: `#/messages/${m.id}` }, m.id)), cell("received", timeAt(m.received_at)),
+      cell("measured", timeAt(m.measured_at)), cell("seq", m.seq ?? "—"), cell("topic", m.topic),
       cell("status", state(m.status)), cell("error", m.error_code ?? ""))), { id: "device-messages", class: "cards" });
   view.append(h("h1", {}, "Device ", h("code", {}, device)),
     facts([["name", d.name], ["state", stateCell],
-      ["schema", d.schema ? `${d.schema} v${d.schema_version ?? "?"}` : null], ["registered", when(d.created_at)]]),
+      ["schema", d.schema ? `${d.schema} v${d.schema_version ?? "?"}` : null], ["registered", timeAt(d.created_at)]]),
     h("div", { class: "actions" }, toggle),
     h("h2", {}, "Hot state"), h("div", { id: "device-hot-state" }, hot),
     await charts(enc),
@@ -100,7 +103,7 @@ export async function showDevice(view, device) {
     sessions.items.length
       ? table(["session", "title", "status", "uploaded"], sessions.items.map((s) => h("tr", {},
         cell("session", h("a", { href: `#/sessions/${s.id}` }, short(s.id))), cell("title", s.title ?? ""),
-        cell("status", state(s.status)), cell("uploaded", when(s.created_at)))), { id: "device-sessions", class: "cards" })
+        cell("status", state(s.status)), cell("uploaded", timeAt(s.created_at)))), { id: "device-sessions", class: "cards" })
       : h("p", { class: "muted", id: "device-sessions" }, "No sessions uploaded."));
   if (await documented("/v1/devices/{device}/credentials")) view.append(await credentials(device, enc));
 }
@@ -128,8 +131,8 @@ async function credentials(device, enc) {
       }));
     }
     return h("tr", { "data-key": c.key_id, "data-state": c.state },
-      cell("key id", h("code", {}, c.key_id)), cell("state", state(c.state)), cell("created", when(c.created_at)),
-      cell("revoked", when(c.revoked_at)), cell("", revoke));
+      cell("key id", h("code", {}, c.key_id)), cell("state", state(c.state)), cell("created", timeAt(c.created_at)),
+      cell("revoked", timeAt(c.revoked_at)), cell("", revoke));
   }
   function showSecret(issued) {
     const value = h("input", { id: "credential-secret-value", class: "secret-value", type: "text",
@@ -349,8 +352,11 @@ export function frameOf(r) {
 async function charts(enc) {
   const box = h("div", { id: "device-charts", class: "charts" });
   const caption = h("p", { id: "device-charts-caption", class: "muted chart-caption" });
+  // #/devices/<id>?minutes=360: the range charted (an hour unless the URL says another).
+  const linked = Number(viewState().minutes);
+  const initial = RANGES.some(([m]) => m === linked) ? linked : 60;
   const range = h("select", { id: "device-range", "aria-label": "Chart range" },
-    RANGES.map(([m, label]) => h("option", { value: m, selected: m === 60 }, `last ${label}`)));
+    RANGES.map(([m, label]) => h("option", { value: m, selected: m === initial }, `last ${label}`)));
   let asked = 0;
   async function load() {
     const ticket = ++asked, minutes = Number(range.value);
@@ -378,7 +384,10 @@ async function charts(enc) {
     box.replaceChildren(...shown);
     box.dataset.minutes = minutes; // what the charts show now
   }
-  range.addEventListener("change", () => run(range, load));
+  range.addEventListener("change", () => {
+    setViewState({ minutes: Number(range.value) === 60 ? null : range.value });
+    run(range, load);
+  });
   await load();
   return h("section", { id: "device-charts-section" },
     h("div", { class: "chart-head" }, h("h2", {}, "Charts"), range), caption, box);

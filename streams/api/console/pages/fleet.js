@@ -2,11 +2,11 @@
 // last hour - sortable (by the server, so a 10,000-device fleet sorts as fast as ten) and
 // searchable, so the sick devices are found at once. Two charts show the ingest rate by status
 // and the end-to-end latency (p50, p99) over a chosen range, on a time axis in the browser's zone.
-import { api, h, when, every, documented, formatDuration } from "../lib.js";
+import { api, h, timeAt, every, documented, formatDuration, viewState, setViewState } from "../lib.js";
 
 const COLUMNS = [
   ["device", "device", (d) => h("a", { href: `#/devices/${encodeURIComponent(d.device)}` }, d.device)],
-  ["last_seen_at", "last seen", (d) => when(d.last_seen_at)],
+  ["last_seen_at", "last seen", (d) => timeAt(d.last_seen_at)],
   ["envelopes", "envelopes/min", (d, r) => (d.envelopes / (r.window_s / 60)).toFixed(2)],
   ["invalid_share", "invalid", (d) => `${(d.invalid_share * 100).toFixed(1)} %`],
   ["duplicates", "duplicates", (d) => d.duplicates],
@@ -139,8 +139,15 @@ function drawHistory(box, r) {
 // -- the page -------------------------------------------------------------------------------------
 
 export async function showFleet(view) {
-  let sort = "seq_gaps", order = "desc", range = "1h";
+  // The view's state in the URL: #/fleet?sort=device&order=asc&q=<text>&range=6h; what it does
+  // not name (or names wrongly) is the default.
+  const asked = viewState();
+  const sortable = (key) => COLUMNS.some(([k]) => k === key);
+  let sort = sortable(asked.sort) ? asked.sort : "seq_gaps";
+  let order = asked.order === "asc" ? "asc" : "desc";
+  let range = RANGES.some(([k]) => k === asked.range) ? asked.range : "1h";
   const search = h("input", { id: "fleet-search", type: "search", placeholder: "device id" });
+  search.value = asked.q || "";
   const summary = h("div", { id: "fleet-summary" });
   const live = h("p", { id: "fleet-live" });
   const [hasLive, hasHistory] = await Promise.all([documented("/v1/fleet/live"), documented("/v1/fleet/history")]);
@@ -154,8 +161,9 @@ export async function showFleet(view) {
     drawHistory(charts, await api(`/v1/fleet/history?range=${range}`));
     for (const b of picker.children) b.setAttribute("aria-pressed", String(b.dataset.range === range));
   }
+  const pick = (key) => { range = key; setViewState({ range }); loadHistory(); };
   picker.append(...RANGES.map(([key, label]) => h("button", { type: "button", "data-range": key,
-    "aria-pressed": String(key === range), onclick: () => { range = key; loadHistory(); } }, label)));
+    "aria-pressed": String(key === range), onclick: () => pick(key) }, label)));
 
   async function loadLive() {
     if (!hasLive) return;
@@ -184,6 +192,7 @@ export async function showFleet(view) {
       th.addEventListener("click", () => {
         order = key === sort && order === "desc" ? "asc" : "desc";
         sort = key;
+        setViewState({ sort, order });
         load();
       });
       return th;
@@ -192,7 +201,11 @@ export async function showFleet(view) {
       h("tr", { "data-device": d.device }, COLUMNS.map(([key, , cell]) => h("td", { "data-col": key }, cell(d, r))))));
   }
   let typing;
-  search.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(load, 250); });
+  search.addEventListener("input", () => {
+    setViewState({ q: search.value.trim() });
+    clearTimeout(typing);
+    typing = setTimeout(load, 250);
+  });
   await load();
   every(10000, load);
   view.append(h("h1", {}, "Fleet"), summary, live,

@@ -1,6 +1,7 @@
 // Runs: the list with filters, and one run's DAG drawn as SVG with its jobs' details and actions.
 import {
   api, h, table, cell, state, short, facts, notice, act, onEvent, every, onResize, zoned, zoneName, duration,
+  viewState, setViewState,
 } from "../lib.js";
 
 const STATUSES = ["", "pending", "running", "cancel_requested", "succeeded", "partial", "failed", "cancelled"];
@@ -8,19 +9,28 @@ const TERMINAL = new Set(["succeeded", "partial", "failed", "cancelled"]);
 const SVG = "http://www.w3.org/2000/svg";
 
 export async function listRuns(view) {
-  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  // The view's state in the URL: #/runs?status=failed&session=…&pages=2 (pages: how many shown).
+  const asked = viewState();
   const status = h("select", { id: "run-status" }, STATUSES.map((s) => h("option", { value: s }, s || "any status")));
   const session = h("input", { id: "run-session", type: "text", placeholder: "session id", size: 38 });
   const body = h("tbody", { id: "runs-rows" });
   const more = h("button", { id: "runs-more", type: "button", hidden: true }, "More");
   let next = null;
+  let pages = Math.max(1, Math.min(20, Number.parseInt(asked.pages, 10) || 1));
 
+  /** The first page and as many more as the view shows (so a link, or a live re-read, shows as
+   * many runs as were shown); with ``append``, the next page. */
   async function load(append = false) {
     const q = new URLSearchParams({ limit: "50" });
     if (status.value) q.set("status", status.value);
     if (session.value.trim()) q.set("session", session.value.trim());
-    const page = await api(append && next ? next : `/v1/runs?${q}`);
-    const rows = page.items.map((r) => h("tr", { "data-run": r.id },
+    let page = await api(append && next ? next : `/v1/runs?${q}`);
+    const items = [...page.items];
+    for (let n = 1; !append && n < pages && page.next; n++) {
+      page = await api(page.next);
+      items.push(...page.items);
+    }
+    const rows = items.map((r) => h("tr", { "data-run": r.id },
       cell("run", h("a", { href: `#/runs/${r.id}` }, short(r.id))),
       cell("session", h("a", { href: `#/sessions/${r.session_id}` }, short(r.session_id))),
       h("td", { class: "run-status", "data-label": "status" }, state(r.status)),
@@ -34,10 +44,20 @@ export async function listRuns(view) {
     more.hidden = !next;
   }
 
-  status.value = params.get("status") || "";
-  status.addEventListener("change", () => load());
-  session.addEventListener("change", () => load());
-  more.addEventListener("click", () => act(more, () => load(true)));
+  function filtered() { // a new filter starts again from the first page
+    pages = 1;
+    setViewState({ status: status.value, session: session.value.trim(), pages: null });
+    load();
+  }
+  status.value = STATUSES.includes(asked.status) ? asked.status : "";
+  session.value = asked.session || "";
+  status.addEventListener("change", filtered);
+  session.addEventListener("change", filtered);
+  more.addEventListener("click", () => act(more, async () => {
+    await load(true);
+    pages += 1;
+    setViewState({ pages });
+  }));
   await load();
   // Live: a run changed state somewhere in the tenant - re-read the page shown.
   onEvent(({ type }) => { if (type.startsWith("run.") || type === "reconnected") load(); });
@@ -53,12 +73,12 @@ export async function showRun(view, id) {
   const chart = h("div", { id: "timeline" });
   const detail = h("div", { id: "job-detail" });
   const gating = h("div", { id: "gating" });
-  let selected = null;
+  let selected = viewState().job || null; // #/runs/<id>?job=<name>: the job shown
   let lastRun = null;
   let dag = null;
   let width = 0; // the DAG box's width, known once the page is laid out (onResize)
 
-  const select = (name) => { selected = name; draw(); };
+  const select = (name) => { selected = name; setViewState({ job: name }); draw(); };
   function draw() {
     if (!dag) return;
     if (width) graph.replaceChildren(drawDag(dag, width, selected, select));

@@ -230,6 +230,7 @@ function lapComparison(id, laps) {
 
 export async function listSessions(view) {
   const device = h("input", { id: "session-device", type: "search", placeholder: "device" });
+  device.value = viewState().device || ""; // #/sessions?device=<id>: the device filter
   const body = h("tbody", { id: "sessions-rows" });
   async function load() {
     const q = new URLSearchParams({ limit: "100" });
@@ -241,7 +242,7 @@ export async function listSessions(view) {
       cell("query ready", s.query_ready ? "yes" : "no"), cell("uploaded", timeAt(s.created_at)))));
     if (!page.items.length) body.append(h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No sessions.")));
   }
-  device.addEventListener("change", load);
+  device.addEventListener("change", () => { setViewState({ device: device.value.trim() }); load(); });
   await load();
   const t = table(["session", "device", "title", "status", "latest run", "query ready", "uploaded"], [], { id: "sessions", class: "cards" });
   t.querySelector("tbody").replaceWith(body);
