@@ -75,12 +75,12 @@ def runs_list(p: Person, s: Seeded) -> None:
     assert shown(p, "#runs-rows tr", "data-run") == [s.run_id]
     # A filter that matches nothing, linked, matches nothing again.
     Select(p.find("#run-status")).select_by_value("failed")
-    p.wait(lambda d: not p.all("#runs-rows tr"))
+    p.wait(lambda d: not p.all("#runs-rows tr[data-run]"))  # the "No runs." row only
     url = href(p)
     assert "status=failed" in url and "pages" not in url, url
     reopen(p, url, "#run-status")
     assert chosen(p, "#run-status") == "failed"
-    assert not p.all("#runs-rows tr")
+    assert not p.all("#runs-rows tr[data-run]") and "No runs." in p.text("#runs-rows")
     p.shot("url-runs")
 
 
