@@ -61,7 +61,6 @@ export function table(columns, rows, attrs = {}) {
 export const cell = (label, ...children) => h("td", { "data-label": label }, ...children);
 
 export const state = (s) => h("span", { class: `state state-${s}` }, s ?? "—");
-export const when = (t) => (t ? new Date(t).toLocaleString() : "—");
 
 /** The browser's time zone (an IANA name such as America/New_York), to say what times are in. */
 export const zoneName = () => Intl.DateTimeFormat().resolvedOptions().timeZone;

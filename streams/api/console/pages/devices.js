@@ -5,29 +5,6 @@ import {
   api, h, table, cell, state, timeAt, short, facts, notice, act, documented, viewState, setViewState,
 } from "../lib.js";
 
-/** A notice of this page, with a button that dismisses it (lib's notice may bring one already). */
-function tell(text, isError = false) {
-  const el = notice(text, isError);
-  if (el instanceof Element && !el.querySelector(".notice-close")) {
-    const close = h("button", { type: "button", class: "notice-close", "aria-label": "Dismiss" }, "×");
-    close.addEventListener("click", () => el.remove());
-    el.append(" ", close);
-  }
-  return el;
-}
-
-/** lib's act (the button disabled meanwhile), its failure told as a dismissible notice too. */
-function run(button, fn) {
-  return act(button, async () => {
-    try {
-      return await fn();
-    } catch (err) {
-      tell(`${err.message}${err.code ? ` (${err.code})` : ""}`, true);
-      return undefined;
-    }
-  });
-}
-
 export async function listDevices(view) {
   const search = h("input", { id: "device-search", type: "search", placeholder: "filter the loaded devices" });
   const body = h("tbody", { id: "devices-rows" });
@@ -52,7 +29,7 @@ export async function listDevices(view) {
     if (!shown.length) body.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, q ? "No loaded device matches." : "No devices.")));
   }
   search.addEventListener("input", () => { setViewState({ q: search.value.trim() }); draw(); });
-  more.addEventListener("click", () => run(more, load));
+  more.addEventListener("click", () => act(more, load));
   await load();
   const t = table(["device", "name", "state", "schema", "updated"], [], { id: "devices", class: "cards" });
   t.querySelector("tbody").replaceWith(body);
@@ -70,12 +47,12 @@ export async function showDevice(view, device) {
     toggle.textContent = d.active ? "Deactivate" : "Activate";
   }
   show();
-  toggle.addEventListener("click", () => run(toggle, async () => {
+  toggle.addEventListener("click", () => act(toggle, async () => {
     const r = await api(`/v1/devices/${enc}/${d.active ? "deactivate" : "activate"}`, { method: "POST" });
     // Read back, so the page shows what the registry holds now (its answer, should that fail).
     d = await api(`/v1/devices/${enc}`).catch(() => r.device);
     show();
-    tell(`${device} is now ${d.active ? "active" : "inactive"}${r.changed ? "" : " (it already was)"}.`);
+    notice(`${device} is now ${d.active ? "active" : "inactive"}${r.changed ? "" : " (it already was)"}.`);
   }));
   const [sessions, activity] = await Promise.all([
     api(`/v1/sessions?device=${enc}&limit=50`), api(`/v1/devices/${enc}/activity`)]);
@@ -123,10 +100,10 @@ async function credentials(device, enc) {
     let revoke = "";
     if (c.state === "active") {
       revoke = h("button", { type: "button", class: "credential-revoke" }, "Revoke");
-      revoke.addEventListener("click", () => run(revoke, async () => {
+      revoke.addEventListener("click", () => act(revoke, async () => {
         if (!confirm(`Revoke credential ${c.key_id} of ${device}? Its connections are closed.`)) return;
         await api(`${path}/${encodeURIComponent(c.key_id)}`, { method: "DELETE" });
-        tell(`Revoked credential ${c.key_id} of ${device}.`);
+        notice(`Revoked credential ${c.key_id} of ${device}.`);
         await load();
       }));
     }
@@ -159,12 +136,12 @@ async function credentials(device, enc) {
     secretBox.scrollIntoView({ block: "nearest" }); // below the fold on a long device page
   }
   const issue = h("button", { id: "credential-issue", type: "button" }, "Issue");
-  issue.addEventListener("click", () => run(issue, async () => {
+  issue.addEventListener("click", () => act(issue, async () => {
     showSecret(await api(path, { method: "POST" }));
     await load();
   }));
   const rotate = h("button", { id: "credential-rotate", type: "button" }, "Rotate");
-  rotate.addEventListener("click", () => run(rotate, async () => {
+  rotate.addEventListener("click", () => act(rotate, async () => {
     if (!confirm(`Rotate the credentials of ${device}? Every current one is retired and its connections are closed; the device needs the new secret.`)) return;
     showSecret(await api(`${path}/rotate`, { method: "POST" }));
     await load();
@@ -386,7 +363,7 @@ async function charts(enc) {
   }
   range.addEventListener("change", () => {
     setViewState({ minutes: Number(range.value) === 60 ? null : range.value });
-    run(range, load);
+    act(range, load);
   });
   await load();
   return h("section", { id: "device-charts-section" },
