@@ -25,7 +25,6 @@ import logging
 import time
 from typing import Any, Final
 
-import orjson
 from aiohttp import web
 from aiohttp_sse import sse_response
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -107,6 +106,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
 
     last = _last_event_id(request)
     names = Names(namespace=ctx.settings.namespace)
+    kind_after = names.event_subject(caller.tenant, "")  # the event's type is its subject's tail
     js = ctx.nats.jetstream()
 
     async def subscribe() -> Any:
@@ -138,7 +138,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
                     msg = await asyncio.wait_for(queue.get(), _POLL_S)
                 except TimeoutError:
                     continue
-                kind = orjson.loads(msg.data).get("type", "message")
+                kind = msg.subject.removeprefix(kind_after)  # events.<tenant>.<kind>
                 try:
                     await stream.send(msg.data.decode(), id=str(msg.metadata.sequence.stream),
                                       event=kind)

@@ -255,6 +255,9 @@ class EventRelay:
         except NATS_FAILURES as exc:  # provisioning the stream
             self._nats_outage.failed(exc)
             return False
+        except Exception:  # a bug: say so loudly and keep relaying (the lag alert watches too)
+            log.exception("event relay round failed")
+            return False
         self._pg_outage.recovered()
         if self.observer is not None:
             self.observer.on_backlog(age_s=age)

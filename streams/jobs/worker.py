@@ -516,8 +516,8 @@ class _Worker:
             )
             if result.outcome is Outcome.CANCEL_REQUESTED:
                 result = await queue.acknowledge_cancel(
-                conn, entry.job, dag=self.dag, channel=self.channel
-            )
+                    conn, entry.job, dag=self.dag, channel=self.channel
+                )
         self._runs_finished(result.finished_runs)
         if result.outcome is not Outcome.APPLIED:
             return
