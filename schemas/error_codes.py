@@ -173,6 +173,11 @@ SCHEMA_FILE_UNREADABLE: Final = _code(
 SCHEMA_FILE_TOO_LARGE: Final = _code(
     "SCHEMA_FILE_TOO_LARGE", _A.SCHEMA, "the schema file is over 1 MiB"
 )
+SCHEMA_TRIAL_FLAGGED: Final = _code(
+    "SCHEMA_TRIAL_FLAGGED", _A.SCHEMA,
+    "`schema apply --check-last`: the version would refuse more of the devices' recent "
+    "envelopes than `schemas.trial_max_refused_share` allows; nothing was stored",
+)
 SCHEMA_FILE_YAML: Final = _code(
     "SCHEMA_FILE_YAML",
     _A.SCHEMA,

@@ -397,6 +397,20 @@ class EventSettings(_Group):
     relay_batch: int = Field(500, ge=1, le=10_000, description="Events relayed per round.")
 
 
+class SchemaTrialSettings(_Group):
+    """Trying a schema version on recorded traffic (``tideway schema test --device``)."""
+
+    trial_last: int = Field(
+        1000, ge=1, le=1_000_000,
+        description="Envelopes a schema trial reads by default (the newest of the device's).",
+    )
+    trial_max_refused_share: float = Field(
+        0.05, ge=0, le=1,
+        description="Share of the tried envelopes a candidate may refuse before the trial is "
+        "flagged (and `schema apply --check-last` refuses the version).",
+    )
+
+
 #: Names the requirement documents give to Tideway settings, accepted as aliases. Each maps an
 #: environment variable to its ``(group, field)``; the ``TIDEWAY_`` name wins when both are set.
 SPEC_ALIASES: dict[str, tuple[str, str]] = {
@@ -471,6 +485,7 @@ class Settings(BaseSettings):
     nats: NatsSettings = NatsSettings()
     auth: AuthSettings = AuthSettings()
     events: EventSettings = EventSettings()
+    schemas: SchemaTrialSettings = SchemaTrialSettings()
 
     @model_validator(mode="after")
     def _check_dedupe_horizon(self) -> Settings:

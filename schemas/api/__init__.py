@@ -61,6 +61,8 @@ from schemas.api.device_schemas import (
     SchemaSummary,
     SchemaTestReport,
     SchemaTestRequest,
+    SchemaTrialReport,
+    SchemaTrialRequest,
     SchemaVersion,
     SchemaVersionQuery,
 )
@@ -209,6 +211,8 @@ __all__ = [
     "SchemaSummary",
     "SchemaTestReport",
     "SchemaTestRequest",
+    "SchemaTrialReport",
+    "SchemaTrialRequest",
     "SchemaVersion",
     "SchemaVersionQuery",
     "SeriesPoint",

@@ -25,19 +25,23 @@ from schemas.api import (
     DeviceQuery,
     DeviceSeries,
     DeviceSeriesQuery,
+    SchemaTrialReport,
+    SchemaTrialRequest,
 )
 from streams import registry
 from streams.adapters.redis import redis_client
 from streams.api import path_params as pp
-from streams.api.bodies import query_of, reply
+from streams.api.bodies import body_of, query_of, reply
 from streams.api.context import caller_of, context_of
 from streams.api.inputs import path_text
 from streams.api.openapi import Route
 from streams.api.pages import decode_cursor, page_of, text
 from streams.clickhouse import ClickHouse
+from streams.errors import NotFoundError
+from streams.ingest import schema_trial
 from streams.ingest.hot_state import HotState
 from streams.names import Names
-from streams.views import devices
+from streams.views import device_schemas, devices
 from streams.views.fleet import boolean_parameters, device_activity, device_series
 
 __all__ = [
@@ -50,6 +54,7 @@ __all__ = [
     "get_device_activity",
     "get_device_series",
     "list_devices",
+    "try_schema",
 ]
 
 DEVICE: Final = {"device": pp.DEVICE}
@@ -132,6 +137,30 @@ async def deactivate_device(request: web.Request) -> web.Response:
     return await _set_active(request, False)
 
 
+async def try_schema(request: web.Request) -> web.Response:
+    """A stored schema version tried on the device's recorded envelopes (writes nothing)."""
+    caller, device = caller_of(request), path_text(request, "device")
+    body = await body_of(request, SchemaTrialRequest)
+    ctx = context_of(request)
+    settings, names = ctx.settings, Names(namespace=ctx.settings.namespace)
+    async with ctx.pool.acquire() as conn:
+        found = await device_schemas.show_schema(conn, caller.tenant, body.schema_name,
+                                                 body.version)
+        programs = device_schemas.programs(found)
+        if body.topic is not None and body.topic not in programs:
+            raise NotFoundError(f"schema {found.name!r} v{found.version} has no topic "
+                                f"{body.topic!r}")
+        scope = await schema_trial.scope_of(conn, names, tenant=caller.tenant,
+                                            programs=programs, device=device, topic=body.topic)
+        report = await schema_trial.trial(
+            ctx.nats, conn, names, scope, schema=found.name, content_hash=found.content_hash,
+            last=body.last or settings.schemas.trial_last, since=body.since,
+            max_payload_bytes=settings.consumer.max_payload_bytes,
+            max_refused_share=settings.schemas.trial_max_refused_share)
+    return reply(SchemaTrialReport.model_validate({**report.as_dict(),
+                                                   "version": found.version}))
+
+
 _TAG = "devices"
 
 ROUTES: tuple[Route, ...] = (
@@ -152,4 +181,9 @@ ROUTES: tuple[Route, ...] = (
     Route(method="POST", path="/v1/devices/{device}/deactivate", handler=deactivate_device,
           tag=_TAG, summary="Record the device's envelopes, skip mutate/derive/publish",
           response=DeviceChange, path_types=DEVICE, not_found=NO_DEVICE),
+    Route(method="POST", path="/v1/devices/{device}/schema-trial", handler=try_schema,
+          tag=_TAG, summary="Try a stored schema version on the device's recorded envelopes "
+                            "beside what was recorded (writes nothing)",
+          body=SchemaTrialRequest, response=SchemaTrialReport, path_types=DEVICE,
+          not_found="no such device, schema, version or topic"),
 )  # fmt: skip

@@ -17,6 +17,7 @@ _BODIES: dict[str, Any] = {
     "reprocess_session": {},
     "rollback_session": {},
     "test_schema": {"payload": {"temp": 1}, "topic": "state"},
+    "try_schema": {"schema": "weather-station", "last": 5},
     "resolve_dead_letter": {"note": "contract test"},
     "resolve_group": {"note": "contract test"},
 }
@@ -30,6 +31,7 @@ def _path(template: str, seeded: Seeded) -> str:
         template.replace("{id}", ids.get(prefix, ""))
         .replace("{name}", seeded.schema)
         .replace("{group}", seeded.group_id)
+        .replace("{device}", seeded.device)
     )
 
 

@@ -17,8 +17,11 @@ PAYLOAD = REPO / "examples" / "payload.json"
 TIDEWAY = (sys.executable, "-c", "from streams.cli.main import main; main()")
 
 
-async def tideway(dsn: str | None, *args: str, cwd: Path) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEWAY_")}
+async def tideway(dsn: str | None, *args: str, cwd: Path,
+                  env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run the CLI as a user would (``env``: more ``TIDEWAY_*`` settings, such as NATS's)."""
+    extra, env = env or {}, {k: v for k, v in os.environ.items() if not k.startswith("TIDEWAY_")}
+    env.update(extra)
     env["TIDEWAY_CONFIG"] = str(cwd / "absent.toml")
     env["COLUMNS"] = "200"
     env["PYTHONPATH"] = str(REPO)
