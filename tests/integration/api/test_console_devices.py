@@ -222,3 +222,73 @@ async def test_the_device_page_in_three_zones_two_sizes(
     await asyncio.to_thread(activate, p)
     assert await _active(seeded)
     await asyncio.to_thread(p.check_console)
+
+
+def try_version(p: Person, version: int) -> dict[str, Any]:
+    """Pick ``version`` in the device page's schema trial, press Try, read what it shows."""
+    from selenium.webdriver.support.ui import Select
+
+    Select(p.find("#trial-version")).select_by_value(str(version))
+    p.find("#trial-run").click()
+    p.find(f'#trial-verdict[data-version="{version}"]')
+    return dict(p.driver.execute_script(
+        """
+        const verdict = document.getElementById('trial-verdict');
+        const changes = {};
+        for (const r of document.querySelectorAll('#trial-result table:not([id]) tbody tr')) {
+          const cells = r.querySelectorAll('td');
+          changes[cells[0].textContent] = Number(cells[cells.length - 1].textContent);
+        }
+        return {flagged: verdict.dataset.flagged === 'true', text: verdict.textContent, changes,
+                envelopes: document.querySelectorAll('#trial-envelopes tbody tr').length};
+        """
+    ))
+
+
+async def test_a_schema_version_tried_from_the_device_page(
+    seeded: Seeded, browser: WebDriver, fleet: Harness
+) -> None:
+    from schemas.device_schema import parse_schema_text
+    from streams import registry
+    from tests.integration.ingest.test_schema_trial import candidate_text
+
+    for seq in range(2, 42):  # 40 readings, 20 of them above the tighter limit (25 °C)
+        values = good_values(20.0 + (seq % 2) * 10)
+        await fleet.publish("d1", {"ts": 1_780_000_000_000 + seq * 1000, "seq": seq,
+                                   "values": values})
+    await fleet.consume(3 + 40)
+    text = candidate_text()
+    async with fleet.pool.acquire() as conn:  # stored as v2; d1 stays on v1
+        await registry.apply_schema(conn, parse_schema_text(text), source_text=text)
+    p = Person(browser, str(seeded.client.make_url("/")))
+    await asyncio.to_thread(sign_in, p, seeded.acme["Authorization"].removeprefix("Bearer "))
+    await asyncio.to_thread(p.open, "#/devices/d1", "#device-schema-trial")
+
+    tried = await asyncio.to_thread(try_version, p, 2)
+    assert tried["flagged"], tried
+    assert tried["changes"].get("completed → failed_validation") == 20, tried
+    assert tried["changes"].get("OUT_OF_RANGE") == 20, tried
+    assert tried["envelopes"] == 20  # each changed envelope listed, linked to its page
+    same = await asyncio.to_thread(try_version, p, 1)
+    # The device's own version changes nothing; the seeded malformed envelope is refused by
+    # both (its reason is listed, no status changes).
+    assert not same["flagged"] and same["envelopes"] == 0, same
+    assert same["changes"] == {"ENVELOPE_UNPARSEABLE": 1}, same
+    await asyncio.to_thread(trial_fits_a_phone, p)
+    await asyncio.to_thread(p.check_console)
+
+
+def trial_fits_a_phone(p: Person) -> None:
+    p.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                             {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+    try:
+        p.driver.refresh()
+        p.find("#device-schema-trial")
+        assert try_version(p, 2)["envelopes"] == 20
+        sizes = p.driver.execute_script(
+            "return {scroll: document.documentElement.scrollWidth, view: window.innerWidth,"
+            " right: document.getElementById('trial-envelopes').getBoundingClientRect().right}")
+        assert sizes["view"] == 390 and sizes["scroll"] <= 390 and sizes["right"] <= 390, sizes
+        p.shot("device-schema-trial-phone")
+    finally:
+        p.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

@@ -82,7 +82,46 @@ export async function showDevice(view, device) {
         cell("session", h("a", { href: `#/sessions/${s.id}` }, short(s.id))), cell("title", s.title ?? ""),
         cell("status", state(s.status)), cell("uploaded", timeAt(s.created_at)))), { id: "device-sessions", class: "cards" })
       : h("p", { class: "muted", id: "device-sessions" }, "No sessions uploaded."));
+  if (d.schema && await documented("/v1/devices/{device}/schema-trial")) view.append(await schemaTrial(d, enc));
   if (await documented("/v1/devices/{device}/credentials")) view.append(await credentials(device, enc));
+}
+
+/** Try a stored version of the device's schema on its recorded envelopes (nothing is written). */
+async function schemaTrial(d, enc) {
+  const schema = await api(`/v1/schemas/${encodeURIComponent(d.schema)}`);
+  const pick = h("select", { id: "trial-version", "aria-label": "version" },
+    ...[...schema.versions].reverse().map((v) => h("option", { value: v, selected: v === schema.version },
+      `${d.schema} v${v}${v === d.schema_version ? " (the device's)" : ""}`)));
+  const last = h("input", { id: "trial-last", type: "number", min: 1, max: 100000, value: 1000, "aria-label": "envelopes" });
+  const run = h("button", { id: "trial-run", type: "button" }, "Try");
+  const out = h("div", { id: "trial-result" });
+  const counts = (obj, what) => table([what, "envelopes"],
+    Object.entries(obj).map(([k, v]) => h("tr", {}, cell(what, k), cell("envelopes", v))), { class: "cards" });
+  run.addEventListener("click", () => act(run, async () => {
+    const r = await api(`/v1/devices/${enc}/schema-trial`, { method: "POST",
+      body: { schema: d.schema, version: Number(pick.value), last: Number(last.value) || 1000 } });
+    const changed = r.envelopes.filter((e) => e.changed).slice(0, 20);
+    out.replaceChildren(
+      h("p", { id: "trial-verdict", class: r.flagged ? "error" : "muted", "data-flagged": String(r.flagged), "data-version": r.version },
+        r.flagged ? `Flagged: v${r.version} would refuse ${r.refused} of ${r.tried} envelopes (${(100 * r.refused_share).toFixed(1)} %, more than ${(100 * r.max_refused_share).toFixed(1)} %).`
+          : `v${r.version} would refuse ${r.refused} of ${r.tried} envelopes (${(100 * r.refused_share).toFixed(1)} %): within the limit.`),
+      facts([["tried", r.tried], ["recorded before", r.compared], ["would change status", r.status_changed]]),
+      Object.keys(r.status_changes).length ? counts(r.status_changes, "status change") : "",
+      Object.keys(r.reasons).length ? counts(r.reasons, "reason") : "",
+      Object.keys(r.parameters).length ? table(["parameter", "changed", "min", "median", "max"],
+        Object.entries(r.parameters).map(([k, p]) => h("tr", {}, cell("parameter", k), cell("changed", p.changed),
+          cell("min", p.min ?? "—"), cell("median", p.median ?? "—"), cell("max", p.max ?? "—"))),
+        { id: "trial-parameters", class: "cards" }) : "",
+      changed.length ? table(["envelope", "measured", "recorded", `v${r.version}`, "reasons", "values that change"],
+        changed.map((e) => h("tr", {},
+          cell("envelope", e.message_id == null ? `seq ${e.stream_seq}` : h("a", { href: `#/messages/${e.message_id}` }, e.message_id)),
+          cell("measured", timeAt(e.measured_at)), cell("recorded", state(e.old_status)), cell(`v${r.version}`, state(e.new_status)),
+          cell("reasons", e.new_reasons.join(", ")), cell("values that change", e.changed_parameters.join(", ")))),
+        { id: "trial-envelopes", class: "cards" }) : h("p", { class: "muted" }, "No envelope would change."));
+  }));
+  return h("section", { id: "device-schema-trial" }, h("h2", {}, "Try a schema version"),
+    h("p", { class: "muted" }, "Runs the device's newest recorded envelopes through a version of its schema, beside what was recorded. Nothing is written."),
+    h("div", { class: "actions" }, pick, last, run), out);
 }
 
 /** The device's credentials with Issue, Rotate and Revoke; a secret just issued shown once. */
