@@ -173,6 +173,11 @@ class MessageExplanation(_Body):
     duplicates: list[dict[str, Any]]
     dead_letter: dict[str, Any] | None
     published: dict[str, Any] | None = None
+    corrections: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="What `tideway replay --reprocess` replaced in the telemetry row, oldest "
+        "first: when, by which reprocess, the schema version and values before and after.",
+    )
     archive: dict[str, list[str]] | None = Field(
         None,
         description="Set when retention had dropped rows of the envelope and they were read "

@@ -329,3 +329,21 @@ ingest_dedupe_keys = sa.Table(
     sa.Column("received_at", _TS, nullable=False),
     postgresql_partition_by="RANGE (gen)",
 )
+
+telemetry_corrections = sa.Table(
+    "telemetry_corrections",
+    metadata,
+    # What ``tideway replay --reprocess`` replaced in a telemetry row (migration 0031): the
+    # layout (schema version, topic, keys) and values before and after, per correction.
+    sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),
+    sa.Column("ingestion_message_id", sa.BigInteger, nullable=False),
+    sa.Column("received_at", _TS, nullable=False),
+    sa.Column("reprocess_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("corrected_at", _TS, nullable=False, server_default=sa.text("clock_timestamp()")),
+    sa.Column("previous_layout", sa.Integer, nullable=False),
+    sa.Column("previous_values", pg.JSON, nullable=False),
+    sa.Column("values_layout", sa.Integer, nullable=False),
+    sa.Column("parameter_list", pg.JSON, nullable=False),
+    sa.Index("ix_telemetry_corrections_message", "ingestion_message_id"),
+    sa.Index("ix_telemetry_corrections_received", "received_at", postgresql_using="brin"),
+)

@@ -232,23 +232,61 @@ def replay_cmd(
     since: str = typer.Option(..., "--since", help="RFC 3339 time or age (15m, 2h)."),
     until: str = typer.Option(None, "--until", help="RFC 3339 time or age."),
     subject: str = typer.Option(None, "--subject", help="Only this subject (wildcards ok)."),
+    device: str | None = typer.Option(None, "--device", help="Only this device's envelopes."),
+    tenant: str | None = typer.Option(
+        None, "--tenant", help="Only this tenant's envelopes (with --device: its tenant; "
+        "default: the default_tenant setting)."),
+    reprocess: bool = typer.Option(
+        False, "--reprocess", help="Re-derive recorded envelopes through the devices' current "
+        "schema versions, correcting the values recorded before a fix."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Report, write nothing."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Re-feed retained envelopes; processed ones change nothing, missing ones fill in."""
+    """Re-feed retained envelopes; processed ones change nothing, missing ones fill in (with
+    --reprocess: recorded ones are re-derived and their values corrected)."""
     from streams.ingest.replay import replay
 
-    report = asyncio.run(replay(load_settings(), since=parse_time(since),
+    settings = load_settings()
+    if device is not None or tenant is not None:
+        if subject is not None:
+            raise UsageError("give --subject, or --device/--tenant, not both")
+        subject = f"telemetry.{tenant or settings.default_tenant}.{device or '*'}.*"
+
+    def progress(r: Any) -> None:
+        if as_json:
+            return
+        done = r.reprocess.corrected if r.reprocess is not None else sum(r.recorded.values())
+        verb = "would correct" if dry_run else "corrected"
+        if r.reprocess is None:
+            verb = "would record" if dry_run else "recorded"
+        err_console.print(f"replay: {r.scanned} envelopes read (seq {r.first_seq}-"
+                          f"{r.last_seq}), {verb} {done}")
+
+    report = asyncio.run(replay(settings, since=parse_time(since),
                                 until=parse_time(until) if until else None,
-                                subject=subject, dry_run=dry_run))
+                                subject=subject, dry_run=dry_run, reprocess=reprocess,
+                                on_batch=progress))
     data = report.as_dict()
     if as_json:
         print_json(data)
-    else:
-        recorded = dict(report.recorded)
-        data.pop("recorded")
-        print_record({**data, **{f"recorded.{k}": v for k, v in recorded.items()}},
-                     title="replay (dry run)" if dry_run else "replay")
+        return
+    title = ("reprocess" if reprocess else "replay") + (" (dry run)" if dry_run else "")
+    if report.reprocess is not None:
+        data.pop("status_changes")
+        data.pop("parameters")
+        found = report.reprocess.as_dict()
+        changes: dict[str, int] = found["status_changes"]
+        parameters: dict[str, dict[str, Any]] = found["parameters"]
+        print_record({**data, **{f"status would change: {k}": v for k, v in changes.items()}},
+                     title=title)
+        if parameters:
+            print_rows([{"parameter": k, **v} for k, v in parameters.items()],
+                       columns=("parameter", "changed", "appeared", "disappeared", "min",
+                                "median", "max"), title="values corrected (new - recorded)")
+        return
+    recorded = dict(report.recorded)
+    data.pop("recorded")
+    print_record({**data, **{f"recorded.{k}": v for k, v in recorded.items()}}, title=title)
 
 
 @messages_app.command("show")
@@ -267,6 +305,11 @@ def messages_show(ident: str = typer.Argument(..., help="Message id or dedupe ke
     for part in ("telemetry", "published", "dead_letter"):
         if data.get(part):
             print_record(data[part], title=part)
+    for c in data.get("corrections") or ():  # what reprocesses replaced, oldest first
+        print_record({"corrected_at": c["corrected_at"], "reprocess": c["reprocess_id"],
+                      "version": f"v{c['previous_version']} → v{c['version']}",
+                      "values before": c["previous_values"], "values after": c["values"]},
+                     title="corrected by a reprocess")
     if data.get("archive"):  # rows retention dropped, read back from their archive
         print_record({t: ", ".join(keys) for t, keys in data["archive"].items()},
                      title="from the archive (retention dropped these rows)")

@@ -61,6 +61,8 @@ async def _gather(conn: Conn, message_id: int) -> dict[str, Any] | None:
         "duplicates": [dict(r) for r in await conn.fetch(sql.MESSAGE_DUPLICATES, owner)]
         if message["duplicate_of"] is None else [],
         "dead_letter": _dead_letter(dict(dead)) if dead else None,
+        "corrections": [dict(r) for r in await conn.fetch(sql.MESSAGE_CORRECTIONS, message_id)]
+        if telemetry else [],
     }
 
 

@@ -10,6 +10,10 @@ can run beside live consumers: dedupe and idempotent publishing make that safe.
 
 ``dry_run`` evaluates and classifies every envelope against Postgres but writes and
 publishes nothing, and reports what a real replay would do.
+
+``reprocess`` re-derives the envelopes already recorded instead, through the devices' current
+schema versions (:mod:`streams.ingest.rederive`): corrected values replace the recorded ones,
+which are kept as corrections; ``dry_run`` then says what would change.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from streams.config import Settings
 from streams.errors import UsageError
 from streams.ingest.fetch import Fetcher, pending_of, receipt_of
 from streams.ingest.pipeline import Pipeline
+from streams.ingest.rederive import ReprocessReport, rederive_batch
 from streams.ingest.resources import Resources
 
 
@@ -46,8 +51,14 @@ class ReplayReport:
     """Envelopes left for a later attempt (a publish failure within its budget)."""
     first_seq: int | None = None
     last_seq: int | None = None
+    reprocess: ReprocessReport | None = None
+    """A reprocess's own findings (``None`` for a plain replay)."""
 
     def as_dict(self) -> dict[str, object]:
+        if self.reprocess is not None:
+            return {"dry_run": self.dry_run, "scanned": self.scanned,
+                    "first_seq": self.first_seq, "last_seq": self.last_seq,
+                    **self.reprocess.as_dict()}
         return {
             "dry_run": self.dry_run, "scanned": self.scanned,
             "already_recorded": self.already_recorded, "recorded": dict(self.recorded),
@@ -68,7 +79,7 @@ def _subject_filter(subject: str | None, settings: Settings) -> str | None:
 
 async def replay(
     settings: Settings, *, since: datetime, until: datetime | None = None,
-    subject: str | None = None, dry_run: bool = False,
+    subject: str | None = None, dry_run: bool = False, reprocess: bool = False,
     on_batch: Callable[[ReplayReport], None] | None = None,
 ) -> ReplayReport:
     """Re-feed retained envelopes stored in ``[since, until]`` (see the module docstring)."""
@@ -87,6 +98,8 @@ async def replay(
         mem_storage=True,
     )
     report = ReplayReport(dry_run=dry_run)
+    if reprocess:
+        report.reprocess = ReprocessReport(reprocess_id=str(uuid.uuid4()), dry_run=dry_run)
     await js.add_consumer(names.telemetry_stream, config)
     fetcher = await Fetcher(resources.nc, stream=names.telemetry_stream, durable=name).start()
     try:
@@ -99,7 +112,14 @@ async def replay(
             receipts = [receipt_of(m) for m in msgs]
             if until_ns is not None:
                 receipts = [r for r in receipts if r.received_at_ns <= until_ns]
-            if receipts:
+            if receipts and report.reprocess is not None:
+                report.scanned += len(receipts)
+                report.first_seq = report.first_seq or receipts[0].stream_seq
+                report.last_seq = receipts[-1].stream_seq
+                await rederive_batch(pipeline, receipts, report.reprocess)
+                if on_batch is not None:
+                    on_batch(report)
+            elif receipts:
                 await _one_batch(pipeline, receipts, report)
                 if on_batch is not None:
                     on_batch(report)

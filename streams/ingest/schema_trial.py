@@ -53,7 +53,7 @@ from streams.errors import NotFoundError, UsageError
 from streams.ingest.fetch import Delivery, receipt_of
 from streams.names import Names
 
-__all__ = ["TrialReport", "TrialScope", "scope_of", "trial", "try_on_traffic"]
+__all__ = ["ParameterDiff", "TrialReport", "TrialScope", "scope_of", "trial", "try_on_traffic"]
 
 CANDIDATE = uuid.UUID(int=0)
 """The schema version id the candidate's topics are bound under (no stored version has it)."""
@@ -135,11 +135,21 @@ async def scope_of(conn: Conn, names: Names, *, tenant: str, programs: Mapping[s
 
 
 @dataclass
-class _ParameterDiff:
+class ParameterDiff:
+    """How one parameter's values differ between two versions, over many envelopes."""
+
     changed: int = 0
     appeared: int = 0
     disappeared: int = 0
     deltas: list[float] = field(default_factory=list)
+
+    def add(self, old: Any, new: Any) -> None:
+        """One envelope whose value went from ``old`` to ``new`` (both present)."""
+        self.changed += 1
+        if _number(old) and _number(new):
+            delta = float(new) - float(old)
+            if math.isfinite(delta):
+                self.deltas.append(delta)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"changed": self.changed, "appeared": self.appeared,
@@ -176,7 +186,7 @@ class TrialReport:
     new_statuses: Counter[str] = field(default_factory=Counter)
     reasons: Counter[str] = field(default_factory=Counter)
     """Reason codes of the candidate's refusals (a validation's issue codes, else its code)."""
-    parameters: dict[str, _ParameterDiff] = field(default_factory=dict)
+    parameters: dict[str, ParameterDiff] = field(default_factory=dict)
     envelopes: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -329,18 +339,14 @@ def _diff_values(old: Mapping[str, Any], new: Mapping[str, Any], report: TrialRe
         a, b = old.get(name), new.get(name)
         if a == b and (name in old) == (name in new):
             continue
-        diff = report.parameters.setdefault(name, _ParameterDiff())
+        diff = report.parameters.setdefault(name, ParameterDiff())
         changed.append(name)
         if name not in old or a is None:
             diff.appeared += 1
         elif name not in new or b is None:
             diff.disappeared += 1
         else:
-            diff.changed += 1
-            if _number(a) and _number(b):
-                delta = float(b) - float(a)
-                if math.isfinite(delta):
-                    diff.deltas.append(delta)
+            diff.add(a, b)
     return changed
 
 

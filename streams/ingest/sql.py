@@ -312,6 +312,20 @@ ORDER BY attempt, array_position(
     ARRAY['ingress', 'validate', 'mutate', 'derive', 'persist', 'publish'], stage)
 """
 
+# What reprocesses replaced in the message's telemetry row (migration 0031), oldest first.
+MESSAGE_CORRECTIONS = """
+SELECT c.corrected_at, c.reprocess_id, pv.version AS previous_version,
+       telemetry_values(c.previous_layout, c.previous_values) AS previous_values,
+       nv.version AS version, telemetry_values(c.values_layout, c.parameter_list) AS "values"
+FROM telemetry_corrections c
+JOIN telemetry_value_layouts pl ON pl.id = c.previous_layout
+JOIN telemetry_value_layouts nl ON nl.id = c.values_layout
+LEFT JOIN device_schema_versions pv ON pv.id = pl.schema_version_id
+LEFT JOIN device_schema_versions nv ON nv.id = nl.schema_version_id
+WHERE c.ingestion_message_id = $1
+ORDER BY c.id
+"""
+
 # The row as it reads (migration 0018 stores less): the tenant from the device, the schema
 # version and topic from the values layout, the values with their keys, the creation time
 # from the message.
