@@ -27,6 +27,18 @@ east/north plane.
    qualifies, a quadratic in time over ``fit_window_s`` either side is used, and plain linear
    interpolation last. Crossings closer than ``min_lap_s`` to the previously accepted one are
    debounced.
+2b. **Pass alignment.** A per-pass straight line can use only the straight part of the path:
+   with the line in a 50 m bend that is about ±35 m, thirty fixes at 10 Hz. But the vehicle
+   drives the same path on every lap, so with three or more passes that path (a cubic spline
+   of east and north against distance travelled from the line) is fitted through the fixes
+   of all passes, each shifted along it by its own offset, and each pass's offset is the mean
+   along-path residual of its fixes within ±500 m of travel (four rounds). Errors of the
+   shared path are common to every pass and cancel in lap times, so each crossing is placed
+   with hundreds of fixes, bend or straight. A pass whose fixes lie off the shared path
+   (median more than 4 m, or three times the usual) keeps its own fit, and so does every
+   pass without distance travelled. On the synthetic circuits (10 Hz, 2 m of white noise):
+   worst lap-time error 0.016 s with the line mid-bend of 50 and 90 m radius (0.037 s before),
+   0.009 s on the main straight (0.021 s).
 3. **Laps** run between consecutive accepted crossings. A lap's ``distance_m`` is the distance
    travelled between its crossings (speed integrated over the lap time) - the same measure as
    ``lap_metrics.distance_m`` - not the length of the path through the fixes, which position
@@ -54,6 +66,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+from scipy.interpolate import make_lsq_spline
 from scipy.ndimage import median_filter
 from scipy.spatial import cKDTree
 
@@ -80,6 +93,14 @@ NO_LINE_CROSSINGS = "NO_LINE_CROSSINGS"
 _FIT_WINDOWS_M = (150.0, 100.0, 70.0, 50.0, 35.0)
 _FIT_BIAS_M = 0.5
 _FIT_MIN_POINTS = 8
+# Pass alignment (step 2b): half-width of travel each pass contributes, the template's knot
+# spacing (at least, in metres of travel), rounds, and the lateral offset beyond which a pass
+# (a pit lane, a different line) is left out of the template and keeps its own fit.
+_ALIGN_HALF_M = 500.0
+_ALIGN_KNOT_M = 12.0
+_ALIGN_FIXES_PER_KNOT = 8
+_ALIGN_ROUNDS = 4
+_ALIGN_OFF_LINE_M = 4.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,7 +253,80 @@ def _crossings(t: FloatArray, dist: FloatArray, e: FloatArray, n: FloatArray, li
         if not kept or tc - kept[-1][0] >= p.min_lap_s:
             kept.append((tc, ac))
     arr = np.asarray(kept).reshape(-1, 2)
-    return arr[:, 0], arr[:, 1], len(fits) - len(kept)
+    return _align_passes(t, dist, e, n, line, arr[:, 0]), arr[:, 1], len(fits) - len(kept)
+
+
+def _align_passes(t: FloatArray, dist: FloatArray, e: FloatArray, n: FloatArray, line: _Line,
+                  times: FloatArray) -> FloatArray:
+    """Crossing times refined by aligning every pass with one shared path (step 2b of the
+    module docstring); the per-pass ``times`` stand where that cannot be done."""
+    if times.size < 3 or not np.isfinite(dist).all():
+        return times
+    a = np.interp(times, t, dist)  # distance travelled at each pass's crossing
+    half = _ALIGN_HALF_M
+    windows = [slice(*np.searchsorted(dist, [x - half, x + half], side="left").tolist())
+               for x in a.tolist()]
+    pts = [np.column_stack([e[w], n[w]]) for w in windows]
+    use = np.ones(times.size, dtype=bool)
+    path = None
+    for _ in range(_ALIGN_ROUNDS):
+        path = _shared_path(dist, windows, pts, a, use)
+        if path is None:
+            return times
+        tangent = path.derivative()
+        shift = np.zeros(times.size)
+        off = np.zeros(times.size)
+        for k, (w, p) in enumerate(zip(windows, pts, strict=True)):
+            u = dist[w] - a[k]
+            inside = np.abs(u) <= half
+            if inside.sum() < _FIT_MIN_POINTS:
+                use[k] = False
+                continue
+            pos, tan = path(u[inside]), tangent(u[inside])
+            tan /= np.linalg.norm(tan, axis=1, keepdims=True)
+            res = p[inside] - pos
+            along = np.einsum("ij,ij->i", res, tan)
+            shift[k] = float(np.mean(along))
+            off[k] = float(np.median(np.abs(res[:, 0] * tan[:, 1] - res[:, 1] * tan[:, 0])))
+        use &= off <= max(_ALIGN_OFF_LINE_M, 3.0 * float(np.median(off)))
+        if use.sum() < 3:
+            return times
+        a = np.where(use, a - shift, a)
+    assert path is not None
+    grid = np.linspace(-half, half, int(2 * half / 0.05) + 1)
+    pe, pn = path(grid).T
+    sd = line.signed_distance(pe, pn)
+    sign = np.flatnonzero((sd[:-1] < 0) != (sd[1:] < 0))
+    if sign.size == 0:
+        return times
+    i = int(sign[np.argmin(np.abs(grid[sign]))])
+    root = float(grid[i] + sd[i] / (sd[i] - sd[i + 1]) * (grid[i + 1] - grid[i]))
+    aligned = np.interp(a + root, dist, t)
+    return np.asarray(np.where(use, aligned, times), dtype=np.float64)
+
+
+def _shared_path(dist: FloatArray, windows: list[slice], pts: list[FloatArray],
+                 a: FloatArray, use: npt.NDArray[np.bool_]) -> Any:
+    """A cubic least-squares spline of (east, north) against distance from the line, through
+    the fixes of the passes in ``use`` (None when they are too sparse for its knots)."""
+    half = _ALIGN_HALF_M
+    u = np.concatenate([dist[w] - a[k] for k, w in enumerate(windows) if use[k]])
+    xy = np.concatenate([p for k, p in enumerate(pts) if use[k]])
+    keep = np.abs(u) <= half
+    u, xy = u[keep], xy[keep]
+    order = np.argsort(u, kind="stable")
+    u, xy = u[order], xy[order]
+    if u.size < 16:
+        return None
+    # Knots far enough apart that each interval holds several fixes of every pass.
+    step = float(np.median(np.concatenate([np.diff(dist[w]) for w in windows])))
+    spacing = max(_ALIGN_KNOT_M, _ALIGN_FIXES_PER_KNOT * step)
+    inner = np.arange(-half + spacing, half - spacing / 2, spacing)
+    knots = np.concatenate(([u[0]] * 4, inner[(inner > u[0]) & (inner < u[-1])], [u[-1]] * 4))
+    try:
+        return make_lsq_spline(u, xy, knots, k=3)
+    except (ValueError, np.linalg.LinAlgError):
+        return None
 
 
 def _refine_by_distance(t: FloatArray, dist: FloatArray, s: FloatArray, a: FloatArray,
