@@ -7,13 +7,17 @@ east/north plane.
 
 1. **The line.** ``config["start_finish"] = {"lat1", "lon1", "lat2", "lon2"}`` is a segment
    across the track (make it span the pit lane too, as a timing line does). Without one, the
-   line is found where the track *closes on itself*: walking forward from the first moving
-   sample in 25 m steps, the first anchor the vehicle later passes again (within
-   ``close_radius_m``, heading within 45°, after at least ``min_loop_m``) closes a first loop;
-   the line goes through that loop's fastest point that recurs too (a crossing at speed is
-   timed best), perpendicular to the heading, ``auto_half_width_m`` each side. No such
-   anchor: the track never closes, and the stage reports no laps with reason
-   ``TRACK_NOT_CLOSED`` - it never invents laps.
+   line is found where the track *closes on itself*: walking forward from the first sample
+   at ``stop_speed_mps`` or more (a runner too) in 25 m steps over the whole session, the
+   first anchor the vehicle later passes again (within ``close_radius_m``, heading within
+   45°, after at least ``min_loop_m``) closes a first loop; the line goes through that loop's
+   fastest point that recurs too (a crossing at speed is timed best), perpendicular to the
+   heading, ``auto_half_width_m`` each side. A line the moving vehicle crosses fewer than
+   twice in one direction gives no lap (a ride that ends where it began passes its first
+   fix once, and only at the end): the search goes on from the next anchor. No such anchor:
+   the track does not repeat, and the stage reports no laps with reason
+   ``TRACK_NOT_CLOSED`` - it never invents laps. ``NO_LINE_CROSSINGS`` is for a configured
+   line crossed fewer than twice.
 2. **Crossings.** A crossing is a sign change of the signed distance to the line between two
    samples, inside the segment, in the dominant direction. Its time comes from a least-squares
    fit of signed distance against *distance travelled* (the integral of the receiver's or the
@@ -45,7 +49,8 @@ east/north plane.
    noise lengthens (by about 30 % at 10 Hz and 2 m of noise).
 4. **Pit laps.** Each lap's path is compared with up to five other laps (those closest to the
    median lap time); a stretch of at least ``pit_min_s`` whose (lower) median distance to them
-   exceeds ``pit_deviation_m`` is off the racing line (``pit``). Such a stretch in the lap's
+   exceeds ``pit_deviation_m`` is off the racing line (``pit``). That takes three laps: two
+   laps that run apart somewhere cannot tell which of them left the line, so neither did. Such a stretch in the lap's
    last quarter, or a line crossing more than ``pit_deviation_m`` along the line from the
    usual one (a pit lane crossing the timing line), makes it ``pit_in``; in its first quarter,
    or starting at such a crossing, ``pit_out``. Time spent below
@@ -101,6 +106,8 @@ _ALIGN_KNOT_M = 12.0
 _ALIGN_FIXES_PER_KNOT = 8
 _ALIGN_ROUNDS = 4
 _ALIGN_OFF_LINE_M = 4.0
+# Found lines (step 1) rejected for too few crossings before the search gives up.
+_AUTO_MAX_REJECTED = 40
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +145,9 @@ def run(inp: StageInput) -> StageOutput:
     dist = travelled(motion.t, motion.speed)
     times, offsets, debounced = _crossings(motion.t, dist, e, n, line, params)
     if times.size < 2:
-        return _no_laps(NO_LINE_CROSSINGS, line_json, motion.source, crossings=int(times.size))
+        # A found line crossed fewer than twice: the track does not repeat through it.
+        reason = NO_LINE_CROSSINGS if line.source == "config" else TRACK_NOT_CLOSED
+        return _no_laps(reason, line_json, motion.source, crossings=int(times.size))
     laps = _laps(motion, dist, e, n, times, offsets, params)
     table = laps_table(motion.ts_us[0], laps)
     pit = [int(x["lap"]) for x in laps if x["pit_in"] or x["pit_out"]]
@@ -174,42 +183,79 @@ def _line_json(line: _Line, frame: LocalFrame) -> dict[str, Any]:
 
 
 def _auto_line(m: Motion, e: FloatArray, n: FloatArray, p: LapsConfig) -> _Line | None:
-    """A line where the path first comes back on itself (None when it never does)."""
+    """A line where the path comes back on itself and that the moving vehicle crosses at
+    least twice (None when there is none: step 1 of the module docstring)."""
     d = path_distance(e, n)
-    moving = np.flatnonzero(np.nan_to_num(m.speed) >= 5.0)
+    moving = np.flatnonzero(np.nan_to_num(m.speed) >= p.stop_speed_mps)
     if moving.size == 0 or d[-1] < p.min_loop_m:
         return None
     heading = _heading_at(m.t, e, n)
     step = np.searchsorted(d, np.arange(0.0, d[-1], 1.0))  # ~1 m spacing for the search
+    near = _Near(step=step, e=e, n=n, d=d, heading=heading,
+                 tree=cKDTree(np.column_stack([e[step], n[step]])), p=p)
     d0 = d[moving[0]]
-    for anchor_d in np.arange(d0, min(d0 + 2000.0, d[-1] - p.min_loop_m), 25.0):
+    rejected = 0
+    for anchor_d in np.arange(d0, d[-1] - p.min_loop_m, 25.0):
         a = int(np.searchsorted(d, anchor_d))
-        back = _returns(a, step, d, e, n, heading, p)
-        if back is not None:
-            return _line_at(_fastest(a, back, m.speed, d, e, n, heading, step, p), e, n,
-                            heading, p)
+        back = near.returns(a)
+        if back is None:
+            continue
+        line = _line_at(_fastest(a, back, m.speed, near), e, n, heading, p)
+        if _moving_crossings(line, m, e, n, p) >= 2:
+            return line
+        rejected += 1  # e.g. through the first fix of a ride that ends where it began
+        if rejected >= _AUTO_MAX_REJECTED:
+            break
     return None
 
 
-def _returns(a: int, cand: npt.NDArray[np.intp], d: FloatArray, e: FloatArray, n: FloatArray,
-             heading: FloatArray, p: LapsConfig) -> int | None:
-    """Index of the first later pass near sample ``a`` in the same direction, if any."""
-    far = cand[d[cand] >= d[a] + p.min_loop_m]
-    near = np.hypot(e[far] - e[a], n[far] - n[a]) <= p.close_radius_m
-    same = np.abs(np.angle(np.exp(1j * (heading[far] - heading[a])))) < np.pi / 4
-    hit = far[near & same]
-    return int(hit[0]) if hit.size else None
+@dataclass(frozen=True, kw_only=True)
+class _Near:
+    """Later passes near a sample, found among the ~1 m spaced samples ``step``."""
+
+    step: npt.NDArray[np.intp]
+    e: FloatArray
+    n: FloatArray
+    d: FloatArray
+    heading: FloatArray
+    tree: Any  # cKDTree over the ``step`` samples
+    p: LapsConfig
+
+    def returns(self, a: int) -> int | None:
+        """Index of the first later pass near sample ``a`` in the same direction, if any."""
+        found = self.tree.query_ball_point([self.e[a], self.n[a]], self.p.close_radius_m)
+        hits = self.step[np.asarray(found, dtype=np.intp)]
+        far = hits[self.d[hits] >= self.d[a] + self.p.min_loop_m]
+        turn = np.angle(np.exp(1j * (self.heading[far] - self.heading[a])))
+        same = np.sort(far[np.abs(turn) < np.pi / 4])
+        return int(same[0]) if same.size else None
 
 
-def _fastest(a: int, back: int, speed: FloatArray, d: FloatArray, e: FloatArray,
-             n: FloatArray, heading: FloatArray, cand: npt.NDArray[np.intp],
-             p: LapsConfig) -> int:
+def _fastest(a: int, back: int, speed: FloatArray, near: _Near) -> int:
     """The fastest sample of the first loop that recurs too: crossings at speed time best."""
-    loop = cand[(cand >= a) & (cand < back)]
+    loop = near.step[(near.step >= a) & (near.step < back)]
     for i in loop[np.argsort(-np.nan_to_num(speed[loop]), kind="stable")][:50].tolist():
-        if _returns(i, cand, d, e, n, heading, p) is not None:
+        if near.returns(i) is not None:
             return int(i)
     return a
+
+
+def _moving_crossings(line: _Line, m: Motion, e: FloatArray, n: FloatArray,
+                      p: LapsConfig) -> int:
+    """How many times the vehicle, moving, crosses ``line`` in its dominant direction
+    (crossings closer than ``min_lap_s`` count once): a found line needs two for a lap."""
+    s = line.signed_distance(e, n)
+    idx = np.flatnonzero((s[:-1] < 0) != (s[1:] < 0))
+    frac = s[idx] / (s[idx] - s[idx + 1])
+    u = line.along(e[idx] + frac * (e[idx + 1] - e[idx]), n[idx] + frac * (n[idx + 1] - n[idx]))
+    moving = np.nan_to_num(np.minimum(m.speed[idx], m.speed[idx + 1])) >= p.stop_speed_mps
+    idx = idx[(u >= 0) & (u <= 1) & moving]
+    if idx.size < 2:
+        return int(idx.size)
+    up = s[idx + 1] > s[idx]
+    idx = idx[up] if up.sum() >= (~up).sum() else idx[~up]
+    times = m.t[idx]
+    return 1 + int(np.sum(np.diff(times) >= p.min_lap_s)) if times.size else 0
 
 
 def _line_at(a: int, e: FloatArray, n: FloatArray, heading: FloatArray, p: LapsConfig) -> _Line:
@@ -403,8 +449,11 @@ def _laps(m: Motion, dist: FloatArray, e: FloatArray, n: FloatArray, cross: Floa
 def _offline_runs(t: FloatArray, e: FloatArray, n: FloatArray, d: FloatArray,
                   spans: list[npt.NDArray[np.intp]], times: FloatArray,
                   p: LapsConfig) -> list[list[tuple[float, float]]]:
-    """Per lap, the (start, end) times of stretches away from the other laps' paths."""
-    if len(spans) < 2:
+    """Per lap, the (start, end) times of stretches away from the other laps' paths.
+
+    Needs three laps: with two, a stretch where they run apart (two loops of a run a few
+    metres apart) cannot be put on either, so neither is called off the line."""
+    if len(spans) < 3:
         return [[] for _ in spans]
     trees = []
     for lo, hi in spans:  # references decimated to ~1 m so slow and fast laps weigh alike
