@@ -50,12 +50,12 @@ east/north plane.
 4. **Pit laps.** Each lap's path is compared with up to five other laps (those closest to the
    median lap time); a stretch of at least ``pit_min_s`` whose (lower) median distance to them
    exceeds ``pit_deviation_m`` is off the racing line (``pit``). That takes three laps: two
-   laps that run apart somewhere cannot tell which of them left the line, so neither did. Such a stretch in the lap's
-   last quarter, or a line crossing more than ``pit_deviation_m`` along the line from the
-   usual one (a pit lane crossing the timing line), makes it ``pit_in``; in its first quarter,
-   or starting at such a crossing, ``pit_out``. Time spent below
-   ``stop_speed_mps`` for at least ``stop_min_s`` is ``stopped_s``. A lap is ``valid`` when it
-   has neither; only valid laps compete for best lap.
+   laps that run apart somewhere cannot tell which of them left the line, so neither did.
+   Such a stretch in the lap's last quarter, or a line crossing more than ``pit_deviation_m``
+   along the line from the usual one (a pit lane crossing the timing line), makes it
+   ``pit_in``; in its first quarter, or starting at such a crossing, ``pit_out``. Time spent
+   below ``stop_speed_mps`` for at least ``stop_min_s`` is ``stopped_s``. A lap is ``valid``
+   when it has neither; only valid laps compete for best lap.
 
 Produces dataset ``laps`` (see :func:`laps_table`) and a summary with ``lap_count``, ``reason``
 (``None`` or ``NO_POSITION_DATA`` / ``TRACK_NOT_CLOSED`` / ``NO_LINE_CROSSINGS``), ``line``,

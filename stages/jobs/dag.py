@@ -234,8 +234,9 @@ DEFAULT_DAG: Final = Dag(
                     reason="NO_POSITION_DATA",
                     source="capabilities",
                     detail="the activity was recorded without positions",
-                    test=lambda c, k: k.get("gnss") is False
-                    and k.get("gnss_reason") == "NO_POSITION_DATA",
+                    test=lambda c, k: (
+                        k.get("gnss") is False and k.get("gnss_reason") == "NO_POSITION_DATA"
+                    ),
                 ),
                 Gate(
                     reason="NO_GNSS_STREAM",

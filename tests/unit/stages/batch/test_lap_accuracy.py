@@ -150,8 +150,7 @@ def test_lap_times_with_the_line_mid_bend(radius: float) -> None:
         bend = next(c for c in s.truth.corners if c.corner == 1 and c.lap == 2)
         assert bend.radius_m == radius
         line = s.truth.line_across(bend.apex_s)  # mid-bend, across the direction of travel
-        out = detect_laps.run(StageInput(datasets={"gnss": s.gnss},
-                                         config={"start_finish": line}))
+        out = detect_laps.run(StageInput(datasets={"gnss": s.gnss}, config={"start_finish": line}))
         laps = out.datasets["laps"]
         # The bend is passed once per lap: six passes, five laps between them.
         assert laps.num_rows == s.truth.crossing_times(line).size - 1 == 5

@@ -191,19 +191,45 @@ def _fit_with_hr_messages() -> bytes:
     mesg = {str(name): int(num) for num, name in Profile["types"]["mesg_num"].items()}
     t0 = dt.datetime(2021, 5, 1, 9, 0, tzinfo=dt.UTC)
     enc = Encoder()
-    enc.write_mesg({"mesg_num": mesg["file_id"], "type": "activity", "time_created": t0,
-                    "manufacturer": "development", "product": 0, "serial_number": 1})
+    enc.write_mesg(
+        {
+            "mesg_num": mesg["file_id"],
+            "type": "activity",
+            "time_created": t0,
+            "manufacturer": "development",
+            "product": 0,
+            "serial_number": 1,
+        }
+    )
     for k in range(10):
-        enc.write_mesg({"mesg_num": mesg["record"], "timestamp": t0 + dt.timedelta(seconds=k),
-                        "distance": 1.5 * k})
-    enc.write_mesg({"mesg_num": mesg["hr"], "timestamp": t0, "fractional_timestamp": 0.5,
-                    "event_timestamp": [4095.0], "filtered_bpm": [100]})
+        enc.write_mesg(
+            {
+                "mesg_num": mesg["record"],
+                "timestamp": t0 + dt.timedelta(seconds=k),
+                "distance": 1.5 * k,
+            }
+        )
+    enc.write_mesg(
+        {
+            "mesg_num": mesg["hr"],
+            "timestamp": t0,
+            "fractional_timestamp": 0.5,
+            "event_timestamp": [4095.0],
+            "filtered_bpm": [100],
+        }
+    )
     ticks = [round((4095.0 + 0.75 * (k + 1)) * 1024) for k in range(8)]
     packed = sum((tick & 0xFFF) << (12 * i) for i, tick in enumerate(ticks))
-    enc.write_mesg({"mesg_num": mesg["hr"], "filtered_bpm": [101 + k for k in range(8)],
-                    "event_timestamp_12": list(packed.to_bytes(12, "little"))})
-    enc.write_mesg({"mesg_num": mesg["hr"], "event_timestamp": [4102.0, 4103.0],
-                    "filtered_bpm": [120, 121]})
+    enc.write_mesg(
+        {
+            "mesg_num": mesg["hr"],
+            "filtered_bpm": [101 + k for k in range(8)],
+            "event_timestamp_12": list(packed.to_bytes(12, "little")),
+        }
+    )
+    enc.write_mesg(
+        {"mesg_num": mesg["hr"], "event_timestamp": [4102.0, 4103.0], "filtered_bpm": [120, 121]}
+    )
     return bytes(enc.close())
 
 
