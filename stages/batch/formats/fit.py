@@ -155,7 +155,8 @@ def _messages(data: bytes) -> _Decoded:
         except fitdecode.FitEOFError as exc:
             if not any(m.name == "record" for m in out):
                 raise SessionStageError(
-                    f"FIT file is cut off before its first record: {exc}", code=codes.FIT_CORRUPT
+                    f"FIT file is corrupt or cut off before its first record: {exc}",
+                    code=codes.FIT_CORRUPT,
                 ) from exc
             declared = _declared_size(data) or len(data)
             return _Decoded(
