@@ -263,7 +263,8 @@ CORRUPT_ARTIFACT: Final = _code(
 FIT_CORRUPT: Final = _code(
     "FIT_CORRUPT",
     _A.SESSION,
-    "a FIT file with a broken header, a bad CRC or cut off before its end",
+    "a FIT file with a broken header, a bad CRC, a field that cannot be decoded, or cut off "
+    "before its first record (a file cut off later is read up to the cut, marked truncated)",
     error_type=_T.VALIDATION,
     severity=3,
 )
@@ -653,6 +654,12 @@ def markdown() -> str:
         "`job_attempts.error_sub_type`). *Retriable* says whether the same input may succeed",
         "on another attempt; job-engine codes also show their spec-004 error type and base",
         "severity (1 low - 5 very high).",
+        "",
+        "A run's `failure_reason` names the failed job and the *reason* its dependents and",
+        "features inherit, `<JOB>_FAILED` (`parse_raw: PARSE_RAW_FAILED`); such reasons are",
+        "not error codes and are not listed here. The job's own code (`NO_SESSION_DATE`,",
+        "`FIT_CORRUPT`...) is its `last_error_code` (`GET /v1/runs/{id}`, `tideway runs show`),",
+        "and `tideway sessions upload --wait` prints it with its meaning.",
     ]
     for area in Area:
         rows = [row for row in CODES.values() if row.area is area]

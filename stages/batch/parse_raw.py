@@ -16,11 +16,17 @@ valid fix), ``gnss_fix_reason`` (None, ``NO_GNSS_STREAM``, ``NO_FIX``, ``SIMULAT
 for demo-mode receivers or ``NO_POSITION_DATA`` for a FIT activity recorded without GNSS,
 such as an indoor run), ``device_laps`` (laps the device recorded, FIT only: a hint next to
 the detected laps), ``units``, ``imu_frame``, ``aux_channels``, ``readers`` (per
-artifact reader counters such as NMEA ``bad_checksum``/``truncated``). A log without a fix is
-not an error here; stages that need a fix fail with ``NO_GNSS_FIX`` themselves.
+artifact reader counters such as NMEA ``bad_checksum``/``truncated``), ``truncated`` (names of
+the files that were cut off and read up to the cut - the session holds what came before) and
+``notes`` (one sentence per such file, and per FIT file dated from the FIT epoch because its
+timestamps are relative, for the CLI and the run's readers). ``capabilities.gnss_reason`` is
+``gnss_fix_reason`` again, for the job gates (an indoor FIT: ``NO_POSITION_DATA``). A log
+without a fix is not an error here; stages that need a fix fail with ``NO_GNSS_FIX``
+themselves.
 
 Config: ``session_date`` (``YYYY-MM-DD``, from the upload's ``--date`` / ``date`` field) dates
-an NMEA log that has no date of its own; such a log without it fails with ``NO_SESSION_DATE``.
+an NMEA log that has no date of its own (such a log without it fails with
+``NO_SESSION_DATE``) and a FIT file whose timestamps count from the device's power-on.
 """
 
 from __future__ import annotations
@@ -142,6 +148,7 @@ def run(inp: StageInput) -> StageOutput:
         datasets[stream] = canonical.conform(stream, table)
     rows = {s: t.num_rows for s, t in datasets.items()}
     aux_channels = sorted(pc.unique(datasets[canonical.AUX].column("channel")).to_pylist())
+    fix_reason = _fix_reason(parts, rows[canonical.GNSS])
     summary = {
         "format": fmts[0],
         "formats": fmts,
@@ -149,13 +156,35 @@ def run(inp: StageInput) -> StageOutput:
         "capabilities": {
             **{s: n > 0 for s, n in rows.items()},
             "gnss_quality": gnss_quality(datasets[canonical.GNSS]),
+            "gnss_reason": fix_reason,
         },
         "gnss_fix": rows[canonical.GNSS] > 0,
-        "gnss_fix_reason": _fix_reason(parts, rows[canonical.GNSS]),
+        "gnss_fix_reason": fix_reason,
         "units": units,
         "imu_frame": frame,
         "aux_channels": aux_channels,
         "device_laps": [lap for p in parts for lap in p.stats.get("device_laps", [])],
         "readers": readers,
+        "truncated": [r["name"] for r in readers if r.get("format") == "fit" and r["truncated"]],
+        "notes": [note for r in readers for note in _notes(r)],
     }
     return StageOutput(datasets=datasets, summary=summary)
+
+
+def _notes(reader: dict[str, Any]) -> list[str]:
+    """What a user should know about how one file was read."""
+    if reader.get("format") != "fit":
+        return []
+    notes = []
+    if reader.get("truncated"):
+        notes.append(
+            f"{reader['name']} is cut off at byte {reader['cut_at_byte']} "
+            f"({reader['missing_bytes']} bytes missing): read up to the cut, "
+            f"{reader['records']} records"
+        )
+    if reader.get("dated_from") == "fit_epoch":
+        notes.append(
+            f"{reader['name']}: its timestamps count from the device's power-on, so it is "
+            "dated from the FIT epoch (1989-12-31); give the real day with --date YYYY-MM-DD"
+        )
+    return notes

@@ -230,6 +230,14 @@ DEFAULT_DAG: Final = Dag(
                     detail="config skip_laps is true",
                     test=lambda c, k: c.get("skip_laps") is True,
                 ),
+                Gate(  # a FIT activity recorded without GNSS (indoor): its own reason
+                    reason="NO_POSITION_DATA",
+                    source="capabilities",
+                    detail="the activity was recorded without positions",
+                    test=lambda c, k: (
+                        k.get("gnss") is False and k.get("gnss_reason") == "NO_POSITION_DATA"
+                    ),
+                ),
                 Gate(
                     reason="NO_GNSS_STREAM",
                     source="capabilities",

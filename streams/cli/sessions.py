@@ -59,21 +59,49 @@ def _follow(settings: Settings, *, as_json: bool, timeout: float, **which: Any) 
     return asyncio.run(wait_for_run(settings, on_progress=show, timeout_s=timeout, **which))
 
 
+def _errors(progress: Any) -> list[dict[str, Any]]:
+    """The failed jobs' own codes, with what each means and how to fix it (the run's
+    ``failure_reason`` names only the job's generic ``<JOB>_FAILED``)."""
+    from schemas.error_codes import info
+
+    out = []
+    for err in progress.errors:
+        known = info(err["code"]) if err.get("code") else None
+        out.append({**err, "hint": known.meaning if known is not None else None})
+    return out
+
+
 def _print_final(progress: Any, *, as_json: bool, session_id: Any = None) -> None:
+    errors = _errors(progress)
+    critical = next((e for e in errors if e["critical"] and e["code"]), None)
     data = {
         **({"session_id": str(session_id)} if session_id is not None else {}),
         "run_id": str(progress.run_id),
         "status": progress.status,
-        "failure_reason": progress.failure_reason,
+        # The failed critical job's own code (NO_SESSION_DATE), not its PARSE_RAW_FAILED.
+        "failure_reason": (
+            f"{critical['job']}: {critical['code']}" if critical else progress.failure_reason
+        ),
         "features_available": dict(progress.features_available),
         "feature_reasons": dict(progress.feature_reasons),
         "jobs": dict(progress.jobs),
+        "errors": errors,
+        "notes": list(progress.notes),
         "elapsed_s": round(progress.elapsed_s, 3),
     }
     if as_json:
         print_json(data)
     else:
-        print_record({k: v for k, v in data.items() if k != "jobs"}, title="run finished")
+        shown = {k: v for k, v in data.items() if k not in {"jobs", "errors", "notes"}}
+        print_record(shown, title="run finished")
+        for err in errors:
+            err_console.print(
+                f"{err['job']} failed: {err['code']}: {err['message']}"
+                + (f"\n  hint: {err['hint']}" if err["hint"] else ""),
+                soft_wrap=True,
+            )
+        for note in progress.notes:
+            err_console.print(f"note: {note}", soft_wrap=True)
     if progress.status not in {"succeeded", "partial"}:
         raise typer.Exit(ExitCode.FAILED)
 
@@ -121,7 +149,8 @@ def upload(
                                  help="Higher runs first (reprocess 0, backfill -100)."),
     config: str | None = typer.Option(None, "--config", help="Run config JSON or @file."),
     date: str | None = typer.Option(
-        None, "--date", help="Day recorded (YYYY-MM-DD), for logs that carry no date."),
+        None, "--date", help="Day recorded (YYYY-MM-DD), for NMEA logs that carry no date "
+        "and FIT files whose timestamps count from power-on."),
     wait: bool = typer.Option(False, "--wait", help="Follow the run until it ends."),
     timeout: float = typer.Option(600.0, "--timeout", help="Give up waiting after this."),
     as_json: bool = JSON_OPTION,

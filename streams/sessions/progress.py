@@ -27,7 +27,14 @@ _PROGRESS = """
 SELECT r.id, r.status, r.jobs_total, r.jobs_open, r.failure_reason, r.features_available,
        r.feature_reasons, r.summary,
        coalesce(jsonb_object_agg(j.name, j.state) FILTER (WHERE j.name IS NOT NULL), '{}')
-           AS jobs
+           AS jobs,
+       coalesce(jsonb_agg(jsonb_build_object(
+                    'job', j.name, 'critical', j.critical, 'code', j.last_error_code,
+                    'message', j.last_error_message) ORDER BY j.name)
+                FILTER (WHERE j.state = 'failed'), '[]') AS errors,
+       (SELECT p.output -> 'notes' FROM jobs p
+        WHERE p.run_id = r.id AND p.job_type = 'parse_raw' AND p.state = 'succeeded'
+        ORDER BY p.created_at DESC LIMIT 1) AS notes
 FROM processing_runs r LEFT JOIN jobs j ON j.run_id = r.id
 WHERE r.id = $1 GROUP BY r.id
 """
@@ -47,6 +54,11 @@ class RunProgress:
     feature_reasons: Mapping[str, str] = field(default_factory=dict)
     summary: Mapping[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    errors: tuple[Mapping[str, Any], ...] = ()
+    """Failed jobs: ``job``, ``critical``, ``code`` (the stage's own error code, such as
+    ``NO_SESSION_DATE``) and ``message``."""
+    notes: tuple[str, ...] = ()
+    """What ``parse_raw`` says a user should know (a file read up to a cut...)."""
 
     @property
     def finished(self) -> bool:
@@ -126,4 +138,6 @@ def _progress(row: Any, elapsed: float) -> RunProgress:
         feature_reasons=dict(row["feature_reasons"] or {}),
         summary=row["summary"] or {},
         elapsed_s=elapsed,
+        errors=tuple(row["errors"] or ()),
+        notes=tuple(str(n) for n in row["notes"] or ()),
     )

@@ -8,8 +8,8 @@ answer with :func:`session_laps`.
 The rows come from the run's canonical Parquet datasets on the object store (``lap_metrics``,
 joined with ``laps`` for the pit details), read sha256-verified - the same bytes ClickHouse was
 loaded from; the line and the reason for no laps (``TRACK_NOT_CLOSED``...) from the
-``detect_laps`` job's summary. Everything is scoped to the caller's tenant: another tenant's
-session reads as not found.
+``detect_laps`` job's summary, or the reason it was skipped for (``NO_POSITION_DATA``).
+Everything is scoped to the caller's tenant: another tenant's session reads as not found.
 """
 
 from __future__ import annotations
@@ -29,11 +29,14 @@ from streams.sessions.datasets import read_table
 __all__ = ["session_laps"]
 
 _ACTIVE: Final = """
-SELECT s.active_run_id,
-       (SELECT j.output FROM jobs j
-        WHERE j.run_id = s.active_run_id AND j.job_type = 'detect_laps'
-        ORDER BY j.created_at DESC LIMIT 1) AS laps_summary
-FROM sessions s WHERE s.id = $1 AND s.tenant_id = $2
+SELECT s.active_run_id, l.output AS laps_summary, l.skip_reason AS laps_skipped
+FROM sessions s
+LEFT JOIN LATERAL (
+    SELECT j.output, j.skip_reason FROM jobs j
+    WHERE j.run_id = s.active_run_id AND j.job_type = 'detect_laps'
+    ORDER BY j.created_at DESC LIMIT 1
+) l ON true
+WHERE s.id = $1 AND s.tenant_id = $2
 """
 
 _DATASETS: Final = """
@@ -62,7 +65,9 @@ async def session_laps(
         session_id=session_id,
         run_id=run_id,
         line=summary.get("line"),
-        reason=summary.get("reason"),
+        # A skipped detect_laps has no summary: the reason it was skipped for (an indoor
+        # activity: NO_POSITION_DATA) says why there are no laps.
+        reason=summary.get("reason") or row["laps_skipped"],
         laps=_rows(tables.get("laps"), tables.get("lap_metrics")),
     )
 

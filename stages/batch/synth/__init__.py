@@ -78,6 +78,7 @@ def synthesize(
     pit_stop_s: float = 8.0,
     gnss_gaps: tuple[tuple[float, float], ...] = (),
     start: datetime | None = None,
+    first_corner_radius_m: float | None = None,
 ) -> SyntheticSession:
     """A deterministic synthetic session (same arguments → identical tables and truth).
 
@@ -85,15 +86,18 @@ def synthesize(
     line and a stop 150 m after it), or, with ``closed=False``, one drive along an open road of
     about ``laps`` laps' length. ``pit_lap`` drives through the pit lane (12 m right of the main
     straight) at the end of that lap with a ``pit_stop_s`` stop. ``gnss_gaps`` removes fixes in
-    ``(start_s, duration_s)`` windows. ``gnss_noise_m`` is the per-axis white noise σ at HDOP
-    ``hdop``; ``gnss_slow_noise_m`` a 20 s Gauss-Markov error on top.
+    ``(start_s, duration_s)`` windows. ``first_corner_radius_m`` gives the circuit's first
+    corner that radius (the others stay random), e.g. to time a line drawn across a bend.
+    ``gnss_noise_m`` is the per-axis white noise σ at HDOP ``hdop``; ``gnss_slow_noise_m`` a
+    20 s Gauss-Markov error on top.
     """
     if laps < 1:
         raise ValueError("laps must be >= 1")
     if pit_lap is not None and not (closed and 1 <= pit_lap <= laps):
         raise ValueError("pit_lap needs a closed track and 1 <= pit_lap <= laps")
     rng = np.random.default_rng(seed)
-    track = closed_track(rng, flat) if closed else open_track(rng, flat, laps)
+    track = (closed_track(rng, flat, first_corner_radius_m) if closed
+             else open_track(rng, flat, laps))
     lap_len = track.length
     total = LEAD_IN_M + laps * lap_len + COOL_DOWN_M if closed else lap_len
     grid = np.arange(0.0, math.floor(total / DS) * DS + DS / 2, DS)

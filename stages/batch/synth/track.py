@@ -86,7 +86,10 @@ def _build(pieces: list[tuple[float, float, float]], flat: bool, rng: np.random.
                   v_base=v_base, corners=tuple(corners), jumps=tuple(jumps))
 
 
-def closed_track(rng: np.random.Generator, flat: bool) -> Track:
+def closed_track(rng: np.random.Generator, flat: bool,
+                 first_radius: float | None = None) -> Track:
+    """A random closed circuit; ``first_radius`` fixes its first corner's radius (drawn after
+    the random radii, so every other draw is the same as without it)."""
     mins_main = (260.0, 320.0)
     for _ in range(2000):
         n = int(rng.integers(7, 11))
@@ -98,6 +101,8 @@ def closed_track(rng: np.random.Generator, flat: bool) -> Track:
         if mags.max() > math.radians(170):
             continue
         angles, radii = sign * mags, rng.uniform(18.0, 110.0, n)
+        if first_radius is not None:
+            radii[0] = first_radius
         clen = 2.0 * mags * radii
         heads = np.concatenate(([0.0], np.cumsum(angles)))  # heading of each straight
         gap = sum(

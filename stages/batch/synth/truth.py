@@ -89,6 +89,19 @@ class SyntheticTruth:
         t = self.imu_t[idx] + frac * (self.imu_t[idx + 1] - self.imu_t[idx])
         return np.asarray(t[keep], dtype=np.float64)
 
+    def line_across(self, t_s: float, half_width_m: float = 20.0) -> dict[str, float]:
+        """A line (lat1..lon2) across the true path at time ``t_s``, perpendicular to the
+        direction of travel there, ``half_width_m`` either side (e.g. mid-bend at a corner's
+        ``apex_s``)."""
+        e, n = (float(np.interp(t_s, self.imu_t, x)) for x in (self.imu_e, self.imu_n))
+        e0, n0, e1, n1 = (float(np.interp(t_s + dt, self.imu_t, x))
+                          for dt in (-0.05, 0.05) for x in (self.imu_e, self.imu_n))
+        step = math.hypot(e1 - e0, n1 - n0)
+        le, ln = -(n1 - n0) / step * half_width_m, (e1 - e0) / step * half_width_m
+        lat, lon = self.frame.to_latlon(np.array([e + le, e - le]), np.array([n + ln, n - ln]))
+        return {"lat1": float(lat[0]), "lon1": float(lon[0]),
+                "lat2": float(lat[1]), "lon2": float(lon[1])}
+
     def truth_json(self) -> dict[str, Any]:
         """The ground truth as JSON-able data (no per-sample arrays)."""
         return {

@@ -61,8 +61,9 @@ REAL = [
     ("developer-types-sample.fit", None),
     ("coros-pace-2-cycling-misaligned-fields.fit", None),
     ("compressed-speed-distance.fit", None),
+    # Cut off in its last message: read up to the cut (issue 32 item 7), not refused whole.
+    ("activity-unexpected-eof.fit", None),
     ("Settings.fit", codes.FIT_NOT_ACTIVITY),
-    ("activity-unexpected-eof.fit", codes.FIT_CORRUPT),
     ("activity-settings-corruptheader.fit", codes.FIT_CORRUPT),
 ]
 
@@ -92,13 +93,56 @@ async def test_real_fit_file_through_the_dag(
     assert final.jobs["parse_raw"] == "succeeded", final
     assert final.status in {"succeeded", "partial"}, final
     if name == "compressed-speed-distance.fit":
-        # An indoor session: no position, so the GNSS features are unavailable, with reasons.
+        # An indoor session: no position, so the GNSS features are unavailable, with the
+        # reason the docs give (it was NO_GNSS_STREAM, and the laps report said null).
         assert final.features_available.get("laps") is False
-        assert final.feature_reasons["laps"] == "NO_GNSS_STREAM", final
+        for feature in ("laps", "segments", "lap_compare"):
+            assert final.feature_reasons[feature] == "NO_POSITION_DATA", final
         assert final.jobs["detect_laps"] == "skipped"
         assert final.status == "succeeded"  # legitimately gated jobs are not a failure
+        assert any("--date" in note for note in final.notes)  # dated from the FIT epoch
+        laps = await _laps_report(settings, pool, final.run_id)
+        assert (laps.reason, laps.laps) == ("NO_POSITION_DATA", [])
     else:
         assert final.jobs["time_align"] == "succeeded"
+    if name == "activity-unexpected-eof.fit":
+        assert final.notes == (f"{name} is cut off at byte 768 (3 bytes missing): read up to "
+                               "the cut, 14 records",)
+        async with pool.acquire() as conn:
+            parse = await conn.fetchval(
+                "SELECT output FROM jobs WHERE run_id = $1 AND job_type = 'parse_raw'",
+                final.run_id,
+            )
+        assert parse["truncated"] == [name] and parse["rows"]["gnss"] == 14
+
+
+async def _laps_report(settings: Settings, pool: Any, run_id: Any) -> Any:
+    from streams.objects import ObjectStore
+    from streams.views.laps import session_laps
+
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT session_id, tenant_id FROM processing_runs WHERE id = $1", run_id
+        )
+        store = ObjectStore(settings.objects())
+        return await session_laps(conn, store, row["tenant_id"], row["session_id"])
+
+
+async def test_fit_with_relative_timestamps_takes_the_upload_date(
+    settings: Settings, pool: Any, tmp_path: Path
+) -> None:
+    """Issue 32 item 7: a FIT file whose timestamps count from power-on was dated 1990 with no
+    way to give the real date; the upload's date now dates it."""
+    path = _copy(tmp_path, SharedFile(folder="fit", name="compressed-speed-distance.fit"))
+    final = await _run(settings, path, "watch-2", date=dt.date(2015, 3, 1))
+    assert final.status == "succeeded" and final.notes == (), final
+    async with pool.acquire() as conn:
+        t0 = await conn.fetchval(
+            "SELECT output -> 't0_us' FROM jobs WHERE run_id = $1 AND job_type = 'time_align'",
+            final.run_id,
+        )
+    start = dt.datetime.fromtimestamp(int(t0) / 1e6, dt.UTC)
+    assert start.date() == dt.date(2015, 3, 1), start
 
 
 async def test_synthetic_fit_session_finds_its_true_laps(
@@ -153,6 +197,44 @@ async def test_dateless_nmea_log_takes_the_upload_date(
             "SELECT config FROM processing_runs WHERE id = $1", final.run_id
         )
     assert "2024-06-01" in str(config)
+
+
+async def test_cli_upload_wait_shows_the_real_code_and_its_hint(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 32 item 7: ``upload --wait`` said ``parse_raw: PARSE_RAW_FAILED`` (a reason code
+    errors.md does not list) for a log without a date; it shows NO_SESSION_DATE and how to
+    fix it (``--date``)."""
+    import orjson
+    from typer.testing import CliRunner
+
+    from streams.cli.main import app
+
+    monkeypatch.setenv("TIDEWAY_POSTGRES_DSN", settings.postgres())
+    monkeypatch.setenv("TIDEWAY_NATS_URL", settings.nats())
+    monkeypatch.setenv("TIDEWAY_NAMESPACE", settings.namespace)
+    monkeypatch.setenv("TIDEWAY_OBJECT_STORE", settings.objects())
+    monkeypatch.setenv("TIDEWAY_DEFAULT_TENANT", "acme")
+    log = tmp_path / "nodate.nmea"
+    log.write_bytes(_dateless_log())
+    async with running_system(settings):
+        as_json = await asyncio.to_thread(
+            CliRunner().invoke, app,
+            ["sessions", "upload", str(log), "--device", "gps-4", "--wait", "--json"],
+        )
+        log.write_bytes(_dateless_log() + b"\r\n")  # another file: another session and run
+        text = await asyncio.to_thread(
+            CliRunner().invoke, app, ["sessions", "upload", str(log), "--device", "gps-5", "--wait"]
+        )
+    assert as_json.exit_code == 3, as_json.output
+    data = orjson.loads(as_json.output)
+    assert data["failure_reason"] == "parse_raw: NO_SESSION_DATE"
+    [err] = data["errors"]
+    assert (err["job"], err["code"], err["critical"]) == ("parse_raw", "NO_SESSION_DATE", True)
+    assert "--date" in err["message"] and "--date YYYY-MM-DD" in err["hint"]
+    assert text.exit_code == 3
+    assert "parse_raw: NO_SESSION_DATE" in text.output and "PARSE_RAW_FAILED" not in text.output
+    assert "hint:" in text.output and "--date YYYY-MM-DD" in text.output
 
 
 async def test_cli_synth_fit_and_upload_with_date(

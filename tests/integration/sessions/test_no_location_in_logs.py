@@ -8,8 +8,9 @@ coordinates, formatted at several precisions.
 Then hostile files and notices, each carrying distinctive coordinates (``51.123456789``,
 ``-0.987654321``) and a marker in the very cell, line, field or key that is refused: a CSV with
 a bad cell, a ragged row and a time out of range, JSON Lines with a bad time and a line that
-is not JSON, a GPX and an NMEA log with bad fields, a cut-off FIT file, a notice with a bad
-field and one with a bad start/finish line. Every error they cause names the place and the
+is not JSON, a GPX and an NMEA log with bad fields, a FIT file with a bad CRC and a cut-off
+one (read up to the cut, with a note), a notice with a bad field and one with a bad
+start/finish line. Every error they cause names the place and the
 kind of problem; none holds the digits.
 """
 
@@ -132,7 +133,10 @@ def _hostile_files(folder: Path) -> dict[str, bytes]:
         ),
     }
     out = {name: text.encode() for name, text in files.items()}
+    # A FIT file cut off after its first record is read up to the cut (its note names the
+    # file and the byte, no value); one with a bad CRC is still refused.
     out["cut-off.fit"] = fit[: len(fit) // 2]
+    out["bad-crc.fit"] = fit[:-1] + bytes([fit[-1] ^ 0xFF])
     for name, data in out.items():
         (folder / name).write_bytes(data)
     return out
@@ -195,6 +199,8 @@ async def test_hostile_files_and_notices_leave_no_value_in_errors_or_logs(
             "epoch milliseconds in range") in errors
     assert any(e.startswith("line 211 is not a Tideway envelope: not JSON (") for e in errors)
     assert any(e.startswith("FIT file is corrupt or cut off") for e in errors)
+    assert finals["cut-off.fit"].status == "succeeded" and finals["bad-crc.fit"].status == "failed"
+    assert finals["cut-off.fit"].notes[0].startswith("cut-off.fit is cut off at byte ")
     codes = {d.code: d.message for d in dead}
     assert codes["INVALID_CONFIG"].startswith("invalid run config: config.start_finish.lat1: ")
     assert codes["BAD_NOTICE"].startswith("invalid session notice: notice.priority: ")
@@ -204,6 +210,7 @@ async def test_hostile_files_and_notices_leave_no_value_in_errors_or_logs(
         *(str(dict(j)) for j in jobs),
         *(str(dict(r)) for r in runs),
         *(f"{d.code} {d.message}" for d in dead),  # d.notice is the notice itself, kept whole
+        *(note for final in finals.values() for note in final.notes),
         *captured.getvalue().splitlines(),
     ]
     leaks = [(leak, text[:300]) for text in texts for leak in LEAKS if leak in text]

@@ -147,3 +147,87 @@ def test_bad_inputs() -> None:
             "lat1": 52.0, "lon1": -1.0, "lat2": 52.0, "lon2": -1.0}}))
     empty = detect_laps.run(StageInput())
     assert empty.summary["reason"] == "NO_POSITION_DATA" and empty.datasets["laps"].num_rows == 0
+
+
+def _gnss_with(s: SyntheticSession, keep: np.ndarray, e: np.ndarray, n: np.ndarray) -> pa.Table:
+    lat, lon = s.truth.frame.to_latlon(e, n)
+    g = s.gnss.set_column(1, "lat_deg", pa.array(lat)).set_column(2, "lon_deg", pa.array(lon))
+    return g.filter(pa.array(keep))
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_ride_that_ends_where_it_began_is_not_closed(seed: int) -> None:
+    """Issue 32 item 7: the found line went through the ride's first fix, which a ride that
+    ends where it began passes once (at its end): NO_LINE_CROSSINGS, a reason for configured
+    lines. One loop from a point mid-lap back to just before it: no line, TRACK_NOT_CLOSED."""
+    s = session(laps=2, seed=seed)
+    truth_t, te, tn = s.truth.gnss_t, s.truth.gnss_e, s.truth.gnss_n
+    first = int(np.searchsorted(truth_t, s.truth.laps[0].start_s + 25.0))
+    later = np.flatnonzero(truth_t > truth_t[first] + 0.8 * s.truth.laps[0].lap_time_s)
+    back = int(later[np.argmin(np.hypot(te[later] - te[first], tn[later] - tn[first]))])
+    keep = (np.arange(truth_t.size) >= first) & (np.arange(truth_t.size) < back - 2)
+    e, n = s.truth.frame.to_en(s.gnss.column("lat_deg").to_numpy(),
+                               s.gnss.column("lon_deg").to_numpy())
+    out = detect_laps.run(StageInput(datasets={"gnss": _gnss_with(s, keep, e, n)}))
+    assert out.summary["reason"] == "TRACK_NOT_CLOSED" and out.summary["line"] is None
+    assert out.summary["lap_count"] == 0 and out.datasets["laps"].num_rows == 0
+
+
+def test_a_configured_line_crossed_once_keeps_its_reason() -> None:
+    s = session(laps=2, seed=0)
+    t = seconds(s, s.gnss)
+    keep = t < s.truth.laps[0].end_s - 20.0  # only the first crossing of the line
+    e, n = s.truth.frame.to_en(s.gnss.column("lat_deg").to_numpy(),
+                               s.gnss.column("lon_deg").to_numpy())
+    out = detect_laps.run(StageInput(datasets={"gnss": _gnss_with(s, keep, e, n)},
+                                     config={"start_finish": s.truth.start_finish}))
+    assert out.summary["reason"] == "NO_LINE_CROSSINGS" and out.summary["crossings"] == 1
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_two_laps_a_few_metres_apart_are_not_pit_laps(seed: int) -> None:
+    """Issue 32 item 7: two loops that run 5.7 m apart were both pit laps (the 6 m test with
+    each as the other's only reference), so the session had no best lap. With two laps
+    neither can be said to have left the line."""
+    s = session(laps=2, seed=seed)
+    t = seconds(s, s.gnss)
+    lap2 = s.truth.laps[1]
+    e, n = s.truth.frame.to_en(s.gnss.column("lat_deg").to_numpy(),
+                               s.gnss.column("lon_deg").to_numpy())
+    heading = np.arctan2(np.gradient(s.truth.gnss_n), np.gradient(s.truth.gnss_e))
+    apart = (t > lap2.start_s + 8.0) & (t < lap2.end_s - 8.0)  # lap 2: 5.7 m to the left
+    e = np.where(apart, e - 5.7 * np.sin(heading), e)
+    n = np.where(apart, n + 5.7 * np.cos(heading), n)
+    gnss = _gnss_with(s, np.ones(t.size, dtype=bool), e, n)
+    out = detect_laps.run(StageInput(datasets={"gnss": gnss},
+                                     config={"start_finish": s.truth.start_finish}))
+    laps = out.datasets["laps"]
+    assert laps.num_rows == 2 and out.summary["pit_laps"] == []
+    assert laps.column("pit").to_pylist() == [False, False]
+    assert laps.column("valid").to_pylist() == [True, True]
+
+
+def test_a_run_of_two_loops_finds_its_line() -> None:
+    """Real file: a 6.8 km run, two loops of the same 3.4 km course at about 2 m/s. The
+    search for a found line started at the first sample at 5 m/s, which a runner never
+    reaches: TRACK_NOT_CLOSED for a track that does close. It starts at ``stop_speed_mps``."""
+    from stages.batch import artifact_classify, normalise_units, parse_raw, time_align
+    from tests.shared_data import SharedFile
+    from tests.unit.stages.batch.sample_streams import blob
+
+    f = SharedFile(folder="fit", name="developer-types-sample.fit")
+    art = (blob(f.name, f.read_bytes()),)
+    classified = artifact_classify.run(StageInput(artifacts=art))
+    parsed = parse_raw.run(
+        StageInput(artifacts=art, summaries={"artifact_classify": classified.summary})
+    )
+    norm = normalise_units.run(
+        StageInput(datasets=parsed.datasets, summaries={"parse_raw": parsed.summary})
+    )
+    aligned = time_align.run(StageInput(datasets=norm.datasets))
+    out = detect_laps.run(StageInput(datasets=dict(aligned.datasets)))
+    assert out.summary["reason"] is None and out.summary["line"]["source"] == "auto"
+    laps = out.datasets["laps"]
+    assert laps.num_rows == 1 and laps.column("valid").to_pylist() == [True]
+    # One loop of the course (the path through the fixes is 6.8 km in all).
+    assert 3_300 < laps.column("distance_m")[0].as_py() < 3_450

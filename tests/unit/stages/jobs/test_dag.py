@@ -105,6 +105,7 @@ def test_each_job_type_is_declared_once_with_what_runs_it() -> None:
     assert {f.name: f.job_type for f in DEFAULT_DAG.features}["fusion"] == "fuse_gnss_imu"
     assert [g.reason for g in DEFAULT_DAG.gates if g.job_type == "detect_laps"] == [
         "LAPS_DISABLED",
+        "NO_POSITION_DATA",
         "NO_GNSS_STREAM",
     ]
     # Lost workers are told apart faster for short jobs than for fusion.

@@ -50,6 +50,16 @@ def test_capabilities_known_up_front_gate_at_plan_time() -> None:
     assert all(j.state is not JobState.SKIPPED for j in plan.jobs if j.critical)
 
 
+def test_an_activity_without_positions_is_gated_with_its_own_reason() -> None:
+    """Issue 32 item 7: an indoor FIT (a GNSS stream without positions) said NO_GNSS_STREAM
+    where the docs say NO_POSITION_DATA; its dependents inherit the reason."""
+    plan = plan_run({}, {"imu": False, "gnss": False, "gnss_reason": "NO_POSITION_DATA"})
+    for job in ("detect_laps", "detect_segments", "compute_metrics"):
+        assert plan.job(job).skip_reason == "NO_POSITION_DATA", job
+    other = plan_run({}, {"imu": False, "gnss": False, "gnss_reason": "NO_FIX"})
+    assert other.job("detect_laps").skip_reason == "NO_GNSS_STREAM"
+
+
 def test_custom_dag_roots_are_queued() -> None:
     dag = {
         "a": JobSpec(name="a", job_type="noop"),

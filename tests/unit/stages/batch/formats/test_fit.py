@@ -119,7 +119,6 @@ def test_gzipped_fit_is_read() -> None:
     ("f", "code"),
     [
         (SETTINGS, codes.FIT_NOT_ACTIVITY),
-        (EOF_CUT, codes.FIT_CORRUPT),
         (BAD_HEADER, codes.FIT_CORRUPT),
     ],
     ids=str,
@@ -128,6 +127,152 @@ def test_refused_files_end_in_their_own_code(f: SharedFile, code: str) -> None:
     with pytest.raises(SessionStageError) as err:
         _parse(f.read_bytes())
     assert err.value.code == code
+
+
+def test_a_file_cut_off_in_its_last_message_is_read_up_to_the_cut() -> None:
+    """Issue 32 item 7: a file cut off in its last message was refused whole. Its 14 records
+    are read; the reader and parse_raw say it is truncated, where and what is missing."""
+    data = EOF_CUT.read_bytes()
+    parsed = fit.read(data)
+    assert parsed.streams["gnss"].num_rows == 14
+    assert parsed.stats["truncated"] is True
+    assert parsed.stats["cut_at_byte"] == len(data) == 768
+    assert parsed.stats["missing_bytes"] == 3  # the header promised 771 bytes with the CRC
+    out = _parse(data, EOF_CUT.name)
+    assert out.summary["truncated"] == [EOF_CUT.name]
+    assert out.summary["notes"] == [
+        f"{EOF_CUT.name} is cut off at byte 768 (3 bytes missing): read up to the cut, 14 records"
+    ]
+    whole = _parse(FENIX5.read_bytes())
+    assert whole.summary["truncated"] == [] and whole.summary["notes"] == []
+    assert whole.summary["readers"][0]["truncated"] is False
+
+
+def test_a_long_ride_cut_in_the_middle_keeps_what_came_before() -> None:
+    data = WAHOO.read_bytes()
+    cut = fit.read(data[: len(data) // 2])
+    rows = cut.streams["gnss"].num_rows
+    assert 0 < rows < 13_348 and cut.stats["truncated"] is True
+    assert cut.stats["missing_bytes"] == len(data) - len(data) // 2
+    whole = fit.read(data).streams["gnss"]
+    assert cut.streams["gnss"].to_pylist() == whole.slice(0, rows).to_pylist()
+
+
+def test_a_file_cut_before_its_first_record_is_corrupt() -> None:
+    data = FENIX5.read_bytes()
+    with pytest.raises(SessionStageError) as err:
+        fit.read(data[:40])
+    assert err.value.code == codes.FIT_CORRUPT
+    assert "before its first record" in err.value.message
+
+
+def test_speed_on_records_without_a_position_is_kept() -> None:
+    """Issue 32 item 7: records without a position dropped their speed (754 values of the
+    indoor file, 942 of the Coros ride). They are the AUX channel ``speed`` (m/s)."""
+    for f, count in ((INDOOR, 754), (COROS, 942)):
+        parsed = fit.read(f.read_bytes())
+        aux = parsed.streams["aux"].to_pylist()
+        speeds = [row["value"] for row in aux if row["channel"] == fit.SPEED]
+        assert len(speeds) == parsed.stats["speed_without_position"] == count, f
+        assert min(speeds) >= 0 and 1 < max(speeds) < 30, f  # m/s, a runner or a bike
+    # A record with a position keeps its speed in GNSS, not twice.
+    parsed = fit.read(FENIX2.read_bytes())
+    assert fit.SPEED not in set(parsed.streams["aux"].column("channel").to_pylist())
+
+
+def _fit_with_hr_messages() -> bytes:
+    """A FIT activity whose heart rate is in ``hr`` messages only, as swim files have it: an
+    anchor (timestamp + one event), eight values packed as 12-bit event deltas crossing a
+    4096-tick boundary, then two with full event timestamps."""
+    import datetime as dt
+
+    from garmin_fit_sdk import Encoder, Profile
+
+    mesg = {str(name): int(num) for num, name in Profile["types"]["mesg_num"].items()}
+    t0 = dt.datetime(2021, 5, 1, 9, 0, tzinfo=dt.UTC)
+    enc = Encoder()
+    enc.write_mesg(
+        {
+            "mesg_num": mesg["file_id"],
+            "type": "activity",
+            "time_created": t0,
+            "manufacturer": "development",
+            "product": 0,
+            "serial_number": 1,
+        }
+    )
+    for k in range(10):
+        enc.write_mesg(
+            {
+                "mesg_num": mesg["record"],
+                "timestamp": t0 + dt.timedelta(seconds=k),
+                "distance": 1.5 * k,
+            }
+        )
+    enc.write_mesg(
+        {
+            "mesg_num": mesg["hr"],
+            "timestamp": t0,
+            "fractional_timestamp": 0.5,
+            "event_timestamp": [4095.0],
+            "filtered_bpm": [100],
+        }
+    )
+    ticks = [round((4095.0 + 0.75 * (k + 1)) * 1024) for k in range(8)]
+    packed = sum((tick & 0xFFF) << (12 * i) for i, tick in enumerate(ticks))
+    enc.write_mesg(
+        {
+            "mesg_num": mesg["hr"],
+            "filtered_bpm": [101 + k for k in range(8)],
+            "event_timestamp_12": list(packed.to_bytes(12, "little")),
+        }
+    )
+    enc.write_mesg(
+        {"mesg_num": mesg["hr"], "event_timestamp": [4102.0, 4103.0], "filtered_bpm": [120, 121]}
+    )
+    return bytes(enc.close())
+
+
+def test_heart_rate_in_hr_messages_is_read() -> None:
+    """Issue 32 item 7: swim files keep heart rate in ``hr`` messages, which were dropped."""
+    parsed = fit.read(_fit_with_hr_messages())
+    assert parsed.stats["hr_values"] == 11
+    rows = [r for r in parsed.streams["aux"].to_pylist() if r["channel"] == "heart_rate"]
+    offsets = [round(r["ts"].timestamp() - rows[0]["ts"].timestamp(), 3) for r in rows]
+    # anchor at 09:00:00.5; then every 0.75 s of device time; then 1 s apart
+    assert rows[0]["ts"].isoformat() == "2021-05-01T09:00:00.500000+00:00"
+    assert offsets == [0.0, 0.75, 1.5, 2.25, 3.0, 3.75, 4.5, 5.25, 6.0, 7.0, 8.0]
+    assert [r["value"] for r in rows] == [100, *range(101, 109), 120, 121]
+
+
+def test_relative_timestamps_are_dated_by_the_session_date() -> None:
+    """Issue 32 item 7: a FIT file with relative timestamps was dated 1990 with no way to give
+    the real date. ``session_date`` (the upload's ``--date``) puts its start at midnight UTC
+    of that day, every interval kept; without it the summary says how to give one."""
+    import datetime as dt
+
+    data = INDOOR.read_bytes()
+    undated = _parse(data, INDOOR.name)
+    assert undated.summary["readers"][0]["dated_from"] == "fit_epoch"
+    assert "--date YYYY-MM-DD" in undated.summary["notes"][0]
+    dated = parse_raw.run(
+        StageInput(artifacts=(blob(INDOOR.name, data),), config={"session_date": "2015-03-01"})
+    )
+    assert dated.summary["readers"][0]["dated_from"] == "session_date"
+    assert dated.summary["notes"] == []
+    before = undated.datasets["aux"].column("ts").to_pylist()
+    after = dated.datasets["aux"].column("ts").to_pylist()
+    assert [b - before[0] for b in before] == [a - after[0] for a in after]
+    # The earliest time in the file (the first device lap starts 5 s before the first record)
+    # is midnight UTC of the given day.
+    laps = dated.summary["device_laps"]
+    midnight = dt.datetime(2015, 3, 1, tzinfo=dt.UTC)
+    assert laps[0]["start_us"] == int(midnight.timestamp()) * 1_000_000
+    assert after[0] == midnight + dt.timedelta(seconds=5)
+    # A file with real dates ignores the session date.
+    fenix = FENIX5.read_bytes()
+    kept = fit.read(fenix, session_date=dt.date(2015, 3, 1)).streams["gnss"]
+    assert kept.column("ts").to_pylist() == fit.read(fenix).streams["gnss"].column("ts").to_pylist()
 
 
 def test_a_bad_crc_is_corrupt() -> None:
