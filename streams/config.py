@@ -411,6 +411,16 @@ class SchemaTrialSettings(_Group):
     )
 
 
+class ScheduleSettings(_Group):
+    """Scheduled backfills (``tideway runs schedule``), run by the workers."""
+
+    poll_s: float = Field(
+        30.0, gt=0, le=3600,
+        description="How often each worker looks for a due scheduled backfill (a tick runs "
+        "within this long of its time).",
+    )
+
+
 #: Names the requirement documents give to Tideway settings, accepted as aliases. Each maps an
 #: environment variable to its ``(group, field)``; the ``TIDEWAY_`` name wins when both are set.
 SPEC_ALIASES: dict[str, tuple[str, str]] = {
@@ -486,6 +496,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     events: EventSettings = EventSettings()
     schemas: SchemaTrialSettings = SchemaTrialSettings()
+    schedules: ScheduleSettings = ScheduleSettings()
 
     @model_validator(mode="after")
     def _check_dedupe_horizon(self) -> Settings:

@@ -13,6 +13,7 @@ maintenance leader runs it (:mod:`streams.retention.maintain`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -95,17 +96,23 @@ async def worker(
                          pool=pool, concurrency=jobs_at_once, stop=stop, hooks=hooks)
         return
     from streams.sessions.clickhouse_jobs import hold_embedded_clickhouse
+    from streams.sessions.schedules import run_schedules
     from streams.sessions.stage_executors import default_executors
 
     # Before anything starts: a second worker on one embedded ClickHouse refuses here
     # rather than bounce every ClickHouse job (streams.sessions.clickhouse_jobs).
     await hold_embedded_clickhouse(settings, pool=pool)
     found = default_executors(settings, DEFAULT_DAG)
+    # Scheduled backfills: every worker looks, one runs each tick (streams.sessions.schedules).
+    schedules = asyncio.create_task(run_schedules(settings, stop), name="backfill-schedules")
     try:
         await found.warm_up()  # start compute processes before the first job arrives
         await run_worker(settings, dag=DEFAULT_DAG, executors=found, pool=pool,
                          concurrency=jobs_at_once, stop=stop, hooks=hooks)
     finally:
+        schedules.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await schedules
         await found.aclose()
 
 

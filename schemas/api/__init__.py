@@ -86,6 +86,8 @@ from schemas.api.fleet_history import (
     FleetRange,
 )
 from schemas.api.runs import (
+    BackfillSchedule,
+    BackfillSchedules,
     CancelResult,
     DagAttempt,
     DagEdge,
@@ -142,6 +144,8 @@ __all__ = [
     "CURSOR_PATTERN",
     "LIMIT_DEFAULT",
     "LIMIT_MAX",
+    "BackfillSchedule",
+    "BackfillSchedules",
     "CancelResult",
     "ConsumerPending",
     "DagAttempt",

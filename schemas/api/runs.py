@@ -176,3 +176,28 @@ class RunStarted(_Body):
 
     run_id: uuid.UUID
     created: bool
+
+
+class BackfillSchedule(_Body):
+    """A backfill the workers run by the clock (``tideway runs schedule``)."""
+
+    name: str
+    cron: str = Field(description="When, in UTC (a cron expression).")
+    device: str | None = Field(description="Only this device's sessions (null: every device).")
+    uploaded_within_s: float | None = Field(
+        description="Only sessions uploaded this long before each tick (null: every session).")
+    priority: int
+    enabled: bool
+    created_by: str
+    created_at: datetime
+    next_run_at: datetime
+    last_run_at: datetime | None
+    last_outcome: dict[str, int] | None = Field(
+        description="Sessions per action of the last tick (`started`, `current`, `no_run`).")
+    last_error: str | None
+
+
+class BackfillSchedules(_Body):
+    """The caller's scheduled backfills, by name."""
+
+    items: list[BackfillSchedule]

@@ -315,3 +315,27 @@ derived_datasets = sa.Table(
     sa.UniqueConstraint("run_id", "name", name="uq_derived_datasets_run_name"),
     sa.Index("ix_derived_datasets_job_id", "job_id"),
 )
+
+backfill_schedules = sa.Table(
+    "backfill_schedules",
+    metadata,
+    # A backfill run by the clock (migration 0032): one row per tenant and name; a worker runs
+    # a due one under its row lock and sets the next time from ``cron``.
+    uuid_pk(),
+    tenant_fk(),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("cron", sa.Text, nullable=False),
+    sa.Column("device", sa.Text),
+    sa.Column("uploaded_within_s", sa.Float(53)),
+    sa.Column("priority", sa.Integer, nullable=False),
+    sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("created_by", sa.Text, nullable=False),
+    created_at(),
+    sa.Column("next_run_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("last_run_at", sa.DateTime(timezone=True)),
+    sa.Column("last_outcome", pg.JSONB),
+    sa.Column("last_error", sa.Text),
+    sa.UniqueConstraint("tenant_id", "name", name="uq_backfill_schedules_tenant_name"),
+    sa.CheckConstraint("uploaded_within_s > 0", name="within"),
+    sa.Index("ix_backfill_schedules_due", "next_run_at", postgresql_where=sa.text("enabled")),
+)

@@ -12,6 +12,8 @@ import uuid
 from aiohttp import web
 
 from schemas.api import (
+    BackfillSchedule,
+    BackfillSchedules,
     CancelResult,
     Run,
     RunDag,
@@ -27,6 +29,7 @@ from streams.api.inputs import path_uuid
 from streams.api.openapi import Route
 from streams.api.pages import decode_cursor, instant, page_of
 from streams.jobs import queue, run_actions
+from streams.sessions.schedules import list_schedules
 from streams.views import sessions as queries
 from streams.views.runs import list_runs, show_run
 
@@ -96,6 +99,15 @@ async def retry_run(request: web.Request) -> web.Response:
     return reply(RunStarted(run_id=new.run_id, created=new.created), status=202)
 
 
+async def list_backfill_schedules(request: web.Request) -> web.Response:
+    """The caller's scheduled backfills (``tideway runs schedule list``)."""
+    caller = caller_of(request)
+    async with context_of(request).pool.acquire() as conn:
+        found = await list_schedules(conn, caller.tenant)
+    return reply(BackfillSchedules(items=[BackfillSchedule.model_validate(s.as_dict())
+                                          for s in found]))
+
+
 _TAG = "runs"
 _RUN = {"id": pp.UUID_ID}  # the path's parameters (their kinds: schema and check)
 _NO_RUN = "no such run"  # the one text of its 404
@@ -115,4 +127,7 @@ ROUTES: tuple[Route, ...] = (
     Route(method="POST", path="/v1/runs/{id}/retry", handler=retry_run, tag=_TAG,
           summary="Start a new run repeating a failed, cancelled or partial one", status=202,
           response=RunStarted, path_types=_RUN, not_found=_NO_RUN, errors=(409,)),
+    Route(method="GET", path="/v1/backfill-schedules", handler=list_backfill_schedules,
+          tag=_TAG, summary="The caller's scheduled backfills: cron, next and last tick",
+          response=BackfillSchedules),
 )  # fmt: skip

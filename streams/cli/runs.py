@@ -1,16 +1,18 @@
-"""``tideway runs list|show|cancel|retry|backfill`` (``tideway worker`` is elsewhere).
+"""``tideway runs list|show|cancel|retry|backfill|schedule`` (``tideway worker`` is elsewhere).
 
 ``runs show`` draws the run's DAG as a tree: one node per job in dependency order with its
 state, what it waits for (soft dependencies in parentheses), attempts and timings, and one child
 per failed, timed-out or cancelled attempt with its error code, type, source and severity.
 ``runs retry`` resumes: jobs whose inputs, config and versions are unchanged reuse their verified
 outputs (``streams.sessions.resume``). ``runs backfill`` reprocesses many sessions with the
-current versions at a low priority, once per session (``streams.sessions.reprocess.backfill``).
+current versions at a low priority, once per session (``streams.sessions.reprocess.backfill``);
+``runs schedule`` has the workers run one by the clock (``streams.sessions.schedules``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import getpass
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
@@ -32,6 +34,12 @@ from streams.config import load_settings
 from streams.errors import NotFoundError, UsageError
 from streams.jobs import queue, run_actions
 from streams.sessions.reprocess import BACKFILL_PRIORITY, BackfillItem, BackfillScope, backfill
+from streams.sessions.schedules import (
+    Schedule,
+    add_schedule,
+    list_schedules,
+    remove_schedule,
+)
 from streams.views.runs import list_runs, show_run, status_counts
 
 runs_app = typer.Typer(
@@ -86,6 +94,12 @@ def list_command(
         print_rows(data, columns=columns, title="Processing runs", as_json=as_json)
 
     asyncio.run(main())
+    if not as_json:  # what will start runs next, by the clock
+        for s in _schedules(owner):
+            console.print(f"scheduled backfill {s.name}: {s.cron} (UTC), next at "
+                          f"{s.next_run_at.isoformat()}"
+                          + (f", last: {_schedule_row(s)['last_outcome']}" if s.last_run_at
+                             else ""))
 
 
 @runs_app.command("show")
@@ -213,6 +227,113 @@ def backfill_command(
         if ended:
             line += "; runs ended: " + ", ".join(f"{n} {s}" for s, n in sorted(ended.items()))
         console.print(line)
+
+
+schedule_app = typer.Typer(
+    help="Scheduled backfills: add (or replace), list, remove. Workers run them.",
+    no_args_is_help=True)
+runs_app.add_typer(schedule_app, name="schedule")
+
+_SCHEDULE_COLUMNS = ("tenant", "name", "cron", "device", "uploaded_within", "priority",
+                     "next_run_at", "last_run_at", "last_outcome", "last_error")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _age_seconds(value: str) -> float:
+    """``90s``, ``15m``, ``2h``, ``7d`` in seconds."""
+    if value[:-1].isdigit() and value[-1:] in _UNITS and int(value[:-1]) > 0:
+        return float(int(value[:-1]) * _UNITS[value[-1]])
+    raise UsageError(f"not an age: {value!r} (like 12h or 7d)")
+
+
+def _schedule_row(s: Schedule) -> dict[str, Any]:
+    within = s.uploaded_within_s
+    return {**s.as_dict(),
+            "uploaded_within": "any time" if within is None else _secs_text(within),
+            "last_outcome": ", ".join(f"{n} {a}" for a, n in sorted((s.last_outcome or {}).items()))
+            or ("—" if s.last_run_at is None else "no sessions")}
+
+
+def _secs_text(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+@schedule_app.command("add")
+def schedule_add(
+    name: str = typer.Argument(..., help="The schedule's name (unique in the tenant)."),
+    cron: str = typer.Option(..., "--cron", help="When, in UTC: '0 3 * * *', @daily..."),
+    device: str | None = typer.Option(None, "--device", help="Only this device's sessions."),
+    uploaded_within: str | None = typer.Option(
+        None, "--uploaded-within", help="Only sessions uploaded this long before each tick "
+        "(12h, 7d; default: every session)."),
+    priority: int = typer.Option(BACKFILL_PRIORITY, "--priority", help="Of the runs it starts."),
+    tenant: str | None = TENANT_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Schedule a backfill of the tenant's sessions (replaces a schedule of the same name)."""
+    owner = tenant_name(tenant)
+    within = _age_seconds(uploaded_within) if uploaded_within else None
+
+    async def main() -> Schedule:
+        conn = await postgres.connect(load_settings().postgres())
+        try:
+            return await add_schedule(conn, tenant=owner, name=name, cron=cron, device=device,
+                                      uploaded_within_s=within, priority=priority,
+                                      created_by=f"cli {getpass.getuser()}")
+        finally:
+            await conn.close()
+
+    saved = asyncio.run(main())
+    if as_json:
+        print_json(saved.as_dict())
+        return
+    console.print(f"scheduled backfill {saved.name} of {saved.tenant}: {saved.cron} (UTC); "
+                  f"first at {saved.next_run_at.isoformat()}")
+
+
+@schedule_app.command("list")
+def schedule_list(
+    tenant: str | None = TENANT_OPTION,
+    all_tenants: bool = typer.Option(False, "--all-tenants", help="Every tenant's schedules."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """The scheduled backfills, their next and last tick and what the last one did."""
+    if all_tenants and tenant is not None:
+        raise UsageError("--tenant and --all-tenants exclude each other")
+    found = _schedules(None if all_tenants else tenant_name(tenant))
+    print_rows([_schedule_row(s) for s in found], columns=_SCHEDULE_COLUMNS,
+               title="Scheduled backfills", as_json=as_json)
+
+
+@schedule_app.command("remove")
+def schedule_remove(name: str = typer.Argument(..., help="The schedule's name."),
+                    tenant: str | None = TENANT_OPTION) -> None:
+    """Remove a scheduled backfill (runs it started are left as they are)."""
+    owner = tenant_name(tenant)
+
+    async def main() -> None:
+        conn = await postgres.connect(load_settings().postgres())
+        try:
+            await remove_schedule(conn, owner, name)
+        finally:
+            await conn.close()
+
+    asyncio.run(main())
+    console.print(f"removed scheduled backfill {name} of {owner}")
+
+
+def _schedules(tenant: str | None) -> list[Schedule]:
+    async def main() -> list[Schedule]:
+        conn = await postgres.connect(load_settings().postgres())
+        try:
+            return await list_schedules(conn, tenant)
+        finally:
+            await conn.close()
+
+    return asyncio.run(main())
 
 
 # Issue 4 names them as run commands; they act on a session's runs, so both spellings work.

@@ -185,3 +185,38 @@ async def test_the_run_page_fits_and_times_its_jobs(
         for size in SIZES:
             await asyncio.to_thread(read_the_run, p, run_id, dag, zone, size)
     await asyncio.to_thread(p.check_console)
+
+
+async def test_the_runs_page_lists_scheduled_backfills(seeded: Seeded, browser: WebDriver,
+                                                       fleet: Harness) -> None:
+    from streams.sessions.schedules import add_schedule
+
+    async with fleet.pool.acquire() as conn:
+        await add_schedule(conn, tenant="acme", name="nightly", cron="0 3 * * *",
+                           uploaded_within_s=7 * 86400)
+        await add_schedule(conn, tenant="globex", name="theirs", cron="@hourly")
+    p = Person(browser, str(seeded.client.make_url("/")))
+    await asyncio.to_thread(sign_in, p, seeded.acme["Authorization"].removeprefix("Bearer "))
+
+    def look(width: int) -> dict[str, Any]:
+        p.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": width, "height": 844, "deviceScaleFactor": 1, "mobile": width < 700})
+        p.driver.refresh()
+        p.find("#backfill-schedules tr[data-schedule]")
+        return dict(p.driver.execute_script(
+            """
+            const rows = [...document.querySelectorAll('#schedules tr[data-schedule]')];
+            return {names: rows.map((r) => r.dataset.schedule),
+                    text: rows.map((r) => r.textContent).join(' '),
+                    scroll: document.documentElement.scrollWidth, view: window.innerWidth};
+            """))
+
+    try:
+        for width in (1440, 390):
+            shown = await asyncio.to_thread(look, width)
+            assert shown["names"] == ["nightly"], shown  # not another tenant's
+            assert "0 3 * * *" in shown["text"] and "uploaded within 7 d" in shown["text"], shown
+            assert shown["scroll"] <= shown["view"], shown
+    finally:
+        p.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    await asyncio.to_thread(p.check_console)

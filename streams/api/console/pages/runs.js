@@ -63,8 +63,24 @@ export async function listRuns(view) {
   onEvent(({ type }) => { if (type.startsWith("run.") || type === "reconnected") load(); });
   view.append(h("h1", {}, "Runs"), h("div", { class: "filters" }, status, session),
     table(["run", "session", "status", "jobs done", "requested by", "created", "failure"], [], { id: "runs", class: "cards" }),
-    more);
+    more, await schedules());
   view.querySelector("#runs tbody").replaceWith(body);
+}
+
+/** The tenant's scheduled backfills: when each runs next, and what its last tick did. */
+async function schedules() {
+  const { items } = await api("/v1/backfill-schedules");
+  if (!items.length) return "";
+  const last = (s) => s.last_error ? h("span", { class: "error" }, s.last_error)
+    : s.last_run_at ? Object.entries(s.last_outcome || {}).map(([k, n]) => `${n} ${k}`).join(", ") || "no sessions" : "—";
+  return h("section", { id: "backfill-schedules" }, h("h2", {}, "Scheduled backfills"),
+    h("p", { class: "muted" }, "Backfills the workers run by the clock (cron, in UTC); each starts a run only for the sessions not yet at the current versions."),
+    table(["schedule", "cron (UTC)", "sessions", "next", "last", "last tick"], items.map((s) => h("tr", { "data-schedule": s.name },
+      cell("schedule", s.name), cell("cron (UTC)", h("code", {}, s.cron)),
+      cell("sessions", [s.device ? `device ${s.device}` : "every device",
+        s.uploaded_within_s ? `uploaded within ${duration(s.uploaded_within_s)}` : ""].filter(Boolean).join(", ")),
+      cell("next", zoned(s.next_run_at, { date: true })), cell("last", s.last_run_at ? zoned(s.last_run_at, { date: true }) : "—"),
+      cell("last tick", last(s)))), { id: "schedules", class: "cards" }));
 }
 
 export async function showRun(view, id) {
