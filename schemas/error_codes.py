@@ -417,6 +417,12 @@ RUN_TERMINAL: Final = _code(
     "the run has already ended (succeeded, partial, failed or cancelled): there is nothing to "
     "cancel, and nothing is changed (409)",
 )
+DRIFT_EXCEEDED: Final = _code(
+    "DRIFT_EXCEEDED", _A.JOB,
+    "a reprocess or backfill ended succeeded, but its key figures moved from the active run's "
+    "beyond the `drift.*` limits: it is kept, not made active (`tideway runs promote` makes it "
+    "active; the run's `summary.drift` lists each figure)",
+)
 ROLLBACK_VERIFICATION_FAILED: Final = _code(
     "ROLLBACK_VERIFICATION_FAILED",
     _A.JOB,

@@ -411,6 +411,20 @@ class SchemaTrialSettings(_Group):
     )
 
 
+class DriftSettings(_Group):
+    """The drift gate: how far a reprocess's key figures may move from the active run's before
+    it is held back instead of published (spec 003)."""
+
+    enabled: bool = Field(True, description="Hold back reprocesses whose figures drift.")
+    max_lap_count_change: int = Field(0, ge=0, description="Laps more or fewer.")
+    max_lap_time_change: float = Field(
+        0.02, ge=0, description="Relative change of the best and of the median lap time.")
+    max_distance_change: float = Field(0.02, ge=0, description="Relative change of the distance.")
+    max_speed_change: float = Field(0.05, ge=0, description="Relative change of the top speed.")
+    max_sample_change: float = Field(
+        0.05, ge=0, description="Relative change of any stream's sample count.")
+
+
 class ScheduleSettings(_Group):
     """Scheduled backfills (``tideway runs schedule``), run by the workers."""
 
@@ -497,6 +511,7 @@ class Settings(BaseSettings):
     events: EventSettings = EventSettings()
     schemas: SchemaTrialSettings = SchemaTrialSettings()
     schedules: ScheduleSettings = ScheduleSettings()
+    drift: DriftSettings = DriftSettings()
 
     @model_validator(mode="after")
     def _check_dedupe_horizon(self) -> Settings:

@@ -17,7 +17,8 @@ Produces:
   elsewhere, since corners cannot be matched across laps that were segmented differently).
 
 Summary: ``lap_count``, ``valid_lap_count``, ``best_lap``, ``best_lap_time_s``,
-``mean_lap_time_s``, ``max_speed_mps``, ``lap_compare_available`` (≥ 2 valid laps).
+``mean_lap_time_s``, ``median_lap_time_s`` (valid laps), ``distance_m`` (the whole session's
+speed integral), ``max_speed_mps``, ``lap_compare_available`` (≥ 2 valid laps).
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ class _Speed:
         self.v = speed[ok]
         steps = 0.5 * (self.v[1:] + self.v[:-1]) * np.diff(self.t)
         self.cum = np.concatenate(([0.0], np.cumsum(steps)))
+
+    def distance(self) -> float | None:
+        """The whole session's distance: speed integrated over its samples (``None``: none)."""
+        return float(self.cum[-1]) if self.ts.size >= 2 else None
 
     def _integral(self, ts_us: IntArray) -> FloatArray:
         t = (ts_us - (self.ts[0] if self.ts.size else 0)) / 1e6
@@ -95,6 +100,7 @@ def _lap_metrics(laps: pa.Table | None, speed: _Speed) -> tuple[pa.Table, dict[s
         empty = _lap_table([], np.zeros(0, np.int64), np.zeros(0, np.int64))
         summary = {"lap_count": 0, "valid_lap_count": 0, "best_lap": None,
                    "best_lap_time_s": None, "mean_lap_time_s": None,
+                   "median_lap_time_s": None, "distance_m": speed.distance(),
                    "max_speed_mps": float(speed.v.max()) if speed.v.size else None,
                    "lap_compare_available": False}
         return empty, summary, set()
@@ -122,6 +128,8 @@ def _lap_metrics(laps: pa.Table | None, speed: _Speed) -> tuple[pa.Table, dict[s
         "best_lap": numbers[best_i] if best_i is not None else None,
         "best_lap_time_s": best_t,
         "mean_lap_time_s": float(times[valid].mean()) if valid.any() else None,
+        "median_lap_time_s": float(np.median(times[valid])) if valid.any() else None,
+        "distance_m": speed.distance(),
         "max_speed_mps": float(speed.v.max()) if speed.v.size else None,
         "lap_compare_available": int(valid.sum()) >= 2,
     }

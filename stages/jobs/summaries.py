@@ -83,6 +83,8 @@ class MetricsSummary(Summary):
     best_lap: int | None = None
     best_lap_time_s: float | None = None
     mean_lap_time_s: float | None = None
+    median_lap_time_s: float | None = None
+    distance_m: float | None = None
     max_speed_mps: float | None = None
     lap_compare_available: bool | None = None
 

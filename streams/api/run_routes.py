@@ -15,6 +15,7 @@ from schemas.api import (
     BackfillSchedule,
     BackfillSchedules,
     CancelResult,
+    RollbackResult,
     Run,
     RunDag,
     RunPage,
@@ -29,6 +30,7 @@ from streams.api.inputs import path_uuid
 from streams.api.openapi import Route
 from streams.api.pages import decode_cursor, instant, page_of
 from streams.jobs import queue, run_actions
+from streams.sessions.reprocess import promote
 from streams.sessions.schedules import list_schedules
 from streams.views import sessions as queries
 from streams.views.runs import list_runs, show_run
@@ -99,6 +101,17 @@ async def retry_run(request: web.Request) -> web.Response:
     return reply(RunStarted(run_id=new.run_id, created=new.created), status=202)
 
 
+async def promote_run(request: web.Request) -> web.Response:
+    """Make the run its session's active run (one the drift gate held back, say), once its
+    datasets read back with their sha256 (``tideway runs promote``)."""
+    ctx, caller, run_id = context_of(request), caller_of(request), path_uuid(request)
+    async with ctx.pool.acquire() as conn:
+        moved = await promote(conn, tenant=caller.tenant, run_id=run_id,
+                              requested_by=f"api:{caller.key_id}", store=ctx.store)
+    return reply(RollbackResult(session_id=moved.session_id, from_run=moved.from_run,
+                                to_run=moved.to_run))
+
+
 async def list_backfill_schedules(request: web.Request) -> web.Response:
     """The caller's scheduled backfills (``tideway runs schedule list``)."""
     caller = caller_of(request)
@@ -127,6 +140,9 @@ ROUTES: tuple[Route, ...] = (
     Route(method="POST", path="/v1/runs/{id}/retry", handler=retry_run, tag=_TAG,
           summary="Start a new run repeating a failed, cancelled or partial one", status=202,
           response=RunStarted, path_types=_RUN, not_found=_NO_RUN, errors=(409,)),
+    Route(method="POST", path="/v1/runs/{id}/promote", handler=promote_run, tag=_TAG,
+          summary="Make a run its session's active run (one the drift gate held back)",
+          response=RollbackResult, path_types=_RUN, not_found=_NO_RUN, errors=(409,)),
     Route(method="GET", path="/v1/backfill-schedules", handler=list_backfill_schedules,
           tag=_TAG, summary="The caller's scheduled backfills: cron, next and last tick",
           response=BackfillSchedules),

@@ -229,6 +229,38 @@ def backfill_command(
         console.print(line)
 
 
+@runs_app.command("promote")
+def promote_command(
+    run_id: str = typer.Argument(..., help="The run to make its session's active run."),
+    tenant: str | None = TENANT_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Make a run its session's active run - one the drift gate held back (DRIFT_EXCEEDED) -
+    once every dataset of it reads back with its sha256 (``sessions rollback`` goes back)."""
+    from streams.objects import ObjectStore
+    from streams.sessions.reprocess import promote
+
+    owner, rid = tenant_name(tenant), parse_id(run_id, "run")
+    settings = load_settings()
+
+    async def main() -> Any:
+        conn = await postgres.connect(settings.postgres())
+        try:
+            return await promote(conn, tenant=owner, run_id=rid, requested_by="cli",
+                                 store=ObjectStore(settings.objects()))
+        finally:
+            await conn.close()
+
+    moved = asyncio.run(main())
+    data = {"session_id": str(moved.session_id), "from_run": str(moved.from_run),
+            "to_run": str(moved.to_run)}
+    if as_json:
+        print_json(data)
+    else:
+        console.print(f"session {moved.session_id}: active run {moved.from_run} -> "
+                      f"{moved.to_run}")
+
+
 schedule_app = typer.Typer(
     help="Scheduled backfills: add (or replace), list, remove. Workers run them.",
     no_args_is_help=True)
@@ -396,6 +428,19 @@ def render_run(view: RunDag) -> Tree:
             node = tree.add(Text("verification: FAILED", style="bold red"))
             for problem in check.get("problems") or []:
                 node.add(Text(problem, style="red"))
+    drift = view.summary.get("drift")
+    if drift:  # publish_session's drift gate against the run it would replace
+        held = drift.get("exceeded")
+        node = tree.add(Text(
+            f"drift gate: {'HELD BACK (DRIFT_EXCEEDED)' if held else 'within limits'} against "
+            f"run {drift.get('against_run')}"
+            + (" - not made active; `tideway runs promote` makes it so" if held else ""),
+            style="bold yellow" if held else "green"))
+        for c in drift.get("checks") or []:
+            change = "" if c.get("change") is None else f" (change {c['change']:g}, " \
+                f"limit {c['limit']:g})"
+            node.add(Text(f"{c['figure']}: {c['before']} -> {c['after']}{change}",
+                          style="yellow" if c.get("exceeded") else "dim"))
     if view.features_available:
         flags = ", ".join(
             name if ok else f"{name} ✗ {view.feature_reasons.get(name, '')}".rstrip()

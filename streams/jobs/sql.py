@@ -552,12 +552,14 @@ run AS (
     -- A run is finalised once: a finalised run is never rewritten (its completed_at, its
     -- flags, the session's pointer), whoever asks again.
     WHERE r.id = v.id AND r.jobs_open = 0 AND r.completed_at IS NULL
-    RETURNING r.id, r.session_id, r.status, r.created_at, r.completed_at, r.idempotency_key
+    RETURNING r.id, r.session_id, r.status, r.created_at, r.completed_at, r.idempotency_key,
+              coalesce((r.summary #>> '{{drift,exceeded}}')::boolean, false) AS held
 ),
--- If one transaction ends several runs of a session, the newest of those is the candidate.
+-- If one transaction ends several runs of a session, the newest of those is the candidate;
+-- a run the drift gate held back (publish_session's summary.drift) takes no pointer.
 newest AS (
     SELECT DISTINCT ON (session_id) id, session_id, created_at FROM run
-    WHERE status IN ('succeeded', 'partial')
+    WHERE status IN ('succeeded', 'partial') AND NOT held
     ORDER BY session_id, created_at DESC
 ),
 pointed AS (

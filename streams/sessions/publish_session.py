@@ -27,7 +27,10 @@ from __future__ import annotations
 
 from typing import Any, Final, TypeVar
 
+import orjson
+
 from stages.jobs import summaries as out
+from stages.jobs.drift import DriftLimits, compare
 from stages.jobs.graph import Dag
 from streams.clickhouse import ClickHouse
 from streams.jobs.executor import Executor, JobContext
@@ -68,8 +71,10 @@ def run_summary(ctx: JobContext, dag: Dag) -> dict[str, Any]:
             "best_lap": metrics.best_lap,
             "best_lap_time_s": metrics.best_lap_time_s,
             "mean_lap_time_s": metrics.mean_lap_time_s,
+            "median_lap_time_s": metrics.median_lap_time_s,
             "max_speed_mps": metrics.max_speed_mps,
         },
+        "distance_m": metrics.distance_m,
         "segments": {
             "corners": segs.corner_count,
             "straights": segs.straight_count,
@@ -83,6 +88,39 @@ def run_summary(ctx: JobContext, dag: Dag) -> dict[str, Any]:
         "datasets": {d.name: d.row_count for d in ctx.datasets.values()},
         "features": dag.content_features(ctx.summaries),
     }
+
+
+# The run's session's active run, when this run would replace it: a reprocess, backfill or
+# retry (an upload's run has an idempotency key), of a session some other run is active for.
+_ACTIVE = """
+SELECT a.id, a.summary FROM processing_runs r
+JOIN sessions s ON s.id = r.session_id
+JOIN processing_runs a ON a.id = s.active_run_id
+WHERE r.id = $1 AND r.idempotency_key IS NULL AND a.id <> r.id
+"""
+
+
+async def _drift_against_active(pool: Any, run_id: Any, summary: dict[str, Any],
+                                settings: Any) -> dict[str, Any] | None:
+    """The drift gate's report on this run against the session's active run (``None``: not
+    gated). An exceeded report keeps the engine from moving the session's pointer
+    (``FINALISE_RUNS``); the run still ends succeeded, and an operator may promote it."""
+    if not settings.drift.enabled:
+        return None
+    active = await pool.fetchrow(_ACTIVE, run_id)
+    if active is None or not active["summary"]:
+        return None
+    before = active["summary"]
+    if isinstance(before, str | bytes):
+        before = orjson.loads(before)
+    limits = settings.drift
+    report = compare(before, summary, DriftLimits(
+        max_lap_count_change=limits.max_lap_count_change,
+        max_lap_time_change=limits.max_lap_time_change,
+        max_distance_change=limits.max_distance_change,
+        max_speed_change=limits.max_speed_change,
+        max_sample_change=limits.max_sample_change))
+    return {**report, "against_run": str(active["id"])}
 
 
 def publish_executor(executors: ExecutorResources) -> Executor:
@@ -110,6 +148,9 @@ def publish_executor(executors: ExecutorResources) -> Executor:
             raise VerificationFailed(report)
         ctx.checkpoint()
         summary = {**run_summary(ctx, executors.dag), "verification": report.as_json()}
+        drift = await _drift_against_active(pool, ctx.job.run_id, summary, settings)
+        if drift is not None:
+            summary["drift"] = drift
         await pool.execute(_SET_SUMMARY, ctx.job.run_id, summary)
         return JobResult(summary=summary)
 

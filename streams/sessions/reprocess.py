@@ -51,6 +51,7 @@ __all__ = [
     "BackfillScope",
     "Rollback",
     "backfill",
+    "promote",
     "reprocess",
     "rollback",
 ]
@@ -340,6 +341,7 @@ async def rollback(
     to_run: uuid.UUID | None = None,
     requested_by: str = "operator",
     store: ObjectStore,
+    action: Literal["rollback", "promote"] = "rollback",
 ) -> Rollback:
     """Point ``session_id`` back at the previous good run (or at ``to_run``), once every dataset
     of that run has been read back from ``store`` and matched its sha256 (module docstring).
@@ -384,13 +386,31 @@ async def rollback(
             session_id,
             to_run,
             {
-                "action": "rollback",
+                "action": action,
                 "from_run": str(current),
                 "run_id": str(to_run),
                 "by": requested_by,
             },
         )
     return Rollback(session_id=session_id, from_run=current, to_run=to_run)
+
+
+_SESSION_OF_RUN = """
+SELECT r.session_id FROM processing_runs r JOIN tenants t ON t.id = r.tenant_id
+WHERE r.id = $1 AND t.name = $2
+"""
+
+
+async def promote(conn: Any, *, tenant: str, run_id: uuid.UUID, requested_by: str = "operator",
+                  store: ObjectStore) -> Rollback:
+    """Make ``run_id`` its session's active run - a run the drift gate held back
+    (``summary.drift``), say - once its datasets read back with their sha256, as a rollback to
+    it does (``pointer_history`` notes a ``promote``)."""
+    session_id = await conn.fetchval(_SESSION_OF_RUN, run_id, tenant)
+    if session_id is None:
+        raise NotFoundError(f"no run {run_id} for tenant {tenant}")
+    return await rollback(conn, tenant=tenant, session_id=session_id, to_run=run_id,
+                          requested_by=requested_by, store=store, action="promote")
 
 
 async def _verify_outputs(conn: Any, store: ObjectStore, run_id: uuid.UUID) -> None:

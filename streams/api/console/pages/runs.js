@@ -144,6 +144,27 @@ function runHeader(run, reload) {
     location.hash = `#/runs/${r.run_id}`;
   }));
   const features = Object.entries(run.features_available || {});
+  const drift = run.summary && run.summary.drift;
+  let gate = "";
+  if (drift) { // publish_session's drift gate against the run this one would replace
+    const held = drift.exceeded && !run.active;
+    const promote = h("button", { id: "run-promote", type: "button" }, "Make active");
+    promote.addEventListener("click", () => act(promote, async () => {
+      const r = await api(`/v1/runs/${run.id}/promote`, { method: "POST" });
+      notice(`Run ${r.to_run} is now the session's active run (was ${r.from_run}).`);
+      await reload();
+    }));
+    gate = h("section", { id: "run-drift", "data-held": String(held) },
+      h("h2", {}, "Drift gate"),
+      h("p", { class: drift.exceeded ? "error" : "muted" }, drift.exceeded
+        ? `DRIFT_EXCEEDED: key figures moved beyond the limits from run ${drift.against_run}; ${run.active ? "made active by hand." : "held back, not made active."}`
+        : `Within the limits against run ${drift.against_run}.`),
+      table(["figure", "before", "after", "change", "limit"], (drift.checks || []).map((c) =>
+        h("tr", { class: c.exceeded ? "exceeded" : "" }, cell("figure", c.figure), cell("before", String(c.before ?? "—")),
+          cell("after", String(c.after ?? "—")), cell("change", c.change == null ? "—" : String(c.change)),
+          cell("limit", c.limit == null ? "—" : String(c.limit)))), { id: "drift-checks", class: "cards" }),
+      held ? h("div", { class: "actions" }, promote) : "");
+  }
   return h("div", {},
     facts([
       ["status", h("span", { id: "run-state" }, state(run.status))],
@@ -158,7 +179,7 @@ function runHeader(run, reload) {
       ["versions", `parser ${run.parser_version ?? "—"}, pipeline ${run.pipeline_version ?? "—"}`],
       ["features", features.length ? features.map(([k, ok]) => `${ok ? "✓" : "✗"} ${k}`).join("  ") : null],
     ]),
-    h("div", { class: "actions" }, cancel, retry, reprocess));
+    h("div", { class: "actions" }, cancel, retry, reprocess), gate);
 }
 
 /** Lay the DAG out in columns by depth (a job's column is one past its deepest dependency). */
