@@ -46,7 +46,7 @@ runs_app = typer.Typer(
     help="Processing runs: list, show, cancel, retry, backfill.", no_args_is_help=True
 )
 
-_ENDED = frozenset({"succeeded", "partial", "failed", "cancelled"})
+_ENDED = frozenset({"succeeded", "partial", "failed", "cancelled", "held_back"})
 
 _STYLE = {
     "succeeded": "green",
@@ -225,7 +225,9 @@ def backfill_command(
         counts = Counter(i.action for i in items)
         line = ", ".join(f"{n} {action}" for action, n in sorted(counts.items())) or "no sessions"
         if ended:
-            line += "; runs ended: " + ", ".join(f"{n} {s}" for s, n in sorted(ended.items()))
+            line += "; runs ended: " + ", ".join(
+                f"{n} {'held back by the drift gate (DRIFT_EXCEEDED)' if s == 'held_back' else s}"
+                for s, n in sorted(ended.items()))
         console.print(line)
 
 

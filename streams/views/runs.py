@@ -152,11 +152,22 @@ async def show_run(conn: Conn, run_id: uuid.UUID, *, tenant_id: uuid.UUID | None
     )
 
 
-_STATUS_COUNTS = "SELECT status, count(*) AS n FROM processing_runs WHERE id = ANY($1) GROUP BY 1"
+# A good run the drift gate held back (and nobody promoted) counts as ``held_back``.
+_STATUS_COUNTS = """
+SELECT CASE WHEN r.status IN ('succeeded', 'partial')
+             AND coalesce((r.summary #>> '{drift,exceeded}')::boolean, false)
+             AND s.active_run_id IS DISTINCT FROM r.id THEN 'held_back'
+            ELSE r.status END AS status,
+       count(*) AS n
+FROM processing_runs r JOIN sessions s ON s.id = r.session_id
+WHERE r.id = ANY($1)
+GROUP BY 1
+"""
 
 
 async def status_counts(conn: Conn, run_ids: list[uuid.UUID]) -> Counter[str]:
-    """How many of ``run_ids`` are in each status (a backfill's follow-up)."""
+    """How many of ``run_ids`` are in each status (a backfill's follow-up); a run the drift
+    gate held back is ``held_back`` (``DRIFT_EXCEEDED``), not ``succeeded``."""
     return Counter({r["status"]: r["n"] for r in await conn.fetch(_STATUS_COUNTS, run_ids)})
 
 
