@@ -395,6 +395,11 @@ class EventSettings(_Group):
         "(a worker that is not the relay's leader tries to become it this often).",
     )
     relay_batch: int = Field(500, ge=1, le=10_000, description="Events relayed per round.")
+    relay_coalesce_s: float = Field(
+        0.01, ge=0, le=1,
+        description="After a notification, how long the relay lets further changes gather "
+        "before its round (fewer, fuller rounds on a busy engine; this much more delay).",
+    )
 
 
 class SchemaTrialSettings(_Group):
