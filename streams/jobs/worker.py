@@ -468,11 +468,13 @@ class _Worker:
                          failed=outcome in ("failed", "lost"))
         level = logging.WARNING if outcome in ("failed", "lost") else logging.INFO
         if log.isEnabledFor(level):
-            fields = {"outcome": outcome, "error_code": error_code,
-                      "duration_s": round(duration, 6)}
+            fields = {
+                "outcome": outcome,
+                "error_code": error_code,
+                "duration_s": round(duration, 6),
+            }
             if entry.context is not None:  # the attempt's context carries its log fields
-                entry.context.run(log.log, level, "job attempt finished: %s", outcome,
-                                  extra=fields)
+                entry.context.run(log.log, level, "job attempt finished: %s", outcome, extra=fields)
             else:
                 with log_context(**entry.log_fields()):
                     log.log(level, "job attempt finished: %s", outcome, extra=fields)
