@@ -36,7 +36,8 @@ _TRIES = 6
 # the planner cannot choose to read every running job through a partial index because the
 # jobs table's statistics lag behind its churn.
 BEGIN: Final = (
-    "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_bitmapscan = off"
+    "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; "
+    "SET LOCAL enable_bitmapscan = off"
 )
 
 
