@@ -197,7 +197,5 @@ class BackfillSchedule(_Body):
     last_error: str | None
 
 
-class BackfillSchedules(_Body):
-    """The caller's scheduled backfills, by name."""
-
-    items: list[BackfillSchedule]
+class BackfillSchedules(Page[BackfillSchedule]):
+    """The caller's scheduled backfills, by name (one page: a tenant has a handful)."""

@@ -118,7 +118,7 @@ async def list_backfill_schedules(request: web.Request) -> web.Response:
     async with context_of(request).pool.acquire() as conn:
         found = await list_schedules(conn, caller.tenant)
     return reply(BackfillSchedules(items=[BackfillSchedule.model_validate(s.as_dict())
-                                          for s in found]))
+                                          for s in found], next=None))
 
 
 _TAG = "runs"

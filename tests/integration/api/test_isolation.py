@@ -25,6 +25,7 @@ _BODIES: dict[str, Any] = {
     "test_schema": {"payload": {"temp": 1}, "topic": "state"},
     "reprocess_session": {},
     "rollback_session": {},
+    "try_schema": {"schema": "weather-station", "last": 5},
 }
 # The upload creates rather than names (tests/integration/sessions/test_api.py); the event
 # stream never ends (its isolation is tests/integration/api/test_events.py).
