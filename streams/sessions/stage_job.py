@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
@@ -96,6 +96,9 @@ class StageRun:
     failure: StageFailure | None = None
     timings: Mapping[str, float] = field(default_factory=dict)
     inputs_read: tuple[str, ...] = ()
+    held: Mapping[str, int] = field(default_factory=dict)
+    """Content hash -> size of what this process now holds in its cache (``VERIFIED``) of the
+    job's inputs and outputs: where the executor sends the next job that reads them."""
 
 
 class _VerifiedTables:
@@ -158,6 +161,17 @@ class _VerifiedTables:
     def put_blob(self, sha256: str, data: bytes) -> None:
         """Remember ``data``, verified to hash to ``sha256``."""
         self._put(f"blob:{sha256}", data)
+
+    def sizes(self, hashes: Iterable[str]) -> dict[str, int]:
+        """Size of each of ``hashes`` (tables and artifacts) held here; the others are left out."""
+        with self._lock:
+            found = {}
+            for sha256 in hashes:
+                for key in (sha256, f"blob:{sha256}"):
+                    value = self._tables.get(key)
+                    if value is not None:
+                        found[sha256] = self._size(value)
+            return found
 
     def clear(self) -> None:
         with self._lock:
@@ -306,7 +320,16 @@ def run_stage_job(job: StageJob, *, stop: Callable[[], bool] | None = None) -> S
             on_encoded=_remember,
         )
         timings["write_s"] = time.perf_counter() - started
-        return StageRun(outputs=outputs, timings=timings, inputs_read=datasets.loaded)
+        return StageRun(
+            outputs=outputs,
+            timings=timings,
+            inputs_read=datasets.loaded,
+            held=VERIFIED.sizes(
+                [r.sha256 for r in job.artifacts]
+                + [r.sha256 for r in job.inputs]
+                + [d.sha256 for d in outputs.datasets]
+            ),
+        )
     except StageError as exc:
         failure = StageFailure(code=exc.code, message=exc.message, retriable=exc.retriable)
     except TidewayError as exc:
