@@ -69,6 +69,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any, Literal
@@ -156,6 +157,8 @@ class SessionExecutors(Mapping[str, Executor]):
         self.store = ObjectStore(settings.objects())
         self._lanes: list[_Lane] | None = None
         self._lane_freed: asyncio.Event | None = None
+        self._asks: list[_Ask] = []
+        self._rank = _ranks(dag)
         self._threads: ThreadPoolExecutor | None = None
         self._db: Any = None
         self._db_lock = asyncio.Lock()
@@ -203,19 +206,44 @@ class SessionExecutors(Mapping[str, Executor]):
     async def _take_lane(self, spec: StageJob) -> _Lane:
         """An idle lane for ``spec``, once there is one: the one holding the most of its inputs
         (the first of equals). Waiting here rather than queueing behind one lane's body keeps
-        the pool's behaviour: a body starts in the first process that is free."""
+        the pool's behaviour: a body starts in the first process that is free.
+
+        Jobs claimed together (two branches leaving one job: ``fuse_gnss_imu`` and
+        ``downsample_L0`` after ``time_align``) all ask before any lane is given, and the one
+        with the longest way to the end of the DAG (then the heavy one) chooses first, so the
+        critical path keeps the process holding the inputs both want."""
         lanes = self._process_lanes()
-        wanted = spec.artifacts + _effective(spec.inputs)
-        while True:
-            idle = [lane for lane in lanes if not lane.busy]
-            if idle:
-                lane = max(idle, key=lambda lane: lane.holds(wanted))  # the first of equals
-                lane.busy = True
-                return lane
-            if self._lane_freed is None:
-                self._lane_freed = asyncio.Event()
-            self._lane_freed.clear()
-            await self._lane_freed.wait()
+        ask = _Ask(rank=self._rank.get(spec.job_type, (0, False)),
+                   wanted=spec.artifacts + _effective(spec.inputs))  # fmt: skip
+        self._asks.append(ask)
+        try:
+            await asyncio.sleep(0)  # the jobs started with this one ask now too
+            while True:
+                self._assign(lanes)
+                if ask.lane is not None:
+                    return ask.lane
+                if self._lane_freed is None:
+                    self._lane_freed = asyncio.Event()
+                self._lane_freed.clear()
+                await self._lane_freed.wait()
+        except BaseException:
+            if ask in self._asks:
+                self._asks.remove(ask)
+            if ask.lane is not None:  # given, but this job is gone
+                self._release(ask.lane)
+            raise
+
+    def _assign(self, lanes: list[_Lane]) -> None:
+        """Give the idle lanes to the waiting asks, the highest ranked first."""
+        idle = [lane for lane in lanes if not lane.busy]
+        for ask in sorted(self._asks, key=lambda a: a.rank, reverse=True):
+            if not idle:
+                return
+            lane = max(idle, key=lambda lane: lane.holds(ask.wanted))  # the first of equals
+            idle.remove(lane)
+            lane.busy = True
+            ask.lane = lane
+            self._asks.remove(ask)
 
     def _release(self, lane: _Lane) -> None:
         lane.busy = False
@@ -407,6 +435,28 @@ class _Lane:
     def forget(self) -> None:
         self._held.clear()
         self._bytes = 0
+
+
+@dataclass(kw_only=True)
+class _Ask:
+    """A body waiting for a lane."""
+
+    rank: tuple[int, bool]
+    wanted: tuple[InputRef, ...]
+    lane: _Lane | None = None
+
+
+def _ranks(dag: Dag) -> dict[str, tuple[int, bool]]:
+    """Per job type: the most jobs on a way from it to the end of ``dag`` (itself included),
+    and whether it is heavy - the order in which jobs claimed together choose their lane."""
+    children: dict[str, list[str]] = {name: [] for name in dag}
+    for name, spec in dag.items():
+        for dep in spec.deps:
+            children[dep.on].append(name)
+    depth: dict[str, int] = {}
+    for name in reversed(topological_order(dag)):
+        depth[name] = 1 + max((depth[c] for c in children[name]), default=0)
+    return {spec.job_type: (depth[name], spec.heavy) for name, spec in dag.items()}
 
 
 def _effective(refs: tuple[InputRef, ...]) -> tuple[InputRef, ...]:
