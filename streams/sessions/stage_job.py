@@ -10,7 +10,7 @@ idempotency key - into a picklable :class:`StageJob` and hands it to a pool. The
    every file verifies, they are returned as they are and the stage does not run again;
 2. builds a :class:`StageInput` whose ``artifacts`` and ``datasets`` load each stored file
    lazily, verifying its sha256, on first access - a stage reads only the inputs it uses (the
-   three intake stages read the artifact, the other thirteen never touch it), and an artifact
+   three intake stages read the artifact, the other eleven never touch it), and an artifact
    or table this process already verified (or wrote) is reused;
 3. runs the stage, then writes every output table as Parquet plus a manifest to a temporary
    directory and promotes it atomically (``datasets.write_outputs``).
