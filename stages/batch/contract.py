@@ -9,7 +9,8 @@ A processing run is a DAG of jobs. Each job type is one pure module exposing
 config) and persists what it returns afterwards; the stage itself does no I/O, reads no clock
 and no environment, so the same input always gives the same output.
 
-- ``StageInput.artifacts`` - the raw uploaded file(s), bytes exactly as stored (possibly gzip).
+- ``StageInput.artifacts`` - the raw uploaded file(s), bytes exactly as stored (possibly gzip);
+  a sequence the engine may load lazily (only the stages that look at an artifact read it).
 - ``StageInput.datasets`` - outputs of upstream jobs by dataset name (see
   :mod:`stages.batch.canonical` for the names and schemas of the canonical streams).
 - ``StageInput.summaries`` - upstream job summaries by job type (e.g. ``"artifact_classify"``).
@@ -27,7 +28,7 @@ fails the same way again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +66,7 @@ class ArtifactBlob:
 class StageInput:
     """Everything a pure session stage may look at."""
 
-    artifacts: tuple[ArtifactBlob, ...] = ()
+    artifacts: Sequence[ArtifactBlob] = ()
     datasets: Mapping[str, pa.Table] = field(default_factory=dict)
     summaries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
@@ -119,6 +120,8 @@ def run_config(config: Mapping[str, Any]) -> RunConfig:
         raise SessionStageError(
             explain(exc), code=_KEY_CODES.get(first, codes.INVALID_CONFIG)
         ) from None
+
+
 class StageStopped(StageError):
     """Raised by ``StageInput.checkpoint`` when the engine wants the stage to stop now."""
 

@@ -26,6 +26,14 @@ Not everything is loaded: the raw level (``*_L0``) and the pre-downsample canoni
 dataset of the run is materialised.
 Tables are created on first use from the Arrow schema; a later schema that adds columns adds
 them (``ADD COLUMN IF NOT EXISTS``), a conflicting type fails the job with a stable code.
+
+Cost (bench/session.py, a 60-minute session: 15 datasets, ``fused`` 360,000 rows): the columns
+of every table and the run's row count in each are asked once for the whole run (two queries,
+not two per dataset), and the inserts run with ``optimize_on_insert = 0``: that setting merges
+each inserted block as a ReplacingMergeTree merge would, which finds nothing to collapse here
+(``row_no`` is unique within a dataset's rows) and cost ~40 % of the ``fused`` insert (min of 5
+inserts into chDB: 0.33 s with it, 0.20 s without). Duplicates from two concurrent attempts are
+still collapsed by merges and ``FINAL``, as before.
 """
 
 from __future__ import annotations
@@ -59,6 +67,8 @@ RECORD_TABLE = "session_materialisations"
 _PARQUET_ONLY = frozenset({"gnss", "imu", "aux"})
 _KEYS = ("tenant", "session_id", "run_id", "row_no")
 _KEY_DDL = "tenant LowCardinality(String), session_id UUID, run_id UUID, row_no UInt64"
+# See the module docstring: nothing in one dataset's block for the replacing merge to collapse.
+_INSERT_SETTINGS = {"optimize_on_insert": 0}
 
 
 def is_materialised(name: str) -> bool:
@@ -110,21 +120,44 @@ def _base_type(t: pa.DataType) -> str:
     raise PermanentError(f"no ClickHouse type for Arrow {t}", code="MATERIALISE_UNSUPPORTED_TYPE")
 
 
-async def _ensure_table(ch: ClickHouse, table: str, schema: pa.Schema) -> None:
+def _create_ddl(database: str, table: str, schema: pa.Schema) -> str:
     cols = [f"`{ident(f.name)}` {clickhouse_type(f)}" for f in schema if f.name not in _KEYS]
-    ddl = (
-        f"CREATE TABLE IF NOT EXISTS {ch.database}.{table} ({_KEY_DDL}"
+    return (
+        f"CREATE TABLE IF NOT EXISTS {database}.{table} ({_KEY_DDL}"
         + "".join(", " + c for c in cols)
         + ") ENGINE = ReplacingMergeTree ORDER BY (session_id, run_id, row_no)"
     )
-    await ch.command(ddl)
-    existing = dict(
-        await ch.query_rows(
-            "SELECT name, type FROM system.columns"
-            " WHERE database = {db:String} AND table = {t:String}",
-            {"db": ch.database, "t": table},
-        )
+
+
+async def _existing_columns(ch: ClickHouse, tables: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Column name -> type of each of ``tables`` that exists (one query for all of them)."""
+    if not tables:
+        return {}
+    rows = await ch.query_rows(
+        "SELECT table, name, type FROM system.columns"
+        " WHERE database = {db:String} AND has({tables:Array(String)}, table)",
+        {"db": ch.database, "tables": list(tables)},
     )
+    found: dict[str, dict[str, str]] = {}
+    for table, name, typ in rows:
+        found.setdefault(str(table), {})[str(name)] = str(typ)
+    return found
+
+
+async def _ensure_table(
+    ch: ClickHouse, table: str, schema: pa.Schema, existing: Mapping[str, str] | None
+) -> None:
+    """Create ``table`` for ``schema`` (``existing``: its columns, ``None`` if it has none yet)
+    or add the columns it lacks; a column of another type is a conflict."""
+    if not existing:
+        await ch.command(_create_ddl(ch.database, table, schema))
+        existing = dict(
+            await ch.query_rows(
+                "SELECT name, type FROM system.columns"
+                " WHERE database = {db:String} AND table = {t:String}",
+                {"db": ch.database, "t": table},
+            )
+        )
     for f in schema:
         if f.name in _KEYS:
             continue
@@ -139,6 +172,16 @@ async def _ensure_table(ch: ClickHouse, table: str, schema: pa.Schema) -> None:
                 f"{table}.{f.name} is {have} in ClickHouse but {want} in the dataset",
                 code="MATERIALISE_SCHEMA_CONFLICT",
             )
+
+
+async def _present_rows(ch: ClickHouse, tables: Sequence[str], run_id: str) -> dict[str, int]:
+    """The run's rows in each of ``tables`` (existing ones), in one round trip."""
+    if not tables:
+        return {}
+    union = " UNION ALL ".join(
+        f"SELECT '{t}', count() FROM {ch.database}.{t} WHERE run_id = {{run:UUID}}" for t in tables
+    )
+    return {str(t): int(n) for t, n in await ch.query_rows(union, {"run": run_id})}
 
 
 async def _ensure_record_table(ch: ClickHouse) -> None:
@@ -182,26 +225,30 @@ async def _load_one(
     ds: DatasetFile,
     read: asyncio.Task[tuple[pa.Table, float]],
     *,
+    columns: Mapping[str, str] | None,
+    present: int,
     tenant: str,
     session_id: str,
     run_id: str,
 ) -> dict[str, Any]:
+    """Load one dataset; ``columns`` and ``present`` are what its table held when the job
+    looked (its columns, ``None`` when it did not exist; the run's rows in it)."""
     table = table_name(ds.name)
     started = time.perf_counter()
     data, read_s = await read
     waited_s = time.perf_counter() - started
-    await _ensure_table(ch, table, data.schema)
+    await _ensure_table(ch, table, data.schema, columns)
     ddl_s = time.perf_counter() - started - waited_s
     where = "run_id = {run:UUID}"
     params = {"run": run_id}
-    rows = await ch.query_rows(f"SELECT count() FROM {ch.database}.{table} WHERE {where}", params)
-    present = int(rows[0][0])
     action = "skipped"
     if present != data.num_rows:
         if present:
             await ch.command(f"DELETE FROM {ch.database}.{table} WHERE {where}", params)
         await ch.insert_arrow(
-            table, _with_keys(data, tenant=tenant, session_id=session_id, run_id=run_id)
+            table,
+            _with_keys(data, tenant=tenant, session_id=session_id, run_id=run_id),
+            settings=_INSERT_SETTINGS,
         )
         action = "reloaded" if present else "inserted"
     return {
@@ -227,19 +274,31 @@ async def materialise_run(
     datasets: Iterable[DatasetFile],
 ) -> Mapping[str, Any]:
     """Load every materialised dataset of a run; returns the job summary (tables, rows)."""
-    await ch.ensure_database()
-    await _ensure_record_table(ch)
     chosen = sorted((d for d in datasets if is_materialised(d.name)), key=lambda d: d.name)
     loaded: list[dict[str, Any]] = []
-    # Read (and verify) the next Parquet file while the current one is being inserted.
+    # Read (and verify) the next Parquet file while the current one is being inserted; the
+    # first one is read while the tables are looked at.
     reads = [asyncio.create_task(_read(store, chosen[0]))] if chosen else []
     try:
+        await ch.ensure_database()
+        await _ensure_record_table(ch)
+        tables = [table_name(d.name) for d in chosen]
+        columns = await _existing_columns(ch, tables)
+        present = await _present_rows(ch, [t for t in tables if t in columns], run_id)
         for i, ds in enumerate(chosen):
             if i + 1 < len(chosen):
                 reads.append(asyncio.create_task(_read(store, chosen[i + 1])))
+            table = table_name(ds.name)
             loaded.append(
                 await _load_one(
-                    ch, ds, reads[i], tenant=tenant, session_id=session_id, run_id=run_id
+                    ch,
+                    ds,
+                    reads[i],
+                    columns=columns.get(table),
+                    present=present.get(table, 0),
+                    tenant=tenant,
+                    session_id=session_id,
+                    run_id=run_id,
                 )
             )
     finally:

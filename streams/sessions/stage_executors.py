@@ -14,6 +14,18 @@ into a picklable :class:`~streams.sessions.stage_job.StageJob` and runs its body
 pool - a process pool by default, so CPU-heavy stages run in parallel and never on the event
 loop (``compute="thread"`` keeps them in threads, which tests use for speed).
 
+- **Lanes** (issue 30): the process pool is ``workers`` one-process pools, and a body goes to
+  the idle process that already holds the most of its inputs (when none is idle it waits for
+  the first that is, as in one shared pool). Each process keeps the tables
+  and artifacts it verified or wrote (``stage_job.VERIFIED``), so the next job of a chain -
+  ``parse_raw`` -> ``normalise_units`` -> ``time_align`` -> ``fuse_gnss_imu`` -> ... - reads
+  its inputs from memory instead of reading, hashing and decoding them again (0.1-0.2 s a job
+  for a 60-minute session's ``imu`` or ``fused``, bench/session.py); one shared pool handed
+  each body to whichever process took it first. The table remembers, per process, the content
+  hashes (and sizes) its bodies reported holding, bounded like the process's own cache; it is
+  a hint only: a miss reads and verifies the file as before. A process stopped with its job
+  (or lost) is replaced by its pool, and its lane forgets what it held.
+
 - **Stopping** (cancellation, soft timeout, drain): the worker cancels the executor's task.
   In the process pool (pebble's, chosen because it can stop one task's process without
   breaking the pool) that terminates the process computing the stage - its CPU work ends
@@ -54,8 +66,10 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any, Literal
@@ -75,7 +89,7 @@ from streams.sessions.datasets import DatasetFile, idempotency_key, output_prefi
 from streams.sessions.job_code import resolve
 from streams.sessions.pool_process import die_with_parent
 from streams.sessions.resume import Lineages, resume_job
-from streams.sessions.stage_job import InputRef, StageJob, StageRun, run_stage_job
+from streams.sessions.stage_job import VERIFIED, InputRef, StageJob, StageRun, run_stage_job
 
 __all__ = ["SessionExecutors", "default_executors", "local_name", "record_name"]
 
@@ -141,7 +155,10 @@ class SessionExecutors(Mapping[str, Executor]):
         self.compute = compute
         self.workers = workers or max(1, settings.worker.concurrency)
         self.store = ObjectStore(settings.objects())
-        self._processes: pebble.ProcessPool | None = None
+        self._lanes: list[_Lane] | None = None
+        self._lane_freed: asyncio.Event | None = None
+        self._asks: list[_Ask] = []
+        self._rank = _ranks(dag)
         self._threads: ThreadPoolExecutor | None = None
         self._db: Any = None
         self._db_lock = asyncio.Lock()
@@ -165,21 +182,73 @@ class SessionExecutors(Mapping[str, Executor]):
         return len(self._table)
 
     # -- resources -------------------------------------------------------------------------
-    def process_pool(self) -> pebble.ProcessPool:
-        """The process pool stage bodies run in (created on first use)."""
-        if self._processes is None:
+    def _process_lanes(self) -> list[_Lane]:
+        """The compute processes stage bodies run in, one pool each (created on first use)."""
+        if self._lanes is None:
             # spawn: a forked child would inherit the event loop's threads and locks. The
             # initializer ties each process's life to this one's (a killed worker must not
             # leave a stage computing: streams.sessions.pool_process) and imports every stage
             # before its first job (and in each process started in place of one stopped with
             # its job).
-            self._processes = pebble.ProcessPool(
-                max_workers=self.workers,
-                initializer=_start_process,
-                initargs=(os.getpid(), tuple(self.dag.stages.values())),
-                context=multiprocessing.get_context("spawn"),
-            )
-        return self._processes
+            self._lanes = [
+                _Lane(
+                    pebble.ProcessPool(
+                        max_workers=1,
+                        initializer=_start_process,
+                        initargs=(os.getpid(), tuple(self.dag.stages.values())),
+                        context=multiprocessing.get_context("spawn"),
+                    )
+                )
+                for _ in range(self.workers)
+            ]
+        return self._lanes
+
+    async def _take_lane(self, spec: StageJob) -> _Lane:
+        """An idle lane for ``spec``, once there is one: the one holding the most of its inputs
+        (the first of equals). Waiting here rather than queueing behind one lane's body keeps
+        the pool's behaviour: a body starts in the first process that is free.
+
+        Jobs claimed together (two branches leaving one job: ``fuse_gnss_imu`` and
+        ``downsample_L0`` after ``time_align``) all ask before any lane is given, and the one
+        with the longest way to the end of the DAG (then the heavy one) chooses first, so the
+        critical path keeps the process holding the inputs both want."""
+        lanes = self._process_lanes()
+        ask = _Ask(rank=self._rank.get(spec.job_type, (0, False)),
+                   wanted=spec.artifacts + _effective(spec.inputs))  # fmt: skip
+        self._asks.append(ask)
+        try:
+            await asyncio.sleep(0)  # the jobs started with this one ask now too
+            while True:
+                self._assign(lanes)
+                if ask.lane is not None:
+                    return ask.lane
+                if self._lane_freed is None:
+                    self._lane_freed = asyncio.Event()
+                self._lane_freed.clear()
+                await self._lane_freed.wait()
+        except BaseException:
+            if ask in self._asks:
+                self._asks.remove(ask)
+            if ask.lane is not None:  # given, but this job is gone
+                self._release(ask.lane)
+            raise
+
+    def _assign(self, lanes: list[_Lane]) -> None:
+        """Give the idle lanes to the waiting asks, the highest ranked first."""
+        idle = [lane for lane in lanes if not lane.busy]
+        for ask in sorted(self._asks, key=lambda a: a.rank, reverse=True):
+            if not idle:
+                return
+            lane = max(idle, key=lambda lane: lane.holds(ask.wanted))  # the first of equals
+            idle.remove(lane)
+            lane.busy = True
+            ask.lane = lane
+            self._asks.remove(ask)
+
+    def _release(self, lane: _Lane) -> None:
+        lane.busy = False
+        if self._lane_freed is not None:
+            self._lane_freed.set()
 
     def thread_pool(self) -> ThreadPoolExecutor:
         """The thread pool stage bodies run in with ``compute="thread"``."""
@@ -194,12 +263,19 @@ class SessionExecutors(Mapping[str, Executor]):
         another); a thread-pool body sees its ``checkpoint`` raise at the stage's next one.
         """
         if self.compute == "process":
-            future = self.process_pool().schedule(run_stage_job, args=(spec,))
+            lane = await self._take_lane(spec)
             try:
-                return await asyncio.wrap_future(future)
-            except asyncio.CancelledError:
-                future.cancel()  # type: ignore[no-untyped-call]  # (wrap_future does too)
-                raise
+                future = lane.pool.schedule(run_stage_job, args=(spec,))
+                try:
+                    run: StageRun = await asyncio.wrap_future(future)
+                except BaseException:  # stopped with its job, or lost: a new process replaces it
+                    future.cancel()  # type: ignore[no-untyped-call]  # (wrap_future does too)
+                    lane.forget()
+                    raise
+            finally:
+                self._release(lane)
+            lane.remember(run.held)
+            return run
         stop = threading.Event()
         body = partial(run_stage_job, spec, stop=stop.is_set)
         try:
@@ -216,10 +292,9 @@ class SessionExecutors(Mapping[str, Executor]):
         """
         if self.compute != "process":
             return
-        pool = self.process_pool()
         await asyncio.gather(
-            *(asyncio.wrap_future(pool.schedule(time.sleep, args=(0.3,)))
-              for _ in range(self.workers))
+            *(asyncio.wrap_future(lane.pool.schedule(time.sleep, args=(0.3,)))
+              for lane in self._process_lanes())
         )  # fmt: skip
 
     async def db(self) -> Any:
@@ -236,10 +311,12 @@ class SessionExecutors(Mapping[str, Executor]):
 
     async def aclose(self) -> None:
         """Release the compute pools and the DB pool."""
-        if self._processes is not None:
-            self._processes.stop()  # type: ignore[no-untyped-call]  # stops a running body
-            await asyncio.to_thread(self._processes.join)
-            self._processes = None
+        if self._lanes is not None:
+            for lane in self._lanes:
+                lane.pool.stop()  # type: ignore[no-untyped-call]  # stops a running body
+            for lane in self._lanes:
+                await asyncio.to_thread(lane.pool.join)
+            self._lanes = None
         if self._threads is not None:
             self._threads.shutdown(wait=True, cancel_futures=True)
             self._threads = None
@@ -287,8 +364,9 @@ class SessionExecutors(Mapping[str, Executor]):
         job_type, failure = ctx.job.job_type, run.failure
         if job_type == "artifact_validate":
             if failure is None:
-                await artifact_lifecycle.record_validation(await self.db(), ctx.artifacts,
-                                                           passed=True)
+                await artifact_lifecycle.record_validation(
+                    await self.db(), ctx.artifacts, passed=True
+                )
             elif failure.source == "stage" and not failure.retriable:
                 await artifact_lifecycle.record_validation(
                     await self.db(), ctx.artifacts, passed=False, message=failure.message
@@ -330,6 +408,66 @@ class SessionExecutors(Mapping[str, Executor]):
 
         execute.__name__ = f"execute_{job_type}"
         return execute
+
+
+class _Lane:
+    """One compute process (a one-process pool), its running bodies and what it holds: the
+    content hashes and sizes of the tables and artifacts its bodies reported in its cache,
+    least recently used first, bounded like that cache (``stage_job.VERIFIED``)."""
+
+    def __init__(self, pool: pebble.ProcessPool) -> None:
+        self.pool = pool
+        self.busy = False
+        self._held: OrderedDict[str, int] = OrderedDict()
+        self._bytes = 0
+
+    def holds(self, refs: Iterable[InputRef]) -> int:
+        """Bytes of ``refs`` this process holds."""
+        return sum(self._held.get(ref.sha256, 0) for ref in refs)
+
+    def remember(self, held: Mapping[str, int]) -> None:
+        for sha256, size in held.items():
+            self._bytes += size - self._held.pop(sha256, 0)
+            self._held[sha256] = size
+        while self._bytes > VERIFIED.max_bytes and self._held:
+            self._bytes -= self._held.popitem(last=False)[1]
+
+    def forget(self) -> None:
+        self._held.clear()
+        self._bytes = 0
+
+
+@dataclass(kw_only=True)
+class _Ask:
+    """A body waiting for a lane."""
+
+    rank: tuple[int, bool]
+    wanted: tuple[InputRef, ...]
+    lane: _Lane | None = None
+
+
+def _ranks(dag: Dag) -> dict[str, tuple[int, bool]]:
+    """Per job type: the most jobs on a way from it to the end of ``dag`` (itself included),
+    and whether it is heavy - the order in which jobs claimed together choose their lane."""
+    children: dict[str, list[str]] = {name: [] for name in dag}
+    for name, spec in dag.items():
+        for dep in spec.deps:
+            children[dep.on].append(name)
+    depth: dict[str, int] = {}
+    for name in reversed(topological_order(dag)):
+        depth[name] = 1 + max((depth[c] for c in children[name]), default=0)
+    return {spec.job_type: (depth[name], spec.heavy) for name, spec in dag.items()}
+
+
+def _effective(refs: tuple[InputRef, ...]) -> tuple[InputRef, ...]:
+    """The inputs a stage can see: the first of each name (``stage_job.LazyDatasets``)."""
+    seen: set[str] = set()
+    out = []
+    for ref in refs:
+        if ref.name not in seen:
+            seen.add(ref.name)
+            out.append(ref)
+    return tuple(out)
 
 
 def _start_process(worker_pid: int, stages: tuple[str, ...]) -> None:

@@ -106,9 +106,7 @@ def test_canonical_streams_are_qualified_by_their_job() -> None:
     assert local_name("detect_laps", "laps") == "laps"
 
 
-async def test_retry_reuses_outputs_and_chains(
-    executors: SessionExecutors
-) -> None:
+async def test_retry_reuses_outputs_and_chains(executors: SessionExecutors) -> None:
     data = log("neo-m8n.log")
     art = _artifact(executors, data, "neo.log")
     first: JobResult = await executors["parse_raw"](_ctx("parse_raw", artifacts=(art,)))
@@ -177,3 +175,42 @@ async def test_a_corrupt_upstream_dataset_is_a_checksum_failure(
     assert err.value.code == "CHECKSUM_MISMATCH"
     assert error_from_exception(err.value).retriable is False
     await executors.aclose()
+
+
+async def test_a_job_runs_in_the_process_that_holds_its_inputs(tmp_path: Path, pg_dsn: str) -> None:
+    """Two compute processes: each job of a chain goes to the one that wrote (and so holds)
+    its inputs, and reads none of them again; a job with nothing held goes to the first."""
+    settings = Settings(
+        object_store=str(tmp_path / "objects"), data_dir=tmp_path, postgres_dsn=pg_dsn
+    )
+    ex = SessionExecutors(settings, compute="process", workers=2, dag=DEFAULT_DAG)
+    try:
+        await ex.warm_up()
+        for seed, name in enumerate(("neo-m8n.log", "ublox-zed-f9p-nmea.log")):
+            art = _artifact(ex, log(name) + b"\r\n" * seed, name)
+            parsed = await ex["parse_raw"](_ctx("parse_raw", artifacts=(art,)))
+            norm = await ex["normalise_units"](
+                _ctx(
+                    "normalise_units",
+                    datasets=_upstream("parse_raw", list(parsed.datasets)),
+                    summaries={"parse_raw": parsed.summary},
+                )
+            )
+            assert norm.metrics["timings"]["inputs_cached"] == 3
+            aligned = await ex["time_align"](
+                _ctx(
+                    "time_align",
+                    datasets={
+                        **_upstream("parse_raw", list(parsed.datasets)),
+                        **_upstream("normalise_units", list(norm.datasets)),
+                    },
+                    summaries={"parse_raw": parsed.summary, "normalise_units": norm.summary},
+                )
+            )
+            assert aligned.metrics["timings"]["inputs_cached"] == 3
+        lanes = ex._process_lanes()
+        assert [lane.busy for lane in lanes] == [False, False]
+        # One after the other, every job ran in the first process; the second holds nothing.
+        assert lanes[0]._held and not lanes[1]._held
+    finally:
+        await ex.aclose()

@@ -71,9 +71,7 @@ def test_parse_then_normalise_reads_verified_upstream(store: ObjectStore) -> Non
     assert set(norm.inputs_read) == {"gnss", "imu", "aux"}
 
 
-def test_a_retry_reuses_promoted_outputs_without_running_the_stage(
-    store: ObjectStore
-) -> None:
+def test_a_retry_reuses_promoted_outputs_without_running_the_stage(store: ObjectStore) -> None:
     art = _artifact(store, log(NMEA))
     job = _job(store, "parse_raw", "stages.batch.parse_raw:run", "r" * 64, artifacts=(art,))
     first = run_stage_job(job)
@@ -117,9 +115,7 @@ def test_a_stage_error_keeps_its_code(store: ObjectStore) -> None:
     assert store.list("datasets") == []  # nothing promoted for a failed job
 
 
-def test_a_table_verified_once_is_reused_by_later_jobs(
-    store: ObjectStore
-) -> None:
+def test_a_table_verified_once_is_reused_by_later_jobs(store: ObjectStore) -> None:
     art = _artifact(store, log(NMEA))
     parsed = run_stage_job(
         _job(store, "parse_raw", "stages.batch.parse_raw:run", "p" * 64, artifacts=(art,))
@@ -173,3 +169,78 @@ def test_the_table_cache_is_bounded() -> None:
     assert cache.get("c") is None and cache.get("b") is not None  # b was used recently
     cache.put("huge", pa.table({"x": pa.array(range(1000), pa.int64())}))
     assert cache.get("huge") is None  # larger than the whole cache: never kept
+
+
+def test_only_the_stages_that_look_at_the_artifact_read_it(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    art = _artifact(store, log(NMEA))
+    parsed = run_stage_job(
+        _job(store, "parse_raw", "stages.batch.parse_raw:run", "a" * 64, artifacts=(art,))
+    )
+    assert parsed.outputs is not None
+    # Gone from the store: a job that reads it fails, one that never looks does not notice.
+    (tmp_path / "objects" / store.key(art.url)).unlink()
+    VERIFIED.clear()
+    inputs = tuple(
+        InputRef(name=d.name, url=d.url, sha256=d.sha256) for d in parsed.outputs.datasets
+    )
+    norm = run_stage_job(
+        _job(
+            store,
+            "normalise_units",
+            "stages.batch.normalise_units:run",
+            "b" * 64,
+            artifacts=(art,),
+            inputs=inputs,
+            summaries={"parse_raw": parsed.outputs.summary},
+        )
+    )
+    assert norm.failure is None and norm.timings["artifacts_s"] == 0.0
+    again = run_stage_job(
+        _job(store, "parse_raw", "stages.batch.parse_raw:run", "c" * 64, artifacts=(art,))
+    )
+    assert again.failure is not None and again.failure.code == "OBJECT_MISSING"
+
+
+def test_an_artifact_verified_once_is_not_read_again_in_the_process(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    data = log(NMEA)
+    art = _artifact(store, data)
+    first = run_stage_job(
+        _job(
+            store,
+            "artifact_validate",
+            "stages.batch.artifact_validate:run",
+            "d" * 64,
+            artifacts=(art,),
+        )
+    )
+    assert first.failure is None
+    assert VERIFIED.get_blob(art.sha256) == data
+    # Replaced on the store after it was verified: the next job computes from the verified
+    # bytes it already holds (the content recorded for the artifact), not from the new ones.
+    (tmp_path / "objects" / store.key(art.url)).write_bytes(b"$GPGGA,2\n")
+    classified = run_stage_job(
+        _job(
+            store,
+            "artifact_classify",
+            "stages.batch.artifact_classify:run",
+            "e" * 64,
+            artifacts=(art,),
+        )
+    )
+    assert classified.failure is None and classified.outputs is not None
+    assert classified.outputs.summary["format"] == "nmea"
+    VERIFIED.clear()  # another process: it reads the store, and the hash catches the change
+    other = run_stage_job(
+        _job(
+            store,
+            "artifact_classify",
+            "stages.batch.artifact_classify:run",
+            "f" * 64,
+            artifacts=(art,),
+        )
+    )
+    assert other.failure is not None and other.failure.code == "CHECKSUM_MISMATCH"
