@@ -20,6 +20,7 @@ from streams.api.keys import create_api_key
 from streams.config import Settings
 from streams.ingest.fleet import SCHEMA_NAME
 from streams.names import Names
+from streams.sessions.schedules import add_schedule
 from streams.views.session_dead_letters import list_session_dead_letters
 from tests.integration.ingest.conftest import Harness, fleet, good_values, harness
 from tests.integration.sessions.conftest import running_intake, wait_until
@@ -88,8 +89,8 @@ async def bad_notice(settings: Settings, tenant: str, device: str) -> None:
 async def seeded(fleet: Harness) -> AsyncIterator[Seeded]:
     """acme: the ingest fleet (schema, devices d1 d2 off bare), one good envelope and two
     malformed ones (dead letters), an uploaded session whose run intake has made (no worker
-    runs, so it stays pending), a session notice intake dead-lettered (kart-2) and a
-    credential of d1. globex: a key and nothing else."""
+    runs, so it stays pending), a session notice intake dead-lettered (kart-2), a credential
+    of d1 and a scheduled backfill (nightly). globex: a key and nothing else."""
     good_seq = await fleet.publish("d1", {"ts": 1_000, "seq": 1, "values": good_values()})
     await fleet.publish("d1", None, raw=b"not json 1")
     await fleet.publish("d2", None, raw=b"not json 2")
@@ -101,6 +102,7 @@ async def seeded(fleet: Harness) -> AsyncIterator[Seeded]:
             " 'completed' ORDER BY id LIMIT 1"
         )
         dead_letter_id = await conn.fetchval("SELECT min(id) FROM dead_letters")
+        await add_schedule(conn, tenant="acme", name="nightly", cron="0 3 * * *")
     acme, globex = await key_headers(pool, "acme"), await key_headers(pool, "globex")
     nmea = data_file("nmea", "ublox-zed-f9p-nmea.log")
     async with running_intake(fleet.settings), api_client(fleet.settings, pool) as client:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from streams import registry
 from streams.config import Settings
 from streams.errors import NotFoundError
 from streams.ingest.fleet import SCHEMA_NAME, Station, demo_schema_text
+from streams.ingest.replay import replay
 from streams.ingest.schema_trial import try_on_traffic
 from tests.integration.ingest.conftest import TENANT, Harness
 from tests.integration.registry.test_cli import as_json, tideway
@@ -61,6 +63,7 @@ async def _record(h: Harness, device: str, sent: list[dict[str, Any]], suffix: s
 
 
 async def test_trial_counts_what_the_pipeline_then_records(fleet: Harness) -> None:
+    since = datetime.now(UTC) - timedelta(seconds=5)
     sent = sent_envelopes("d1")
     await _record(fleet, "d1", sent)
     now = Counter(expected_outcome(e["payload"]["values"], 80) for e in sent)
@@ -98,6 +101,14 @@ async def test_trial_counts_what_the_pipeline_then_records(fleet: Harness) -> No
     async with fleet.pool.acquire() as conn:
         await registry.apply_schema(conn, parse_schema_text(text), source_text=text)
         await registry.assign_schema(conn, TENANT, "d1", SCHEMA_NAME)
+    # Replaying the recorded window through the applied version (a reprocess) meets the same
+    # envelopes the trial named: it re-derives those that still complete and counts the
+    # refusals by transition (a reprocess never re-records a status).
+    replayed = await replay(fleet.settings, since=since, subject=f"telemetry.{TENANT}.d1.*",
+                            reprocess=True, dry_run=True)
+    assert replayed.reprocess is not None
+    assert replayed.reprocess.status_changes == report.status_changes
+    assert replayed.reprocess.corrected == then.count("completed")
     await _record(fleet, "d1", sent, suffix="-again")
     recorded = await fleet.pool.fetch(
         "SELECT status::text FROM ingestion_messages ORDER BY stream_seq OFFSET $1", ENVELOPES)
