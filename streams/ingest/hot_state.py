@@ -134,6 +134,19 @@ class HotState:
         except (RedisError, OSError) as exc:
             raise translate(exc) from exc
 
+    async def replace_many(self, swaps: Sequence[tuple[HotItem, HotItem]]) -> None:
+        """:meth:`withdraw` ``old`` for ``new`` for each pair, in one pipelined round trip
+        (a reprocess's corrections: each only while the field still holds ``old``)."""
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for old, new in swaps:
+                    await self._withdraw(keys=[old.key],
+                                         args=[old.topic, old.doc, new.doc, new.order],
+                                         client=pipe)
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise translate(exc) from exc
+
     async def read(self, key: str) -> dict[str, Any]:
         """The hot state of one device: ``{topic: document}``."""
         try:

@@ -48,38 +48,57 @@ from streams.ingest.schema_trial import ParameterDiff
 
 __all__ = ["ReprocessReport", "rederive_batch"]
 
-# What each envelope's telemetry row holds now, by dedupe key digest.
+# What each envelope's telemetry row holds now, by dedupe key digest; the telemetry rows read
+# over the batch's receipt window and joined in bulk (schema_trial._RECORDED says why).
 _CURRENT = """
-SELECT u.h::text AS key, m.id, m.received_at, m.status::text AS status,
+WITH m AS (
+    SELECT k.key_hash, m.id, m.received_at, m.status
+    FROM unnest($1::uuid[]) AS u(h)
+    JOIN ingest_dedupe_keys k ON k.key_hash = u.h
+    JOIN ingestion_messages m ON m.id = k.message_id AND m.received_at = k.received_at
+)
+SELECT m.key_hash::text AS key, m.id, m.received_at, m.status::text AS status,
        t.values_layout, t.parameter_list::text AS parameter_list, l.schema_version_id,
        telemetry_values(t.values_layout, t.parameter_list)::text AS values_json
-FROM unnest($1::uuid[]) AS u(h)
-JOIN LATERAL (SELECT k.message_id, k.received_at FROM ingest_dedupe_keys k
-              WHERE k.key_hash = u.h LIMIT 1) AS k ON true
-JOIN ingestion_messages m ON m.id = k.message_id AND m.received_at = k.received_at
-JOIN device_telemetry_logs t ON t.ingestion_message_id = m.id AND t.received_at = m.received_at
+FROM m
+JOIN (SELECT t.ingestion_message_id, t.received_at, t.values_layout, t.parameter_list
+      FROM device_telemetry_logs t
+      WHERE t.received_at BETWEEN (SELECT min(received_at) FROM m)
+                              AND (SELECT max(received_at) FROM m)) AS t
+  ON t.ingestion_message_id = m.id AND t.received_at = m.received_at
 JOIN telemetry_value_layouts l ON l.id = t.values_layout
 """
 
-# One correction: kept, then applied while the row still holds what was read.
+# The batch's corrections in one statement (arrays, one element per envelope): each applied
+# while its row still holds what was read, then kept. The rows are found over the batch's
+# receipt window ($7, $8: BRIN on received_at) and joined in bulk, not probed one by one.
 _CORRECT = """
-WITH corrected AS (
+WITH c AS (
+    SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::int[], $4::text[], $5::int[],
+                         $6::text[]) AS c(id, rx, layout, list, old_layout, old_list)
+),
+corrected AS (
     UPDATE device_telemetry_logs t
-    SET values_layout = $4, parameter_list = $5::text::json, updated_at = clock_timestamp()
-    WHERE t.ingestion_message_id = $1 AND t.received_at = $2
-      AND t.values_layout = $6 AND t.parameter_list::text = $7::text
-    RETURNING t.ingestion_message_id
+    SET values_layout = c.layout, parameter_list = c.list::json,
+        updated_at = clock_timestamp()
+    FROM c
+    WHERE t.received_at BETWEEN $7 AND $8
+      AND t.ingestion_message_id = c.id AND t.received_at = c.rx
+      AND t.values_layout = c.old_layout AND t.parameter_list::text = c.old_list
+    RETURNING c.id, c.rx, c.layout, c.list, c.old_layout, c.old_list
 )
 INSERT INTO telemetry_corrections (ingestion_message_id, received_at, reprocess_id,
                                    previous_layout, previous_values, values_layout,
                                    parameter_list)
-SELECT $1, $2, $3, $6, $7::text::json, $4, $5::text::json FROM corrected
+SELECT id, rx, $9, old_layout, old_list::json, layout, list::json FROM corrected
 """
 
 # A message row that names its version itself (not a lean one) names the new one.
 _MESSAGE_VERSION = """
-UPDATE ingestion_messages SET schema_version_id = $3::text::uuid, schema_topic_id = $4::text::uuid
-WHERE id = $1 AND received_at = $2 AND schema_version_id IS NOT NULL
+UPDATE ingestion_messages m
+SET schema_version_id = v.version::uuid, schema_topic_id = v.topic::uuid
+FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[]) AS v(id, rx, version, topic)
+WHERE m.id = v.id AND m.received_at = v.rx AND m.schema_version_id IS NOT NULL
 """
 
 
@@ -134,7 +153,7 @@ async def rederive_batch(pipeline: Pipeline, receipts: Sequence[Any], report: Re
     pool = pipeline.resources.pool
     async with pool.acquire() as conn:
         rows = {r["key"].replace("-", ""): r for r in await conn.fetch(
-            _CURRENT, [uuid.UUID(ev.key_digest) for ev in recorded])}
+            _CURRENT, [ev.key_digest for ev in recorded])}
     corrections: list[_Correction] = []
     for ev in recorded:
         row = rows.get(ev.key_digest)
@@ -184,18 +203,29 @@ async def _sinks(pipeline: Pipeline, corrections: Sequence[_Correction]) -> None
                       for k, v in c.old_values.items())]
     await analytics.withdraw(emptied)
     await analytics.insert(Analytics.rows(evs))
-    hot = HotState(pipeline.resources.redis)
-    for c, item in zip(corrections, pipeline.publisher.hot_items(evs), strict=True):
-        held = await pipeline.resources.redis.hget(item.key, item.topic)
-        if held is None:
+    # The hot state: only where its field still holds one of these envelopes (one pipelined
+    # read of each field the batch touches, then a compare-and-set for each it holds).
+    redis = pipeline.resources.redis
+    items = pipeline.publisher.hot_items(evs)
+    fields = sorted({(i.key, i.topic) for i in items})
+    async with redis.pipeline(transaction=False) as pipe:
+        for key, topic in fields:
+            pipe.hget(key, topic)
+        held = dict(zip(fields, await pipe.execute(), strict=True))
+    swaps = []
+    for c, item in zip(corrections, items, strict=True):
+        doc = held.get((item.key, item.topic))
+        if doc is None:
             continue
+        raw = doc if isinstance(doc, bytes) else doc.encode()
         try:
-            holder = orjson.loads(held).get("message_key")
+            holder = orjson.loads(raw).get("message_key")
         except orjson.JSONDecodeError:
             continue
         if holder == c.ev.key:  # still this measurement: put the corrected one in its place
-            await hot.withdraw(item._replace(doc=held if isinstance(held, bytes)
-                                             else held.encode()), item)
+            swaps.append((item._replace(doc=raw), item))
+    if swaps:
+        await HotState(redis).replace_many(swaps)
 
 
 async def _record(pipeline: Pipeline, corrections: Sequence[_Correction],
@@ -205,13 +235,15 @@ async def _record(pipeline: Pipeline, corrections: Sequence[_Correction],
              tuple(c.ev.values or ())) for c in corrections]
     await layouts.ensure(pipeline.resources.pool, keys)
     rid = uuid.UUID(reprocess_id)
+    received = [c.received_at for c in corrections]
     async with pipeline.resources.pool.acquire() as conn, conn.transaction():
-        for c, key in zip(corrections, keys, strict=True):
-            values = orjson.dumps(list((c.ev.values or {}).values())).decode()
-            await conn.execute(_CORRECT, c.message_id, c.received_at, rid, layouts.ids[key],
-                               values, c.layout, c.values_list)
-            binding = c.ev.binding
-            assert binding is not None
-            await conn.execute(_MESSAGE_VERSION, c.message_id, c.received_at,
-                               binding.version_text, binding.topic_id_text)
-
+        await conn.execute(
+            _CORRECT, [c.message_id for c in corrections], received,
+            [layouts.ids[key] for key in keys],
+            [orjson.dumps(list((c.ev.values or {}).values())).decode() for c in corrections],
+            [c.layout for c in corrections], [c.values_list for c in corrections],
+            min(received), max(received), rid)
+        await conn.execute(
+            _MESSAGE_VERSION, [c.message_id for c in corrections], received,
+            [c.ev.binding.version_text for c in corrections],  # type: ignore[union-attr]
+            [c.ev.binding.topic_id_text for c in corrections])  # type: ignore[union-attr]
