@@ -9,10 +9,9 @@ consumer's batch size and batches in flight, exactly the round trips ``Pipeline.
 makes, with the same clients and calls:
 
 * the dedupe read (``sql.LOOKUP``);
-* the Redis script call and the ClickHouse insert, concurrently, and with them the recording
-  transaction (``Recorder.record_ahead``): the barrier, the generation and reserved ids, the
-  ``COPY``s of messages, keys and telemetry (joined and encoded as ``copy_lines`` does it);
-  then, once both sinks have answered, the stage-pass ``COPY`` and the commit;
+* the Redis script call and the ClickHouse insert, concurrently;
+* the recording transaction: the generation and reserved ids (one statement), then the
+  four ``COPY``s (joined and encoded as ``copy_lines`` does it);
 * the acks, as one write.
 
 No stage runs, no row is built. So the rate it reaches is the most any consumer in this process
@@ -151,9 +150,8 @@ async def write_ceiling(settings: Settings, names: Names, tenant: str,
                 async with pool.acquire() as conn:
                     await conn.fetch(sql.LOOKUP, "\n".join(built.keys[rows]),
                                      "\n".join(built.receipts[rows]))
-                publishing = asyncio.gather(
-                    hot.offer(built.hot[rows]),
-                    analytics.insert(built.analytics.slice(start, len(msgs))))
+                await asyncio.gather(hot.offer(built.hot[rows]),
+                                     analytics.insert(built.analytics.slice(start, len(msgs))))
                 async with pool.acquire() as conn, conn.transaction():
                     await conn.execute(sql.WRITE_BARRIER, sql.DEDUPE_BARRIER_KEY)
                     await conn.fetchrow(sql.GENERATION_AND_IDS, len(msgs))
@@ -161,9 +159,6 @@ async def write_ceiling(settings: Settings, names: Names, tenant: str,
                     await copy_lines(conn, sql.KEYS, sql.KEY_COPY, built.key_lines[rows])
                     await copy_lines(conn, sql.TELEMETRY, sql.TELEMETRY_COPY,
                                      built.telemetry[rows])
-                    # As Recorder.record_ahead: the stage logs and the commit wait for the
-                    # sinks, the rows before them do not.
-                    await publishing
                     # The pass rows of the prebuilt batches that begin in this fetch.
                     await copy_lines(conn, sql.STAGE_PASSES, sql.STAGE_PASS_COPY,
                                      [line for first, lines in built.passes.items()

@@ -13,7 +13,6 @@ through :meth:`Pipeline.process`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -57,10 +56,6 @@ from streams.observability import tracing
 from streams.observability.events import IngestBatchStats
 
 log = logging.getLogger(__name__)
-
-_PUBLISHED = PublishOutcome(duration_us=0, hot_state_written=True, analytics_published=True)
-"""What ``record_ahead`` assumes of a publish still running (it commits only once the real
-outcomes say so, and writes theirs)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -148,31 +143,10 @@ class Pipeline:
         evaluations, fates, gen = await self.prepare(receipts)
         new = [i for i, f in enumerate(fates) if f.fate is Fate.NEW]
         to_publish = [i for i in new if evaluations[i].needs_publish]
-        publishing = asyncio.ensure_future(
-            self.publisher.publish([evaluations[i] for i in to_publish]))
-        outcomes: dict[int, PublishOutcome] = {}
-
-        async def settle() -> dict[int, Final] | None:
-            """The finals as published, if every publish succeeded (for ``record_ahead``)."""
-            outcomes.update(zip(to_publish, await publishing, strict=True))
-            if not all(outcome.ok for outcome in outcomes.values()):
-                return None
-            return {i: finalize(evaluations[i], outcomes.get(i)) for i in new}
-
-        recorded: Recorded | None = None
-        try:
-            if to_publish:
-                # Recorded while the sinks are written, committed once they have the batch.
-                due = set(to_publish)
-                hoped = {i: finalize(evaluations[i], _PUBLISHED if i in due else None)
-                         for i in new}
-                recorded = await self.recorder.record_ahead(evaluations, fates, hoped, settle,
-                                                            gen=gen)
-        finally:
-            if not publishing.done():
-                await asyncio.wait((publishing,))
-        if not outcomes:
-            outcomes.update(zip(to_publish, publishing.result(), strict=True))
+        outcomes: dict[int, PublishOutcome] = dict(zip(
+            to_publish, await self.publisher.publish([evaluations[i] for i in to_publish]),
+            strict=True,
+        ))
         dispositions = [Disposition.RECORDED] * len(receipts)
         finals: dict[int, Final] = {}
         failed_deliveries: list[tuple[str, int, str]] = []
@@ -188,11 +162,10 @@ class Pipeline:
                 failed_deliveries.append(delivery_failure_row(evaluations[index], outcome, now))
                 continue
             finals[index] = finalize(evaluations[index], outcome)
-        if recorded is None:
-            # Noted before recording: should the recording fail, the batch is redelivered and
-            # each of these deliveries did fail to publish all the same.
-            await self.recorder.note_failed_deliveries(failed_deliveries)
-            recorded = await self.recorder.record_safely(evaluations, fates, finals, gen=gen)
+        # Noted before recording: should the recording fail, the batch is redelivered and
+        # each of these deliveries did fail to publish all the same.
+        await self.recorder.note_failed_deliveries(failed_deliveries)
+        recorded = await self.recorder.record_safely(evaluations, fates, finals, gen=gen)
         for index in recorded.contended:
             dispositions[index] = Disposition.CONTENDED
         if recorded.refused:

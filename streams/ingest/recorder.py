@@ -20,7 +20,7 @@ table, column) and its SQLSTATE, never its message, which quotes the value refus
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -38,7 +38,7 @@ from stages.ingest.plan import (
 from stages.ingest.status import Status
 from streams.adapters.errors import PG_FAILURES, PgUniqueViolation, translate_pg
 from streams.adapters.postgres import Conn, Pool
-from streams.errors import PermanentError, TransientError
+from streams.errors import PermanentError
 from streams.ingest import sql
 from streams.ingest.layouts import ValueLayouts
 from streams.observability import tracing
@@ -141,7 +141,20 @@ class Recorder:
         keys of every older generation: a lookup made before a generation change cannot
         have missed a key recorded just before it (migration 0012's barrier).
         """
-        layout_ids = await self._layout_ids(finals)
+        # The telemetry layouts and the subject prefix are registered before the transaction
+        # (streams.ingest.layouts), so an id this process caches has always been committed.
+        layouts = {index: value_layout(final) for index, final in finals.items()}
+        try:
+            await self.layouts.ensure(self.pool, layouts.values())
+            if self.prefix_id is None and finals:
+                async with self.pool.acquire() as conn:
+                    self.prefix_id = int(await conn.fetchval(sql.REGISTER_SUBJECT_PREFIX,
+                                                             self.prefix))
+        except PG_FAILURES as exc:
+            raise translate_pg(exc) from exc
+        known = self.layouts.ids
+        layout_ids = {index: None if key is None else known[key]
+                      for index, key in layouts.items()}
         for careful in (False, True):
             try:
                 with tracing.span("postgres.record", {"tideway.careful": careful}):
@@ -156,56 +169,10 @@ class Recorder:
                 raise translate_pg(exc) from exc
         raise AssertionError("unreachable")
 
-    async def record_ahead(
-        self, evaluations: Sequence[Evaluation], fates: Sequence[Classified],
-        finals: Mapping[int, Final], settle: Callable[[], Awaitable[Mapping[int, Final] | None]],
-        *, gen: int | None = None,
-    ) -> Recorded | None:
-        """:meth:`record`'s fast path started before the batch's publish has finished.
-
-        ``finals`` are the statuses the new envelopes get if every publish succeeds. The
-        transaction reserves their ids and ``COPY``s their message rows, keys and telemetry
-        rows while the publish runs, then awaits ``settle``: the finals as published (same
-        statuses, the real publish outcomes for the stage logs), or ``None`` when a publish
-        failed. Only then does it write the stage logs and commit, so nothing is committed
-        before the sinks have the envelopes, exactly as when recording follows the publish
-        (:mod:`stages.ingest.plan`). Returns ``None``, having written nothing, when the batch
-        needs more than the fast path (a publish failed, the dedupe generation changed, a key
-        was taken, a row was refused, Postgres failed): the caller then records it with
-        :meth:`record_safely`, once the publish is done. (A batch's Postgres round trips then
-        overlap its ClickHouse insert instead of following it: about a third of the
-        processing time of a batch of a few hundred envelopes.)
-        """
-        try:
-            layout_ids = await self._layout_ids(finals)
-            with tracing.span("postgres.record", {"tideway.careful": False}):
-                async with self.pool.acquire() as conn, conn.transaction():
-                    return await self._record(conn, evaluations, list(fates), finals,
-                                              layout_ids, False, gen, settle=settle)
-        except (_Abandoned, PgUniqueViolation, PermanentError, TransientError, *PG_FAILURES):
-            return None
-
-    async def _layout_ids(self, finals: Mapping[int, Final]) -> dict[int, int | None]:
-        """The telemetry layout id of each final (``None``: no telemetry row)."""
-        # The telemetry layouts and the subject prefix are registered before the transaction
-        # (streams.ingest.layouts), so an id this process caches has always been committed.
-        layouts = {index: value_layout(final) for index, final in finals.items()}
-        try:
-            await self.layouts.ensure(self.pool, layouts.values())
-            if self.prefix_id is None and finals:
-                async with self.pool.acquire() as conn:
-                    self.prefix_id = int(await conn.fetchval(sql.REGISTER_SUBJECT_PREFIX,
-                                                             self.prefix))
-        except PG_FAILURES as exc:
-            raise translate_pg(exc) from exc
-        known = self.layouts.ids
-        return {index: None if key is None else known[key] for index, key in layouts.items()}
-
     async def _record(
         self, conn: Conn, evaluations: Sequence[Evaluation],
         fates: list[Classified], finals: Mapping[int, Final],
         layout_ids: Mapping[int, int | None], careful: bool, seen_gen: int | None,
-        settle: Callable[[], Awaitable[Mapping[int, Final] | None]] | None = None,
     ) -> Recorded:
         out = Recorded()
         rec = Recording(capture=self.capture, now=datetime.now(UTC), layouts=self.layouts.ids,
@@ -218,8 +185,6 @@ class Recorder:
             assert row is not None  # a SELECT without FROM returns one row
             rec.gen, ids = row["gen"], row["ids"]
             careful = careful or rec.gen != seen_gen
-            if careful and settle is not None:
-                raise _Abandoned
             reserved = dict(zip(finals, ids, strict=True))
         if finals and not careful:
             for index, message_id in reserved.items():
@@ -252,14 +217,6 @@ class Recorder:
             await copy_lines(conn, sql.MESSAGES, sql.MESSAGE_COPY, rec.messages)
         await copy_lines(conn, sql.TELEMETRY, sql.TELEMETRY_COPY, rec.telemetry)
         persist_us = (time.perf_counter_ns() - started) // 1000
-        if settle is not None:
-            published = await settle()
-            if published is None or published.keys() != finals.keys():
-                raise _Abandoned
-            # The same statuses; the stage logs take the publish outcomes from these.
-            finals = published
-            rec.recorded = [(published[index], message_id)
-                            for index, message_id in reserved.items()] if finals else []
         await copy_lines(conn, sql.STAGE_PASSES, sql.STAGE_PASS_COPY,
                          rec.stage_pass_lines(persist_us))
         for index in finals:
@@ -319,10 +276,6 @@ async def copy_lines(conn: Conn, table: str, columns: Sequence[str], lines: list
         data = memoryview("".join(lines).encode())
         await conn.copy_to_table(table, source=data,  # type: ignore[arg-type]
                                  columns=list(columns), format="text")
-
-
-class _Abandoned(Exception):  # control flow: never raised out of this module
-    """A speculative recording (:meth:`Recorder.record_ahead`) rolls back."""
 
 
 def _columns(rows: Sequence[tuple[object, ...]]) -> list[list[object]]:
