@@ -10,8 +10,8 @@ makes, with the same clients and calls:
 
 * the dedupe read (``sql.LOOKUP``);
 * the Redis script call and the ClickHouse insert, concurrently;
-* the recording transaction: reserve ids, then the three ``COPY``s (joined and encoded as
-  ``copy_lines`` does it);
+* the recording transaction: the generation and reserved ids (one statement), then the
+  four ``COPY``s (joined and encoded as ``copy_lines`` does it);
 * the acks, as one write.
 
 No stage runs, no row is built. So the rate it reaches is the most any consumer in this process
@@ -154,8 +154,7 @@ async def write_ceiling(settings: Settings, names: Names, tenant: str,
                                      analytics.insert(built.analytics.slice(start, len(msgs))))
                 async with pool.acquire() as conn, conn.transaction():
                     await conn.execute(sql.WRITE_BARRIER, sql.DEDUPE_BARRIER_KEY)
-                    await conn.fetchval(sql.CURRENT_GENERATION)
-                    await conn.fetchval(sql.RESERVE_IDS, len(msgs))
+                    await conn.fetchrow(sql.GENERATION_AND_IDS, len(msgs))
                     await copy_lines(conn, sql.MESSAGES, sql.MESSAGE_COPY, built.messages[rows])
                     await copy_lines(conn, sql.KEYS, sql.KEY_COPY, built.key_lines[rows])
                     await copy_lines(conn, sql.TELEMETRY, sql.TELEMETRY_COPY,

@@ -36,7 +36,19 @@ class ConsumerSettings(_Group):
     """How a streaming consumer fetches and processes batches."""
 
     batch_size: int = Field(8000, ge=1, le=10_000, description="Envelopes fetched per pull.")
-    max_wait_s: float = Field(0.05, gt=0, le=30, description="Longest wait for a batch to fill.")
+    max_wait_s: float = Field(
+        0.05, gt=0, le=30,
+        description="Longest a pull waits for its first envelope. It returns what is there as "
+        "soon as anything is (up to batch_size): a backlog gives full batches at once, a quiet "
+        "fleet its envelopes without waiting.",
+    )
+    batch_interval_s: float = Field(
+        0.05, ge=0, le=30,
+        description="While a worker's pulls take everything pending, the least time from one "
+        "of its batches to its next pull: a moderate load makes batches of hundreds instead of "
+        "many small ones that each cost a ClickHouse insert and a transaction (0: pull again "
+        "at once). A backlog is pulled at once.",
+    )
     concurrency: int = Field(3, ge=1, le=64, description="Batches in flight per process.")
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery timeout for unacked envelopes.")
     max_deliver: int = Field(

@@ -38,7 +38,7 @@ from streams.adapters.outage import Outages, describe, wait_out
 from streams.adapters.postgres import Pool
 from streams.config import Settings
 from streams.errors import TransientError
-from streams.ingest.fetch import Fetcher, acknowledge, receipt_of
+from streams.ingest.fetch import Fetcher, acknowledge, pending_of, receipt_of
 from streams.ingest.pipeline import Pipeline
 from streams.ingest.resources import Resources
 from streams.observability.events import BatchObserver, IngestBatchStats, ProcessHooks
@@ -248,9 +248,17 @@ async def _work(pipeline: Pipeline, fetcher: Fetcher, stop: asyncio.Event, repor
     rand = random.Random()
     pause = settings.retry.redelivery_backoff()
     failures = 0
+    paced_until = 0.0
     while not stop.is_set():
         if beat is not None:
             beat.tick()
+        # Caught up with the stream: leave the next batch a moment to form (the other workers
+        # still pull meanwhile). With a backlog, pull at once.
+        wait = paced_until - time.perf_counter()
+        if wait > 0:
+            await _pause(stop, wait)
+            if stop.is_set():
+                break
         try:
             msgs = await fetcher.fetch(consumer.batch_size, consumer.max_wait_s)
         except Exception as exc:  # NATS reconnecting; try again shortly
@@ -261,6 +269,8 @@ async def _work(pipeline: Pipeline, fetcher: Fetcher, stop: asyncio.Event, repor
         if not msgs:
             continue
         fetched = time.perf_counter()
+        caught_up = len(msgs) < consumer.batch_size and pending_of(msgs[-1]) == 0
+        paced_until = fetched + consumer.batch_interval_s if caught_up else 0.0
         # Messages only arrive over a live connection. (An empty fetch proves nothing: while
         # nats-py reconnects, the pull request is buffered and the fetch just times out.)
         outages.nats.recovered()

@@ -265,7 +265,8 @@ class Fetcher:
             self._requests += 1
             reply = f"{self.inbox}.{self._requests}"
             self._reply = reply.encode()
-            request = {"batch": batch - len(self._msgs), "expires": int(wait_s * 1e9)}
+            request = {"batch": batch - len(self._msgs), "expires": int(wait_s * 1e9),
+                       "no_wait": True}
             await self.nc.publish(self.api, orjson.dumps(request), reply=reply)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(done, wait_s + _GRACE_S)

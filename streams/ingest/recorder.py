@@ -181,9 +181,10 @@ class Recorder:
         owners: dict[str, int] = {}
         if finals:
             await conn.execute(sql.WRITE_BARRIER, sql.DEDUPE_BARRIER_KEY)
-            rec.gen = await conn.fetchval(sql.CURRENT_GENERATION)
+            row = await conn.fetchrow(sql.GENERATION_AND_IDS, len(finals))
+            assert row is not None  # a SELECT without FROM returns one row
+            rec.gen, ids = row["gen"], row["ids"]
             careful = careful or rec.gen != seen_gen
-            ids = await conn.fetchval(sql.RESERVE_IDS, len(finals))
             reserved = dict(zip(finals, ids, strict=True))
         if finals and not careful:
             for index, message_id in reserved.items():

@@ -2,7 +2,7 @@
 
 The hot path uses a constant number of statements per batch, each set-based over ``unnest``
 arrays or ``COPY``: ``LOOKUP`` (dedupe read), then one transaction of ``WRITE_BARRIER``,
-``CURRENT_GENERATION``, ``RESERVE_IDS``, ``COPY`` of messages, dedupe keys, telemetry rows and
+``GENERATION_AND_IDS``, ``COPY`` of messages, dedupe keys, telemetry rows and
 stage logs (``CLAIM_KEYS`` first on the careful path), and — only when the batch has them —
 ``INSERT_DUPLICATES`` and ``INSERT_DEAD_LETTERS``. The column orders of the ``COPY`` targets
 are the tuples built by :mod:`stages.ingest.plan`.
@@ -100,6 +100,11 @@ SELECT ARRAY(SELECT nextval('{MESSAGE_ID_SEQUENCE}'::regclass) FROM generate_ser
 # generation to write into.
 WRITE_BARRIER = "SELECT pg_advisory_xact_lock_shared($1)"
 CURRENT_GENERATION = "SELECT max(gen) FROM ingest_dedupe_generations"
+# Both in one round trip, once the barrier is held: the generation and $1 reserved ids.
+GENERATION_AND_IDS = f"""
+SELECT ({CURRENT_GENERATION}) AS gen,
+       ARRAY(SELECT nextval('{MESSAGE_ID_SEQUENCE}'::regclass) FROM generate_series(1, $1)) AS ids
+"""
 
 KEYS = "ingest_dedupe_keys"
 KEY_COPY = ("key_hash", "gen", "message_id", "received_at")
