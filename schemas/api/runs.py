@@ -181,6 +181,8 @@ class RunStarted(_Body):
 class BackfillSchedule(_Body):
     """A backfill the workers run by the clock (``tideway runs schedule``)."""
 
+    id: uuid.UUID = Field(exclude=True)  # operator-only, as tenant
+    tenant: str = Field(exclude=True)
     name: str
     cron: str = Field(description="When, in UTC (a cron expression).")
     device: str | None = Field(description="Only this device's sessions (null: every device).")

@@ -12,7 +12,6 @@ import uuid
 from aiohttp import web
 
 from schemas.api import (
-    BackfillSchedule,
     BackfillSchedules,
     CancelResult,
     RollbackResult,
@@ -117,8 +116,7 @@ async def list_backfill_schedules(request: web.Request) -> web.Response:
     caller = caller_of(request)
     async with context_of(request).pool.acquire() as conn:
         found = await list_schedules(conn, caller.tenant)
-    return reply(BackfillSchedules(items=[BackfillSchedule.model_validate(s.as_dict())
-                                          for s in found], next=None))
+    return reply(BackfillSchedules(items=found, next=None))
 
 
 _TAG = "runs"

@@ -282,7 +282,7 @@ def _age_seconds(value: str) -> float:
 
 def _schedule_row(s: Schedule) -> dict[str, Any]:
     within = s.uploaded_within_s
-    return {**s.as_dict(),
+    return {**operator_fields(s),
             "uploaded_within": "any time" if within is None else _secs_text(within),
             "last_outcome": ", ".join(f"{n} {a}" for a, n in sorted((s.last_outcome or {}).items()))
             or ("—" if s.last_run_at is None else "no sessions")}
@@ -322,7 +322,7 @@ def schedule_add(
 
     saved = asyncio.run(main())
     if as_json:
-        print_json(saved.as_dict())
+        print_json(operator_fields(saved))
         return
     console.print(f"scheduled backfill {saved.name} of {saved.tenant}: {saved.cron} (UTC); "
                   f"first at {saved.next_run_at.isoformat()}")

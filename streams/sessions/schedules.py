@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 from croniter import croniter
 
+from schemas.api import BackfillSchedule as Schedule
 from streams.adapters import postgres
 from streams.adapters.errors import PG_FAILURES
 from streams.config import Settings
@@ -87,35 +88,11 @@ WHERE id = $1
 """
 
 
-@dataclass(frozen=True, kw_only=True)
-class Schedule:
-    """One scheduled backfill as stored."""
-
-    id: Any
-    tenant: str
-    name: str
-    cron: str
-    device: str | None
-    uploaded_within_s: float | None
-    priority: int
-    enabled: bool
-    created_by: str
-    created_at: datetime
-    next_run_at: datetime
-    last_run_at: datetime | None
-    last_outcome: dict[str, int] | None
-    last_error: str | None
-
-    @classmethod
-    def of(cls, row: Any) -> Schedule:
-        data = dict(row)
-        outcome = data["last_outcome"]
-        if isinstance(outcome, str | bytes):
-            data["last_outcome"] = orjson.loads(outcome)
-        return cls(**data)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+def _schedule(row: Any) -> Schedule:
+    data = dict(row)
+    if isinstance(data["last_outcome"], str | bytes):  # a connection without the json codec
+        data["last_outcome"] = orjson.loads(data["last_outcome"])
+    return Schedule.model_validate(data)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,12 +126,12 @@ async def add_schedule(conn: Any, *, tenant: str, name: str, cron: str, device: 
                               created_by, first)
     if row is None:
         raise NotFoundError(f"no tenant {tenant!r}")
-    return Schedule.of(row)
+    return _schedule(row)
 
 
 async def list_schedules(conn: Any, tenant: str | None = None) -> list[Schedule]:
     """The schedules of ``tenant`` (``None``: every tenant's), by tenant and name."""
-    return [Schedule.of(r) for r in await conn.fetch(_LIST, tenant)]
+    return [_schedule(r) for r in await conn.fetch(_LIST, tenant)]
 
 
 async def remove_schedule(conn: Any, tenant: str, name: str) -> None:
@@ -171,7 +148,7 @@ async def run_due(conn: Any, settings: Settings, *, now: datetime | None = None)
             row = await conn.fetchrow(_DUE, at)
             if row is None:
                 return ticks
-            schedule = Schedule.of(row)
+            schedule = _schedule(row)
             try:
                 following = next_time(schedule.cron, at)
             except UsageError:  # stored before a croniter that reads it differently
