@@ -67,3 +67,13 @@ def run_with_connection(work: Callable[[Any], Awaitable[T]]) -> T:
             await conn.close()
 
     return asyncio.run(main())
+
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def age_seconds(value: str) -> float | None:
+    """An age like ``90s``, ``15m``, ``2h`` or ``7d`` in seconds (``None``: not one)."""
+    if value[:-1].isdigit() and value[-1:] in _AGE_UNITS:
+        return float(int(value[:-1]) * _AGE_UNITS[value[-1]])
+    return None

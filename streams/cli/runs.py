@@ -27,7 +27,7 @@ from schemas.api import DagJob, RunDag, operator_fields
 from streams import registry
 from streams.adapters import postgres
 from streams.adapters.postgres import Conn
-from streams.cli.options import JSON_OPTION, TENANT_OPTION, parse_id, tenant_name
+from streams.cli.options import JSON_OPTION, TENANT_OPTION, age_seconds, parse_id, tenant_name
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.cli.sessions import reprocess_cmd, rollback_cmd
 from streams.config import load_settings
@@ -270,14 +270,12 @@ runs_app.add_typer(schedule_app, name="schedule")
 
 _SCHEDULE_COLUMNS = ("tenant", "name", "cron", "device", "uploaded_within", "priority",
                      "next_run_at", "last_run_at", "last_outcome", "last_error")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def _age_seconds(value: str) -> float:
-    """``90s``, ``15m``, ``2h``, ``7d`` in seconds."""
-    if value[:-1].isdigit() and value[-1:] in _UNITS and int(value[:-1]) > 0:
-        return float(int(value[:-1]) * _UNITS[value[-1]])
-    raise UsageError(f"not an age: {value!r} (like 12h or 7d)")
+    """``90s``, ``15m``, ``2h``, ``7d`` in seconds (positive)."""
+    age = age_seconds(value)
+    if age is None or age <= 0:
+        raise UsageError(f"not an age: {value!r} (like 12h or 7d)")
+    return age
 
 
 def _schedule_row(s: Schedule) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import typer
 
 from schemas.api import operator_fields
 from streams.cli.exit_codes import ExitCode
-from streams.cli.options import JSON_OPTION, ONLY_TENANT_OPTION, TENANT_OPTION
+from streams.cli.options import JSON_OPTION, ONLY_TENANT_OPTION, TENANT_OPTION, age_seconds
 from streams.cli.output import console, err_console, print_json, print_record, print_rows
 from streams.config import load_settings
 from streams.errors import UsageError
@@ -23,9 +23,9 @@ from streams.errors import UsageError
 
 def parse_time(value: str) -> datetime:
     """RFC 3339 (``2026-05-01T12:00:00Z``) or a relative age (``90s``, ``15m``, ``2h``, ``1d``)."""
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if value[:-1].isdigit() and value[-1:] in units:
-        return datetime.now(UTC) - timedelta(seconds=int(value[:-1]) * units[value[-1]])
+    age = age_seconds(value)
+    if age is not None:
+        return datetime.now(UTC) - timedelta(seconds=age)
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:

@@ -44,7 +44,7 @@ from stages.ingest.status import Status
 from streams.ingest.analytics import Analytics
 from streams.ingest.hot_state import HotState
 from streams.ingest.pipeline import Pipeline
-from streams.ingest.schema_trial import ParameterDiff
+from streams.ingest.schema_trial import ParameterDiff, tally
 
 __all__ = ["ReprocessReport", "rederive_batch"]
 
@@ -171,27 +171,13 @@ async def rederive_batch(pipeline: Pipeline, receipts: Sequence[Any], report: Re
             report.unchanged += 1
             continue
         report.corrected += 1
-        _count(report, old_values, ev.values or {})
+        tally(report.parameters, old_values, ev.values or {})
         corrections.append(_Correction(ev, row["id"], row["received_at"], row["values_layout"],
                                        row["parameter_list"], old_values))
     if report.dry_run or not corrections:
         return
     await _sinks(pipeline, corrections)
     await _record(pipeline, corrections, report.reprocess_id)
-
-
-def _count(report: ReprocessReport, old: dict[str, Any], new: dict[str, Any]) -> None:
-    for name in sorted(old.keys() | new.keys()):
-        a, b = old.get(name), new.get(name)
-        if a == b:
-            continue
-        diff = report.parameters.setdefault(name, ParameterDiff())
-        if a is None:
-            diff.appeared += 1
-        elif b is None:
-            diff.disappeared += 1
-        else:
-            diff.add(a, b)
 
 
 async def _sinks(pipeline: Pipeline, corrections: Sequence[_Correction]) -> None:

@@ -53,7 +53,8 @@ from streams.errors import NotFoundError, UsageError
 from streams.ingest.fetch import Fetcher, pending_of, receipt_of
 from streams.names import Names
 
-__all__ = ["ParameterDiff", "TrialReport", "TrialScope", "scope_of", "trial", "try_on_traffic"]
+__all__ = ["ParameterDiff", "TrialReport", "TrialScope", "scope_of", "tally", "trial",
+           "try_on_traffic"]
 
 CANDIDATE = uuid.UUID(int=0)
 """The schema version id the candidate's topics are bound under (no stored version has it)."""
@@ -342,20 +343,22 @@ def _compare(ev: Evaluation, old: Any, report: TrialReport
     # Values are set side by side where both versions complete the envelope (a refusal keeps
     # the extracted values only, so its difference would be the missing stages, not news).
     both = old["status"] == new_status == Status.COMPLETED.value
-    changed = _diff_values(old_values, new_values, report) if both else []
+    changed = tally(report.parameters, old_values, new_values) if both else []
     row["changed_parameters"] = changed
     row["changed"] = row["changed"] or bool(changed)
     return row
 
 
-def _diff_values(old: Mapping[str, Any], new: Mapping[str, Any], report: TrialReport
-                 ) -> list[str]:
+def tally(parameters: dict[str, ParameterDiff], old: Mapping[str, Any],
+          new: Mapping[str, Any]) -> list[str]:
+    """Count, per parameter, how ``new`` differs from ``old`` (one envelope's values) into
+    ``parameters``; the names that differ (a schema trial's and a reprocess's summaries)."""
     changed = []
     for name in sorted(old.keys() | new.keys()):
         a, b = old.get(name), new.get(name)
         if a == b and (name in old) == (name in new):
             continue
-        diff = report.parameters.setdefault(name, ParameterDiff())
+        diff = parameters.setdefault(name, ParameterDiff())
         changed.append(name)
         if name not in old or a is None:
             diff.appeared += 1
