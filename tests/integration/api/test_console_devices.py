@@ -279,12 +279,22 @@ async def test_a_schema_version_tried_from_the_device_page(
 
 
 def trial_fits_a_phone(p: Person) -> None:
+    """At 390 px in Tokyo: nothing wider than the screen, each measured time in the zone."""
     p.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                              {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+    p.driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Tokyo"})
     try:
         p.driver.refresh()
         p.find("#device-schema-trial")
         assert try_version(p, 2)["envelopes"] == 20
+        times = p.driver.execute_script(
+            "return [...document.querySelectorAll('#trial-envelopes time')]"
+            ".map((t) => [t.getAttribute('datetime'), t.textContent])")
+        assert times, "no measured times listed"
+        for iso, text in times:
+            tokyo = dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(
+                ZoneInfo("Asia/Tokyo"))
+            assert tokyo.strftime("%H:%M:%S") in text and "GMT+9" in text, (iso, text)
         sizes = p.driver.execute_script(
             "return {scroll: document.documentElement.scrollWidth, view: window.innerWidth,"
             " right: document.getElementById('trial-envelopes').getBoundingClientRect().right}")
@@ -292,3 +302,4 @@ def trial_fits_a_phone(p: Person) -> None:
         p.shot("device-schema-trial-phone")
     finally:
         p.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        p.driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "UTC"})

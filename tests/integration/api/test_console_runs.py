@@ -198,9 +198,10 @@ async def test_the_runs_page_lists_scheduled_backfills(seeded: Seeded, browser: 
     p = Person(browser, str(seeded.client.make_url("/")))
     await asyncio.to_thread(sign_in, p, seeded.acme["Authorization"].removeprefix("Bearer "))
 
-    def look(width: int) -> dict[str, Any]:
+    def look(width: int, zone: str) -> dict[str, Any]:
         p.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
             "width": width, "height": 844, "deviceScaleFactor": 1, "mobile": width < 700})
+        p.driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": zone})
         p.driver.refresh()
         p.find("#backfill-schedules tr[data-schedule]")
         return dict(p.driver.execute_script(
@@ -208,15 +209,20 @@ async def test_the_runs_page_lists_scheduled_backfills(seeded: Seeded, browser: 
             const rows = [...document.querySelectorAll('#schedules tr[data-schedule]')];
             return {names: rows.map((r) => r.dataset.schedule),
                     text: rows.map((r) => r.textContent).join(' '),
+                    next: rows.map((r) => r.querySelector('td[data-label=next]').textContent),
                     scroll: document.documentElement.scrollWidth, view: window.innerWidth};
             """))
 
     try:
-        for width in (1440, 390):
-            shown = await asyncio.to_thread(look, width)
+        # The nightly tick at 03:00 UTC reads 12:00 in Tokyo, 03:00 in UTC.
+        for width, zone, hour in ((1440, "UTC", "03:00:00 UTC"), (390, "Asia/Tokyo",
+                                                                   "12:00:00 GMT+9")):
+            shown = await asyncio.to_thread(look, width, zone)
             assert shown["names"] == ["nightly"], shown  # not another tenant's
             assert "0 3 * * *" in shown["text"] and "uploaded within 7 d" in shown["text"], shown
+            assert hour in shown["next"][0], shown
             assert shown["scroll"] <= shown["view"], shown
     finally:
         p.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        p.driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "UTC"})
     await asyncio.to_thread(p.check_console)
