@@ -222,6 +222,10 @@ def _show_trial(report: TrialReport, *, as_json: bool) -> None:
                    columns=("stream_seq", "device", "topic", "old_status", "new_status",
                             "new_reasons", "parameters"),
                    title=f"envelopes that change (first {len(changed)}; --json lists more)")
+    if not report.tried:  # nothing to judge by: say so rather than "within the limit"
+        console.print(f"[yellow]nothing tried[/]: no envelope on {', '.join(report.subjects)} "
+                      "is retained in the stream (older ones expire after stream.max_age_s)")
+        return
     verdict = ("[red]flagged[/]: it refuses more than the limit" if report.flagged
                else "[green]within the limit[/]")
     console.print(f"verdict: {verdict}")

@@ -27,6 +27,7 @@ the rows a version recorded, not the bodies, so the report counts what it found.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import statistics
@@ -281,10 +282,28 @@ async def trial(nc: Nats, conn: Conn, names: Names, scope: TrialScope, *, schema
     receipts, report.out_of_scope = await _read(nc, names.telemetry_stream, scope,
                                                 names.namespace, last=last, since=since)
     report.scanned = len(receipts)
+    # Pure CPU over up to every envelope read: off the event loop, so an API process serving a
+    # trial keeps answering its other requests meanwhile.
+    evaluations = await asyncio.to_thread(_evaluate_all, receipts, scope, names.namespace,
+                                          max_payload_bytes, report)
+    recorded: dict[str, Any] = {}
+    for start in range(0, len(evaluations), _CHUNK):
+        part = evaluations[start:start + _CHUNK]
+        recorded.update((r["key"].replace("-", ""), r) for r in await conn.fetch(
+            _RECORDED, [ev.key_digest for ev in part]))
+    report.envelopes = await asyncio.to_thread(_compare_all, evaluations, recorded, report)
+    report.elapsed_s = time.perf_counter() - started
+    return report
+
+
+def _evaluate_all(receipts: list[Receipt], scope: TrialScope, prefix: str,
+                  max_payload_bytes: int, report: TrialReport) -> list[Evaluation]:
+    """Each receipt through the consumer's evaluation with the candidate bound; a repeat of a
+    message id is counted, not tried again (ingest dedupes it)."""
     evaluations: list[Evaluation] = []
     seen: set[str] = set()
     for receipt in receipts:
-        ev = evaluate(receipt, scope.registry, prefix=names.namespace,
+        ev = evaluate(receipt, scope.registry, prefix=prefix,
                       max_payload_bytes=max_payload_bytes, capture=False,
                       clock=time.perf_counter_ns)
         if ev.key_digest in seen:
@@ -292,13 +311,14 @@ async def trial(nc: Nats, conn: Conn, names: Names, scope: TrialScope, *, schema
             continue
         seen.add(ev.key_digest)
         evaluations.append(ev)
-    recorded: dict[str, Any] = {}
-    for start in range(0, len(evaluations), _CHUNK):
-        part = evaluations[start:start + _CHUNK]
-        recorded.update((r["key"].replace("-", ""), r) for r in await conn.fetch(
-            _RECORDED, [ev.key_digest for ev in part]))
-    # Listed: status changes first, then value changes, then the rest, each in stream order
-    # (only as many of each as can be shown; the summary counts them all).
+    return evaluations
+
+
+def _compare_all(evaluations: list[Evaluation], recorded: Mapping[str, Any],
+                 report: TrialReport) -> list[dict[str, Any]]:
+    """Every evaluation beside its record, counted into ``report``; the rows listed: status
+    changes first, then value changes, then the rest, each in stream order (only as many of
+    each as can be shown; the summary counts them all)."""
     shown: tuple[list[dict[str, Any]], ...] = ([], [], [])
     for ev in evaluations:
         row = _compare(ev, recorded.get(ev.key_digest), report)
@@ -306,9 +326,7 @@ async def trial(nc: Nats, conn: Conn, names: Names, scope: TrialScope, *, schema
             1 if row["changed"] else 2
         if len(shown[rank]) < _SHOWN:
             shown[rank].append(row)
-    report.envelopes = [*shown[0], *shown[1], *shown[2]][:_SHOWN]
-    report.elapsed_s = time.perf_counter() - started
-    return report
+    return [*shown[0], *shown[1], *shown[2]][:_SHOWN]
 
 
 def _compare(ev: Evaluation, old: Any, report: TrialReport

@@ -174,6 +174,12 @@ async def test_cli_trial_and_apply_check_last(fleet: Harness, tmp_path: Path) ->
     assert code == 0, err
     assert "within the limit" in out and "battery_v" in out and "limit 10.0%" in out
 
+    # A topic the device never sent on: nothing to judge by, and the command says so.
+    code, out, err = await tideway(dsn, "schema", "test", str(tight), "--device", "d1",
+                                   "--topic", "gps", cwd=tmp_path, env=env)
+    assert code == 0, err
+    assert "nothing tried" in out and "within the limit" not in out, out
+
     code, out, err = await tideway(dsn, "schema", "apply", str(tight), "--check-last", "200",
                                    cwd=tmp_path, env=env)
     assert code != 0 and "SCHEMA_TRIAL_FLAGGED" in err + out
