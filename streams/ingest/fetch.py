@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -299,3 +299,19 @@ async def acknowledge(nc: Nats, deliveries: Sequence[Delivery],
     await nc._send_command("".join(frames).encode())
     if nc._flush_queue is not None and nc._flush_queue.empty():  # as nc.publish does
         await nc._flush_pending()
+
+
+@contextlib.asynccontextmanager
+async def ephemeral_fetcher(nc: Nats, stream: str, config: Any) -> AsyncIterator[Fetcher]:
+    """A :class:`Fetcher` on a consumer made from ``config`` (a ``ConsumerConfig`` with its
+    ``name``: ``tideway replay``'s, a schema trial's), deleted again on the way out (else it
+    would linger until its ``inactive_threshold``)."""
+    js = nc.jetstream()
+    await js.add_consumer(stream, config)
+    fetcher = await Fetcher(nc, stream=stream, durable=config.name).start()
+    try:
+        yield fetcher
+    finally:
+        await fetcher.stop()
+        with contextlib.suppress(Exception):
+            await js.delete_consumer(stream, config.name)

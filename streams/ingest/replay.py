@@ -18,7 +18,6 @@ which are kept as corrections; ``dry_run`` then says what would change.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from stages.ingest.ingress import Receipt
 from stages.ingest.plan import Fate
 from streams.config import Settings
 from streams.errors import UsageError
-from streams.ingest.fetch import Fetcher, pending_of, receipt_of
+from streams.ingest.fetch import ephemeral_fetcher, pending_of, receipt_of
 from streams.ingest.pipeline import Pipeline
 from streams.ingest.rederive import ReprocessReport, rederive_batch
 from streams.ingest.resources import Resources
@@ -89,7 +88,6 @@ async def replay(
         raise UsageError("--until is before --since")
     resources = await Resources.open(settings, name="tideway-replay")
     names = resources.names
-    js = resources.nc.jetstream()
     name = f"replay-{uuid.uuid4().hex[:12]}"
     config = ConsumerConfig(
         name=name, ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.BY_START_TIME,
@@ -100,43 +98,35 @@ async def replay(
     report = ReplayReport(dry_run=dry_run)
     if reprocess:
         report.reprocess = ReprocessReport(reprocess_id=str(uuid.uuid4()), dry_run=dry_run)
-    await js.add_consumer(names.telemetry_stream, config)
-    fetcher = await Fetcher(resources.nc, stream=names.telemetry_stream, durable=name).start()
     try:
-        pipeline = Pipeline(resources)
-        until_ns = int(until.timestamp() * 1e9) if until is not None else None
-        while True:
-            msgs = await fetcher.fetch(settings.consumer.batch_size, 1.0)
-            if not msgs:
-                break
-            receipts = [receipt_of(m) for m in msgs]
-            if until_ns is not None:
-                receipts = [r for r in receipts if r.received_at_ns <= until_ns]
-            if receipts and report.reprocess is not None:
-                report.scanned += len(receipts)
-                report.first_seq = report.first_seq or receipts[0].stream_seq
-                report.last_seq = receipts[-1].stream_seq
-                await rederive_batch(pipeline, receipts, report.reprocess)
-                if on_batch is not None:
-                    on_batch(report)
-            elif receipts:
-                await _one_batch(pipeline, receipts, report)
-                if on_batch is not None:
-                    on_batch(report)
-            if pending_of(msgs[-1]) == 0 or len(receipts) < len(msgs):
-                break
+        async with ephemeral_fetcher(resources.nc, names.telemetry_stream, config) as fetcher:
+            pipeline = Pipeline(resources)
+            until_ns = int(until.timestamp() * 1e9) if until is not None else None
+            while True:
+                msgs = await fetcher.fetch(settings.consumer.batch_size, 1.0)
+                if not msgs:
+                    break
+                receipts = [receipt_of(m) for m in msgs]
+                if until_ns is not None:
+                    receipts = [r for r in receipts if r.received_at_ns <= until_ns]
+                if receipts:
+                    report.scanned += len(receipts)
+                    report.first_seq = report.first_seq or receipts[0].stream_seq
+                    report.last_seq = receipts[-1].stream_seq
+                    if report.reprocess is not None:
+                        await rederive_batch(pipeline, receipts, report.reprocess)
+                    else:
+                        await _one_batch(pipeline, receipts, report)
+                    if on_batch is not None:
+                        on_batch(report)
+                if pending_of(msgs[-1]) == 0 or len(receipts) < len(msgs):
+                    break
     finally:
-        await fetcher.stop()
-        with contextlib.suppress(Exception):  # else it expires after inactive_threshold
-            await js.delete_consumer(names.telemetry_stream, name)
         await resources.close()
     return report
 
 
 async def _one_batch(pipeline: Pipeline, receipts: list[Receipt], report: ReplayReport) -> None:
-    report.scanned += len(receipts)
-    report.first_seq = report.first_seq or receipts[0].stream_seq
-    report.last_seq = receipts[-1].stream_seq
     if report.dry_run:
         evaluations, fates, _ = await pipeline.prepare(receipts)
         for ev, fate in zip(evaluations, fates, strict=True):

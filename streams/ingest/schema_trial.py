@@ -28,7 +28,6 @@ the rows a version recorded, not the bodies, so the report counts what it found.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import statistics
 import time
@@ -51,7 +50,7 @@ from streams.adapters.nats import Nats, connect_nats
 from streams.adapters.postgres import Conn
 from streams.config import Settings
 from streams.errors import NotFoundError, UsageError
-from streams.ingest.fetch import Fetcher, pending_of, receipt_of
+from streams.ingest.fetch import ephemeral_fetcher, pending_of, receipt_of
 from streams.names import Names
 
 __all__ = ["ParameterDiff", "TrialReport", "TrialScope", "scope_of", "tally", "trial",
@@ -233,7 +232,6 @@ async def _read(nc: Nats, stream: str, scope: TrialScope, prefix: str, *, last: 
                 since: datetime | None) -> tuple[list[Receipt], int]:
     """The newest ``last`` envelopes of the scope's devices on its subjects (stored since
     ``since``), oldest first, and how many envelopes of other devices were passed over."""
-    js = nc.jetstream()
     name = f"schema-trial-{uuid.uuid4().hex[:12]}"
     config = ConsumerConfig(
         name=name, ack_policy=AckPolicy.NONE, mem_storage=True, inactive_threshold=60.0,
@@ -241,12 +239,10 @@ async def _read(nc: Nats, stream: str, scope: TrialScope, prefix: str, *, last: 
         opt_start_time=None if since is None else since.astimezone(UTC),
         filter_subjects=list(scope.subjects),
     )
-    await js.add_consumer(stream, config)
-    fetcher = await Fetcher(nc, stream=stream, durable=name).start()
     kept: deque[Receipt] = deque(maxlen=last)
     devices = scope.registry.devices
     others = 0
-    try:
+    async with ephemeral_fetcher(nc, stream, config) as fetcher:
         while True:
             msgs = await fetcher.fetch(_PULL, 1.0)
             if not msgs:
@@ -260,10 +256,6 @@ async def _read(nc: Nats, stream: str, scope: TrialScope, prefix: str, *, last: 
                     kept.append(receipt)
             if pending_of(msgs[-1]) == 0:
                 break
-    finally:
-        await fetcher.stop()
-        with contextlib.suppress(Exception):  # else it expires after inactive_threshold
-            await js.delete_consumer(stream, name)
     return list(kept), others
 
 
