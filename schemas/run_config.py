@@ -31,6 +31,7 @@ __all__ = [
     "RunConfig",
     "SegmentsConfig",
     "StartFinish",
+    "TrackConfig",
     "explain",
     "parse_run_config",
 ]
@@ -63,6 +64,15 @@ class LapsConfig(_Section):
     pit_min_s: float = Field(2.0, ge=0, description="Shortest off-line stretch of a pit lap.")
     stop_speed_mps: float = Field(1.0, ge=0, description="Below this a vehicle is stopped.")
     stop_min_s: float = Field(3.0, ge=0, description="Shortest stop counted in stopped_s.")
+    default_sectors: Integer = Field(
+        3, ge=1, le=32, description="Equal-distance sectors when no sector line is given."
+    )
+    mini_sectors: Integer = Field(
+        20, ge=0, le=200, description="Equal-distance mini-sectors per lap (0: none)."
+    )
+    reference_lap: Integer | None = Field(
+        None, ge=1, le=_INT_MAX, description="Lap the delta is taken against (unset: best)."
+    )
 
 
 class SegmentsConfig(_Section):
@@ -127,6 +137,19 @@ class StartFinish(_Section):
     lon2: float = Field(ge=-180, le=180)
 
 
+class TrackConfig(_Section):
+    """A saved track: its timing lines (an operator's, stamped into a run's ``tracks``)."""
+
+    name: str = Field(min_length=1, max_length=100)
+    start_finish: StartFinish = Field(
+        description="The start/finish line of a circuit; the start line of a stage."
+    )
+    finish: StartFinish | None = Field(
+        None, description="A stage's own finish line (point to point); unset: a circuit."
+    )
+    sectors: list[StartFinish] = Field(default_factory=list, max_length=32)
+
+
 Stream = Literal["gnss", "imu", "aux"]
 
 
@@ -148,6 +171,21 @@ class RunConfig(_Section):
     skip_laps: bool = False
     skip_segments: bool = False
     start_finish: StartFinish | None = None
+    finish: StartFinish | None = Field(
+        None, description="A separate finish line (point to point): laps run start → finish."
+    )
+    sectors: list[StartFinish] = Field(
+        default_factory=list, max_length=32, description="Sector lines, in driving order."
+    )
+    track: str | None = Field(
+        None,
+        min_length=1,
+        max_length=100,
+        description="A saved or library track by name ('none': detect none; unset: detect).",
+    )
+    tracks: list[TrackConfig] = Field(
+        default_factory=list, max_length=500, description="The tenant's saved tracks."
+    )
     time_offsets_s: dict[Stream, float] = Field(
         default_factory=dict, description="Per-stream clock correction, seconds."
     )

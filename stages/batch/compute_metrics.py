@@ -115,13 +115,18 @@ def _lap_metrics(laps: pa.Table | None, speed: _Speed) -> tuple[pa.Table, dict[s
               else stats["avg"] * times)
     best_i = int(np.flatnonzero(valid)[np.argmin(times[valid])]) if valid.any() else None
     best_t = float(times[best_i]) if best_i is not None else None
+    sigma = (column_f64(laps, "lap_time_sigma_s") if "lap_time_sigma_s" in laps.column_names
+             else np.full(laps.num_rows, np.nan))
+    # The rolling best: the best valid lap time up to and including each lap.
+    rolling = np.minimum.accumulate(np.where(valid, times, np.inf))
     rows = [{
         "lap": numbers[i], "lap_time_s": float(times[i]),
         "delta_to_best_s": float(times[i] - best_t) if best_t is not None else None,
         "is_best": i == best_i, "valid": bool(valid[i]),
         "pit": bool(laps.column("pit")[i].as_py()) if "pit" in laps.column_names else False,
         "max_speed_mps": _num(stats["max"][i]), "avg_speed_mps": _num(stats["avg"][i]),
-        "distance_m": _num(driven[i]),
+        "distance_m": _num(driven[i]), "lap_time_sigma_s": _num(sigma[i]),
+        "rolling_best_s": _num(rolling[i]),
     } for i in range(laps.num_rows)]
     summary = {
         "lap_count": laps.num_rows, "valid_lap_count": int(valid.sum()),

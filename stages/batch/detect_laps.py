@@ -520,7 +520,7 @@ def _stopped_s(t: FloatArray, speed: FloatArray, p: LapsConfig) -> float:
 def laps_table(t0_us: int, laps: list[dict[str, Any]]) -> pa.Table:
     """The ``laps`` dataset: one row per complete lap (times as canonical timestamps)."""
     def col(key: str) -> list[Any]:
-        return [x[key] for x in laps]
+        return [x.get(key) for x in laps]
 
     start = np.array([t0_us + round(x["start_s"] * 1e6) for x in laps], dtype=np.int64)
     end = np.array([t0_us + round(x["end_s"] * 1e6) for x in laps], dtype=np.int64)
