@@ -29,12 +29,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from stages.batch.contract import StageInput, StageOutput
+from stages.batch.contract import StageInput, StageOutput, run_config
 from stages.batch.geo import FloatArray, IntArray, Motion, column_f64, micros_to_ts, ts_micros
+from stages.batch.lap_analysis import analyse
 from stages.batch.lap_datasets import LAP_METRICS_SCHEMA
 
 LAP_METRICS = "lap_metrics"
 SEGMENT_METRICS = "segment_metrics"
+SECTOR_METRICS = "sector_metrics"
+LAP_DELTA = "lap_delta"
+CORNER_METRICS = "corner_metrics"
 
 
 class _Speed:
@@ -91,8 +95,12 @@ def run(inp: StageInput) -> StageOutput:
     segs = inp.datasets.get("segments")
     lap_tab, lap_summary, valid = _lap_metrics(laps, speed)
     seg_tab = _segment_metrics(segs, speed, valid)
-    return StageOutput(datasets={LAP_METRICS: lap_tab, SEGMENT_METRICS: seg_tab},
-                       summary=lap_summary)
+    more = analyse(motion, laps, inp.datasets.get("sector_times"), segs,
+                   run_config(inp.config).laps)
+    return StageOutput(datasets={LAP_METRICS: lap_tab, SEGMENT_METRICS: seg_tab,
+                                 SECTOR_METRICS: more.sector_metrics, LAP_DELTA: more.lap_delta,
+                                 CORNER_METRICS: more.corner_metrics},
+                       summary={**lap_summary, **more.summary})
 
 
 def _lap_metrics(laps: pa.Table | None, speed: _Speed) -> tuple[pa.Table, dict[str, Any], set[int]]:

@@ -40,6 +40,7 @@ class TruthCorner:
     direction: str
     radius_m: float
     angle_deg: float
+    min_speed_mps: float  # the lowest true speed between start and end (the apex speed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,11 +147,13 @@ def truth_corners(kin: Kinematics, track: Track, laps: int,
             if base + s0 < 0 or base + s1 > kin.s[-1]:
                 continue
             t0, ta, t1 = kin.time_at(base + np.array([s0, 0.5 * (s0 + s1), s1]))
+            # Speed is linear in time within a cell: its minimum is at a cell boundary.
+            i0, i1 = np.searchsorted(kin.s, base + np.array([s0, s1]))
             out.append(TruthCorner(
                 corner=idx + 1, lap=k + 1 if closed and k < laps else None,
                 start_s=float(t0), apex_s=float(ta), end_s=float(t1),
                 direction="left" if ang > 0 else "right", radius_m=rad,
-                angle_deg=math.degrees(ang)))
+                angle_deg=math.degrees(ang), min_speed_mps=float(kin.v[i0:i1 + 1].min())))
     return tuple(out)
 
 
