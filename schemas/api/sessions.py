@@ -103,6 +103,22 @@ class SessionTrack(_Body):
     )
 
 
+class SectorTime(_Body):
+    """One sector (between two timing lines) or mini-sector of one lap."""
+
+    sector: int
+    time_s: float
+    sigma_s: float | None = Field(
+        description="Standard uncertainty of the time (null for mini-sectors)."
+    )
+    delta_to_best_s: float | None = Field(description="Against the best valid lap's sector.")
+    is_best: bool
+    start_m: float | None = Field(
+        None, description="Where it starts along the reference lap's path (m)."
+    )
+    end_m: float | None = None
+
+
 class LapRow(_Body):
     """One complete lap of the active run (spec 000 §11)."""
 
@@ -120,6 +136,15 @@ class LapRow(_Body):
     pit_in: bool
     pit_out: bool
     stopped_s: float
+    lap_time_sigma_s: float | None = Field(
+        None, description="Standard uncertainty of the lap time, from its two crossings."
+    )
+    rolling_best_s: float | None = Field(
+        None, description="The best valid lap time up to and including this lap."
+    )
+    sectors: list[SectorTime] = Field(
+        default_factory=list, description="The lap's sector times (none: not every line crossed)."
+    )
 
 
 class SessionLaps(_Body):
@@ -134,6 +159,67 @@ class SessionLaps(_Body):
         description="Why there are no laps (`NO_ACTIVE_RUN`, `TRACK_NOT_CLOSED`, ...)."
     )
     laps: list[LapRow]
+    finish: dict[str, Any] | None = Field(
+        None, description="A point-to-point stage's own finish line (null: a circuit)."
+    )
+    sector_lines: list[dict[str, Any]] = Field(
+        default_factory=list, description="The sector lines, in driving order."
+    )
+    track: dict[str, Any] | None = Field(
+        None, description="The saved or library track the lines came from, if any."
+    )
+    reference_lap: int | None = Field(
+        None, description="The lap deltas and corners are measured against."
+    )
+    theoretical_best_s: float | None = Field(
+        None, description="The sum of the best valid sector times."
+    )
+    theoretical_best_mini_s: float | None = Field(
+        None, description="The sum of the best valid mini-sector times."
+    )
+
+
+class LapDeltaPoint(_Body):
+    d_m: float = Field(description="Along the reference lap's path from its start line.")
+    t_s: float = Field(description="Seconds since this lap's start crossing.")
+    delta_s: float = Field(description="This lap's time minus the reference lap's, here.")
+    speed_mps: float
+
+
+class LapCorner(_Body):
+    """One corner of the reference lap, as this lap drove it."""
+
+    corner: int
+    direction: str | None
+    start_m: float
+    end_m: float
+    braking_m: float = Field(description="Where this lap's speed peaked before the apex.")
+    apex_m: float = Field(description="Where this lap's speed was lowest in the corner.")
+    entry_speed_mps: float
+    apex_speed_mps: float
+    exit_speed_mps: float
+    time_delta_s: float = Field(
+        description="Time lost (> 0) or gained (< 0) against the reference lap, braking "
+        "point to corner exit."
+    )
+
+
+class LapAnalysis(_Body):
+    """One lap against the reference lap: the delta channel, corners and mini-sectors."""
+
+    session_id: uuid.UUID
+    run_id: uuid.UUID
+    lap: int
+    lap_time_s: float
+    reference_lap: int | None
+    reference_lap_time_s: float | None
+    delta: list[LapDeltaPoint]
+    corners: list[LapCorner]
+    mini_sectors: list[SectorTime]
+    reason: str | None = Field(
+        description="Why there is no delta: `NO_REFERENCE_LAP`, `NOT_ANALYSED` (a run "
+        "processed before lap analysis existed: reprocess it)."
+    )
 
 
 class LapTracePoint(_Body):

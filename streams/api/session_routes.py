@@ -21,6 +21,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import ValidationError
 
 from schemas.api import (
+    LapAnalysis,
     LapTrace,
     ReprocessRequest,
     RollbackRequest,
@@ -56,12 +57,14 @@ from streams.sessions.quotas import check_priority
 from streams.sessions.reprocess import reprocess, rollback
 from streams.sessions.upload import StagedUpload, receipt_for
 from streams.views import sessions as queries
+from streams.views.lap_analysis import lap_analysis
 from streams.views.lap_trace import lap_trace
 from streams.views.laps import session_laps
 from streams.views.track import session_track
 
 __all__ = [
     "ROUTES",
+    "get_lap_analysis",
     "get_lap_trace",
     "get_session",
     "get_session_laps",
@@ -124,6 +127,15 @@ async def get_lap_trace(request: web.Request) -> web.Response:
     async with ctx.pool.acquire() as conn:
         trace = await lap_trace(conn, ctx.store, caller.tenant_id, path_uuid(request), lap)
     return reply(trace)
+
+
+async def get_lap_analysis(request: web.Request) -> web.Response:
+    """One lap against the reference lap: the delta channel, corners and mini-sectors."""
+    ctx, caller = context_of(request), caller_of(request)
+    lap = path_int(request, "lap")
+    async with ctx.pool.acquire() as conn:
+        found = await lap_analysis(conn, ctx.store, caller.tenant_id, path_uuid(request), lap)
+    return reply(found)
 
 
 async def reprocess_session(request: web.Request) -> web.Response:
@@ -346,6 +358,10 @@ ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/v1/sessions/{id}/laps/{lap}/trace", handler=get_lap_trace,
           tag=_TAG, summary="One lap of the active run as speed over distance",
           response=LapTrace, path_types={"id": pp.UUID_ID, "lap": pp.LAP},
+          not_found="no such session, or its active run has no such lap"),
+    Route(method="GET", path="/v1/sessions/{id}/laps/{lap}/analysis", handler=get_lap_analysis,
+          tag=_TAG, summary="One lap against the reference lap: delta channel, corners",
+          response=LapAnalysis, path_types={"id": pp.UUID_ID, "lap": pp.LAP},
           not_found="no such session, or its active run has no such lap"),
     Route(method="POST", path="/v1/sessions/{id}/reprocess", handler=reprocess_session,
           tag=_TAG, summary="Start a new run with the current versions (blue/green)",

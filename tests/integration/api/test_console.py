@@ -385,6 +385,25 @@ async def trace_matches_lap(s: Seeded, session_id: str) -> None:
     assert all(c["start_m"] <= c["end_m"] for c in trace["segments"])
     missing = await get(f"/v1/sessions/{session_id}/laps/99/trace", headers=s.acme)
     assert missing.status == 404
+    # Sectors, their bests and the theoretical best (issue 32 items 1-2).
+    assert len(report["sector_lines"]) == 2
+    for row in report["laps"]:
+        assert [x["sector"] for x in row["sectors"]] == [1, 2, 3]
+        assert abs(sum(x["time_s"] for x in row["sectors"]) - row["lap_time_s"]) < 1e-6
+        assert row["lap_time_sigma_s"] > 0 and all(x["sigma_s"] > 0 for x in row["sectors"])
+    best_sectors = [min(r["sectors"][k]["time_s"] for r in report["laps"] if r["valid"])
+                    for k in range(3)]
+    assert abs(report["theoretical_best_s"] - sum(best_sectors)) < 1e-9
+    # The delta channel and corners against the reference lap (items 3-4).
+    url = f"/v1/sessions/{session_id}/laps/{lap['lap']}/analysis"
+    analysis = await (await get(url, headers=s.acme)).json()
+    assert analysis["reference_lap"] == report["reference_lap"]
+    ref = next(r for r in report["laps"] if r["lap"] == analysis["reference_lap"])
+    assert abs(analysis["delta"][-1]["delta_s"] - (lap["lap_time_s"] - ref["lap_time_s"])) < 1e-4
+    assert analysis["corners"] and len(analysis["mini_sectors"]) == 20
+    assert all(c["apex_speed_mps"] <= c["entry_speed_mps"] for c in analysis["corners"])
+    missing = await get(f"/v1/sessions/{session_id}/laps/99/analysis", headers=s.acme)
+    assert missing.status == 404
 
 
 def compare_laps(p: Person, session_id: str) -> None:
