@@ -127,12 +127,45 @@ def _print_laps(report: dict[str, Any]) -> None:
     def num(value: float | None, digits: int) -> str:
         return "" if value is None else f"{value:.{digits}f}"
 
-    rows = [{"lap": lap["lap"], "time s": num(lap["lap_time_s"], 3),
+    def timed(value: float | None, sigma: float | None) -> str:
+        return num(value, 3) + ("" if sigma is None else f" ±{sigma:.3f}")
+
+    rows = [{"lap": lap["lap"], "time s": timed(lap["lap_time_s"], lap["lap_time_sigma_s"]),
              "Δ best s": num(lap["delta_to_best_s"], 3), "km": num(
                  None if lap["distance_m"] is None else lap["distance_m"] / 1000, 3),
              "top m/s": num(lap["max_speed_mps"], 1), "avg m/s": num(lap["avg_speed_mps"], 1),
              "notes": notes(lap)} for lap in report["laps"]]
     print_rows(rows, title="laps", columns=list(rows[0]))
+    _print_sectors(report)
+
+
+def _print_sectors(report: dict[str, Any]) -> None:
+    """Sector times (``*``: the best valid one of its sector), the rolling best, and the
+    theoretical best under them."""
+    count = max((len(lap["sectors"]) for lap in report["laps"]), default=0)
+    if count:
+        rows = []
+        for lap in report["laps"]:
+            row: dict[str, Any] = {"lap": lap["lap"]}
+            by_number = {x["sector"]: x for x in lap["sectors"]}
+            for k in range(1, count + 1):
+                x = by_number.get(k)
+                row[f"S{k} s"] = "" if x is None else (
+                    f"{x['time_s']:.3f}{'*' if x['is_best'] else ' '} ±{x['sigma_s']:.3f}"
+                    if x["sigma_s"] is not None else f"{x['time_s']:.3f}")
+            best = lap["rolling_best_s"]
+            row["rolling best s"] = "" if best is None else f"{best:.3f}"
+            rows.append(row)
+        print_rows(rows, title="sectors (* best)", columns=list(rows[0]))
+    facts = []
+    if report["theoretical_best_s"] is not None:
+        facts.append(f"theoretical best {report['theoretical_best_s']:.3f} s (best sectors)")
+    if report["theoretical_best_mini_s"] is not None:
+        facts.append(f"{report['theoretical_best_mini_s']:.3f} s (best mini-sectors)")
+    if report["reference_lap"] is not None:
+        facts.append(f"reference lap {report['reference_lap']}")
+    if facts:
+        console.print("; ".join(facts), soft_wrap=True)
 
 
 sessions_app = typer.Typer(help="Whole-session files: upload, inspect, reprocess.",
@@ -285,6 +318,58 @@ def show(
                    columns=("feature", "available", "reason"))
     if laps:
         _print_laps(data["laps"])
+
+
+@sessions_app.command("lap")
+def lap_cmd(
+    session: str = typer.Argument(..., help="Session id."),
+    lap: int = typer.Argument(..., min=1, help="Lap number."),
+    tenant: str | None = TENANT_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """One lap against the reference lap: corners (braking point, apex and exit speed, time
+    gained or lost), mini-sectors, and the delta at the end (--json: the delta channel)."""
+    from streams.objects import ObjectStore
+    from streams.registry import tenant_id
+    from streams.views.lap_analysis import lap_analysis
+
+    owner, sid = tenant_name(tenant), parse_id(session)
+
+    async def work(conn: Any) -> dict[str, Any]:
+        tid = await tenant_id(conn, owner)
+        if tid is None:
+            raise NotFoundError(f"no tenant {owner}")
+        store = ObjectStore(load_settings().objects())
+        return (await lap_analysis(conn, store, tid, sid, lap)).model_dump(mode="json")
+
+    data = run_with_connection(work)
+    if as_json:
+        print_json(data)
+        return
+    head = {"lap": data["lap"], "lap time s": f"{data['lap_time_s']:.3f}"}
+    if data["reference_lap"] is not None:
+        head["reference lap"] = data["reference_lap"]
+        head["reference time s"] = f"{data['reference_lap_time_s']:.3f}"
+        head["delta at the line s"] = f"{data['delta'][-1]['delta_s']:+.3f}"
+    print_record(head, title=f"lap {lap} against the reference lap")
+    if data["reason"]:
+        console.print(f"no delta or corners ({data['reason']})")
+    if data["corners"]:
+        print_rows([{
+            "corner": c["corner"], "dir": c["direction"] or "",
+            "brake m": f"{c['braking_m']:.0f}", "entry km/h": f"{c['entry_speed_mps'] * 3.6:.1f}",
+            "apex km/h": f"{c['apex_speed_mps'] * 3.6:.1f}",
+            "exit km/h": f"{c['exit_speed_mps'] * 3.6:.1f}",
+            "vs ref s": f"{c['time_delta_s']:+.3f}"} for c in data["corners"]],
+            title="corners (vs ref: + lost, - gained)", columns=(
+                "corner", "dir", "brake m", "entry km/h", "apex km/h", "exit km/h", "vs ref s"))
+    if data["mini_sectors"]:
+        print_rows([{"mini": m["sector"], "from m": f"{m['start_m']:.0f}",
+                     "time s": f"{m['time_s']:.3f}{'*' if m['is_best'] else ''}",
+                     "Δ best s": f"{m['delta_to_best_s']:+.3f}"
+                     if m["delta_to_best_s"] is not None else ""}
+                    for m in data["mini_sectors"]],
+                   title="mini-sectors (* best)", columns=("mini", "from m", "time s", "Δ best s"))
 
 
 @sessions_app.command("reprocess")

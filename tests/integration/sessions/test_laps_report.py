@@ -107,7 +107,24 @@ async def test_lost_rmc_session_laps_through_cli_and_api(
     assert _instants(api) == _instants(report)
     text = await _cli("sessions", "show", sid, "--laps")
     assert "start/finish line" in text and "config" in text
-    assert f"{rows[0]['lap_time_s']:.3f}" in text and "best" in text
+    assert f"{rows[0]['lap_time_s']:.3f} ±{rows[0]['lap_time_sigma_s']:.3f}" in text
+    assert "best" in text
+    # Sectors: the table, one best mark per sector, and the theoretical best under it.
+    assert "sectors (* best)" in text
+    assert text.count("*") - 1 == len(report["sector_lines"]) + 1  # "(* best)" + one per sector
+    assert f"theoretical best {report['theoretical_best_s']:.3f} s" in text
+    for row in rows:
+        assert sum(x["time_s"] for x in row["sectors"]) == pytest.approx(row["lap_time_s"])
+    # One lap against the reference lap.
+    ref = report["reference_lap"]
+    other = next(r for r in rows if r["lap"] != ref)
+    lap = orjson.loads(await _cli("sessions", "lap", sid, str(other["lap"]), "--json"))
+    ref_time = next(r["lap_time_s"] for r in rows if r["lap"] == ref)
+    assert lap["reference_lap"] == ref and lap["corners"]
+    assert lap["delta"][-1]["delta_s"] == pytest.approx(other["lap_time_s"] - ref_time, abs=1e-4)
+    text = await _cli("sessions", "lap", sid, str(other["lap"]))
+    assert "corners (vs ref: + lost, - gained)" in text and "mini-sectors" in text
+    assert f"{other['lap_time_s'] - ref_time:+.3f}" in text
 
 
 async def test_open_road_features_read_the_same_in_runs_show_and_sessions_show(
