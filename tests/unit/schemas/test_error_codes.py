@@ -48,6 +48,9 @@ NOT_ERROR_CODES = frozenset(
         # succeeded yet, or the active run has no downsampled GNSS series; a device's charts
         # (streams/views/fleet.py) when the API has no ClickHouse configured
         "NO_ACTIVE_RUN", "NO_GNSS_SERIES", "NO_CLICKHOUSE",
+        # the lap analysis (stages/batch/lap_analysis.py, streams/views/lap_analysis.py): no
+        # valid lap to measure against, or a run processed before the analysis existed
+        "NO_REFERENCE_LAP", "NOT_ANALYSED",
         # settings, environment variables and stream names
         "INGESTION_CAPTURE_STAGE_SNAPSHOTS", "TIDEWAY_CONFIG", "XDG_RUNTIME_DIR",
         "SESSIONS_DLQ", "TELEMETRY_DLQ",
