@@ -46,7 +46,6 @@ import numpy as np
 import pyarrow as pa
 from scipy.interpolate import make_lsq_spline
 from scipy.ndimage import uniform_filter1d
-from scipy.spatial import cKDTree
 
 from schemas.run_config import LapsConfig
 from stages.batch.geo import FloatArray, LocalFrame, Motion, travelled, ts_micros
@@ -59,13 +58,14 @@ from stages.batch.lap_datasets import (
 __all__ = ["LapAnalysis", "analyse"]
 
 NO_REFERENCE_LAP: Final = "NO_REFERENCE_LAP"
-_RATE_HZ: Final = 20.0
+_RATE_HZ: Final = 10.0
 _KNOT_M: Final = 10.0
 _DELTA_STEP_M: Final = 5.0
 _DRIFT_SMOOTH_M: Final = 60.0
 """Spacing of the knots of the (projection - own distance) drift's smoothing spline."""
 _SPEED_SMOOTH_S: Final = 0.3
-_NEIGHBOURS: Final = 16
+_SEARCH_M: Final = 25
+"""How far (m) from a sample's own progress its place on the reference path is looked for."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,17 +117,18 @@ def analyse(motion: Motion | None, laps: pa.Table | None, sectors: pa.Table | No
         sector_rows = _timed_sectors(sectors, {}, None)
         out = _sector_table(_with_bests(sector_rows, rows))
         return LapAnalysis(
-            sector_metrics=out, lap_delta=_delta_table([]), corner_metrics=_corner_table([]),
+            sector_metrics=out, lap_delta=LAP_DELTA_SCHEMA.empty_table(),
+            corner_metrics=_corner_table([]),
             summary={"reference_lap": None, "delta_available": False,
                      "delta_reason": NO_REFERENCE_LAP, "corner_count": 0,
                      **_theoretical(out)})
-    delta_rows = _delta(placed, ref.lap, length)
+    delta = _delta(placed, ref.lap, length)
     sector_rows = (_timed_sectors(sectors, placed, ref)
                    + _mini_sectors(placed, length, p.mini_sectors))
     out = _sector_table(_with_bests(sector_rows, rows))
     corners = _corners(placed, ref, segments, motion)
     return LapAnalysis(
-        sector_metrics=out, lap_delta=_delta_table(delta_rows),
+        sector_metrics=out, lap_delta=delta,
         corner_metrics=_corner_table(corners),
         summary={"reference_lap": ref.lap, "delta_available": True, "delta_reason": None,
                  "corner_count": len({c["corner"] for c in corners}), **_theoretical(out)})
@@ -164,7 +165,6 @@ class _RefPath:
     grid: FloatArray  # 1 m points along the path
     pts: FloatArray
     tangent: FloatArray
-    tree: Any
     length: float
 
     @classmethod
@@ -195,7 +195,7 @@ class _RefPath:
         tan = spline.derivative()(grid)
         tan /= np.maximum(np.linalg.norm(tan, axis=1, keepdims=True), 1e-9)
         return cls(motion_t=t, dist=dist, e=e, n=n, v=np.nan_to_num(v), grid=grid, pts=pts,
-                   tangent=tan, tree=cKDTree(pts), length=length)
+                   tangent=tan, length=length)
 
     def place(self, lap: _Lap) -> _Placed | None:
         """The lap on the reference path (step 2 of the module docstring)."""
@@ -209,15 +209,15 @@ class _RefPath:
         d = np.interp(tt, t, self.dist)
         v = np.interp(tt, t, self.v)
         own = (d - d[0]) / max(d[-1] - d[0], 1e-9) * self.length
-        k = min(_NEIGHBOURS, self.grid.size)
-        dd, ii = self.tree.query(np.column_stack([e, n]), k=k)
-        ii = np.asarray(ii).reshape(tt.size, k)
-        dd = np.asarray(dd).reshape(tt.size, k)
-        # Among the nearest path points, those near where the lap's own progress puts it.
-        far = np.abs(self.grid[ii] - own[:, None]) > 0.2 * self.length
-        pick = np.argmin(np.where(far, np.inf, dd), axis=1)
-        j = ii[np.arange(tt.size), pick]
-        lost = far[np.arange(tt.size), pick]
+        # The nearest path point within ±_SEARCH_M of where the lap's own progress puts the
+        # sample (so a track that crosses itself is not confused; 1 m points, so a window of
+        # indices); one at the window's edge is no match and the sample keeps its own progress.
+        span = np.arange(-_SEARCH_M, _SEARCH_M + 1)
+        cand = np.clip(np.round(own).astype(np.int64)[:, None] + span, 0, self.grid.size - 1)
+        gap = np.hypot(self.pts[cand, 0] - e[:, None], self.pts[cand, 1] - n[:, None])
+        pick = np.argmin(gap, axis=1)
+        j = cand[np.arange(tt.size), pick]
+        lost = (pick == 0) | (pick == span.size - 1)
         rel = np.column_stack([e, n]) - self.pts[j]
         proj = self.grid[j] + np.einsum("ij,ij->i", rel, self.tangent[j])
         proj = np.where(lost, own, proj)
@@ -249,18 +249,21 @@ def _smooth_speed(t: FloatArray, v: FloatArray) -> FloatArray:
     return np.asarray(uniform_filter1d(v, size, mode="nearest"))
 
 
-def _delta(placed: dict[int, _Placed], ref: int, length: float) -> list[dict[str, Any]]:
+def _delta(placed: dict[int, _Placed], ref: int, length: float) -> pa.Table:
     grid = np.append(np.arange(0.0, length, _DELTA_STEP_M), length)
     t_ref = placed[ref].time_at(grid)
-    out = []
+    laps, times, speeds = [], [], []
     for lap, pl in sorted(placed.items()):
         t = pl.time_at(grid)
-        v = np.interp(t, pl.t, pl.v)
-        out += [{"lap": lap, "reference_lap": ref, "distance_m": float(s), "time_s": float(a),
-                 "delta_s": float(a - b), "speed_mps": float(w)}
-                for s, a, b, w in zip(grid.tolist(), t.tolist(), t_ref.tolist(), v.tolist(),
-                                      strict=True)]
-    return out
+        laps.append(np.full(grid.size, lap, dtype=np.int32))
+        times.append(t)
+        speeds.append(np.interp(t, pl.t, pl.v))
+    t_all = np.concatenate(times)
+    return pa.Table.from_pydict({
+        "lap": np.concatenate(laps), "reference_lap": np.full(t_all.size, ref, dtype=np.int32),
+        "distance_m": np.tile(grid, len(times)), "time_s": t_all,
+        "delta_s": t_all - np.tile(t_ref, len(times)), "speed_mps": np.concatenate(speeds),
+    }, schema=LAP_DELTA_SCHEMA)
 
 
 def _timed_sectors(sectors: pa.Table | None, placed: dict[int, _Placed],
@@ -378,13 +381,6 @@ def _corners(placed: dict[int, _Placed], ref: _Lap, segments: pa.Table | None,
 
 def _sector_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SECTOR_METRICS_SCHEMA)
-
-
-def _delta_table(rows: list[dict[str, Any]]) -> pa.Table:
-    if not rows:
-        return LAP_DELTA_SCHEMA.empty_table()
-    cols = {name: [r[name] for r in rows] for name in LAP_DELTA_SCHEMA.names}
-    return pa.Table.from_pydict(cols, schema=LAP_DELTA_SCHEMA)
 
 
 def _corner_table(rows: list[dict[str, Any]]) -> pa.Table:
