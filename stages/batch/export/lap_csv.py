@@ -3,7 +3,8 @@
 
 RFC 4180 CSV from the standard library's writer: a header row, then one row per dataset row,
 lines ending CRLF. Cells are plain: instants in ISO-8601 UTC to the millisecond
-(``2026-05-01T12:00:00.250Z``), times and deltas in seconds to the millisecond, distances in
+(``2026-05-01T12:00:00.250Z``), times and deltas in seconds to the millisecond (their sigmas
+to a tenth of one), distances in
 metres to the centimetre, speeds in m/s to the mm/s, booleans ``true``/``false``, and an
 unknown value (a null, or a column an older run's dataset does not have) an empty cell. Each
 file's columns are declared once below, with the dataset column each one reads.
@@ -40,7 +41,9 @@ def _flag(value: Any) -> str:
     return "true" if value else "false"
 
 
-_SECONDS, _METRES, _SPEED = _fixed(3), _fixed(2), _fixed(3)
+# A time's uncertainty to the tenth of a millisecond: a crossing fit's sigma is a few ms, and
+# rounded to the ms a 0.4 ms sigma would read as none.
+_SECONDS, _SIGMA, _METRES, _SPEED = _fixed(3), _fixed(4), _fixed(2), _fixed(3)
 
 # (header, the dataset column it reads, how a value is written)
 LAP_COLUMNS: Final[tuple[tuple[str, str, Cell], ...]] = (
@@ -48,7 +51,7 @@ LAP_COLUMNS: Final[tuple[tuple[str, str, Cell], ...]] = (
     ("start", "start_ts", _instant),
     ("end", "end_ts", _instant),
     ("lap_time_s", "lap_time_s", _SECONDS),
-    ("lap_time_sigma_s", "lap_time_sigma_s", _SECONDS),
+    ("lap_time_sigma_s", "lap_time_sigma_s", _SIGMA),
     ("delta_to_best_s", "delta_to_best_s", _SECONDS),
     ("rolling_best_s", "rolling_best_s", _SECONDS),
     ("is_best", "is_best", _flag),
@@ -68,7 +71,7 @@ SECTOR_COLUMNS: Final[tuple[tuple[str, str, Cell], ...]] = (
     ("start_m", "start_m", _METRES),
     ("end_m", "end_m", _METRES),
     ("time_s", "time_s", _SECONDS),
-    ("sigma_s", "sigma_s", _SECONDS),
+    ("sigma_s", "sigma_s", _SIGMA),
     ("delta_to_best_s", "delta_to_best_s", _SECONDS),
     ("is_best", "is_best", _flag),
 )

@@ -6,8 +6,9 @@ NATS and object store), then exported through the CLI and the API.
 - the GPX reads back with Tideway's own reader, one point per fix, where the car was;
 - the FIT decodes with fitdecode: one lap message per lap, its time the lap time within 1 ms,
   and its records where the GPX says the car was;
-- sectors and delta: exported when the run has ``sector_metrics`` / ``lap_delta``, else a 409
-  ``EXPORT_UNAVAILABLE`` naming the dataset and ``sessions reprocess`` (see ``_SECTORS_STRICT``);
+- sectors and delta as CSV: one row per lap and sector (a lap's sectors add up to its time),
+  the delta channel over distance (with ``_SECTORS_STRICT`` off, a run without the datasets
+  may instead answer 409 ``EXPORT_UNAVAILABLE`` naming the dataset and ``sessions reprocess``);
 - another tenant's session is not found, and bad options are refused in words.
 """
 
@@ -37,9 +38,9 @@ from tests.integration.sessions.test_api import api_client
 
 LAPS, SEED = 3, 7
 _SEMICIRCLE = 180.0 / 2**31
-# False until compute_metrics writes sector_metrics and lap_delta (issue 32): while False, a run
-# without them must answer 409 EXPORT_UNAVAILABLE; once True, the CSVs must be there.
-_SECTORS_STRICT = False
+# compute_metrics writes sector_metrics and lap_delta (issue 32), so the CSVs must be there;
+# False would accept a run without them answering 409 EXPORT_UNAVAILABLE instead.
+_SECTORS_STRICT = True
 
 
 async def _cli(*args: str, code: int = 0) -> Any:

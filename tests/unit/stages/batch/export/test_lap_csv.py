@@ -61,7 +61,7 @@ def test_laps_csv_has_one_row_per_lap_with_times_to_the_millisecond() -> None:
     first, second = rows
     assert first["start"] == "2026-05-01T12:00:10.000Z"
     assert first["end"] == "2026-05-01T12:01:12.346Z"
-    assert first["lap_time_s"] == "62.345" and first["lap_time_sigma_s"] == "0.012"
+    assert first["lap_time_s"] == "62.345" and first["lap_time_sigma_s"] == "0.0123"
     assert first["delta_to_best_s"] == "0.000" and first["rolling_best_s"] == "62.345"
     assert (first["is_best"], first["valid"], first["pit"]) == ("true", "true", "false")
     assert first["distance_m"] == "1500.12" and first["max_speed_mps"] == "41.235"
@@ -103,7 +103,7 @@ def test_sectors_csv_lists_sectors_then_mini_sectors_per_lap() -> None:
         ("1", "mini", "1"), ("1", "mini", "2"), ("1", "mini", "3")]  # fmt: skip
     assert len(out) == 10
     assert out[0]["time_s"] == "10.333" and out[0]["end_m"] == "100.00"
-    assert out[1]["sigma_s"] == "" and out[0]["sigma_s"] == "0.020"
+    assert out[1]["sigma_s"] == "" and out[0]["sigma_s"] == "0.0200"
     assert out[5]["delta_to_best_s"] == "0.250" and out[5]["is_best"] == "false"
 
 
