@@ -434,6 +434,11 @@ NO_PREVIOUS_RUN: Final = _code(
     "the session has no run to act from: none to reprocess, or none active or good before it "
     "to roll back to (409)",
 )
+EXPORT_UNAVAILABLE: Final = _code(
+    "EXPORT_UNAVAILABLE", _A.JOB,
+    "the session's active run lacks what the export needs: no finished run yet, or a dataset "
+    "the run was processed without (before Tideway made it); reprocess the session (409)",
+)
 RUN_VERIFICATION_FAILED: Final = _code(
     "RUN_VERIFICATION_FAILED",
     _A.JOB,

@@ -147,6 +147,20 @@ def _increasing(ts_us: IntArray) -> npt.NDArray[np.bool_]:
     return keep
 
 
+def valid_fix_rows(table: pa.Table) -> IntArray:
+    """The row numbers of ``table``'s real fixes in time order (finite in-range lat/lon, not
+    (0, 0), fix quality not 0; the first of equal timestamps): the rows :class:`GnssFixes`
+    holds, for a caller that needs the table's other columns of the same rows."""
+    ts = ts_micros(table)
+    lat, lon = column_f64(table, "lat_deg"), column_f64(table, "lon_deg")
+    fixq = column_f64(table, "fix_quality")
+    ok = np.isfinite(lat) & np.isfinite(lon) & (np.abs(lat) <= 90) & (np.abs(lon) <= 180)
+    ok &= ~((lat == 0) & (lon == 0)) & ~(fixq == 0)
+    order = np.argsort(ts[ok], kind="stable")
+    idx = np.flatnonzero(ok)[order]
+    return np.asarray(idx[_increasing(ts[idx])], dtype=np.int64)
+
+
 @dataclass(frozen=True, kw_only=True)
 class GnssFixes:
     """Valid GNSS fixes, sorted, with times ``t`` in seconds since ``t0_us``."""
@@ -165,12 +179,7 @@ class GnssFixes:
         """Rows with a real fix: finite in-range lat/lon, not (0, 0), fix quality not 0."""
         ts = ts_micros(table)
         lat, lon = column_f64(table, "lat_deg"), column_f64(table, "lon_deg")
-        fixq = column_f64(table, "fix_quality")
-        ok = np.isfinite(lat) & np.isfinite(lon) & (np.abs(lat) <= 90) & (np.abs(lon) <= 180)
-        ok &= ~((lat == 0) & (lon == 0)) & ~(fixq == 0)
-        order = np.argsort(ts[ok], kind="stable")
-        idx = np.flatnonzero(ok)[order]
-        idx = idx[_increasing(ts[idx])]
+        idx = valid_fix_rows(table)
         hdop = column_f64(table, "hdop")[idx]
         good = np.isfinite(hdop) & (hdop > 0)
         fill = float(np.median(hdop[good])) if good.any() else 1.0

@@ -21,11 +21,13 @@ from aiohttp import web
 
 from schemas.api import CURSOR_PATTERN
 from schemas.device_schema import SLUG_PATTERN
+from stages.batch.export.files import EXPORTS
 from streams.errors import UsageError
 from streams.identity.ids import DEVICE_RE, TENANT_RE
 
 __all__ = [
     "DEVICE",
+    "EXPORT_FILE",
     "GROUP",
     "KEY_ID",
     "LAP",
@@ -124,6 +126,16 @@ MESSAGE: Final = PathParam(
         "published with a `Nats-Msg-Id`, else `r:<tenant>:<received ns>:<stream seq>`) or the "
         "key's digest (32 hex digits, or the same as a UUID)."
     ),
+)
+
+
+EXPORT_FILE: Final = PathParam(
+    pattern="^(?:" + "|".join(re.escape(name) for name in EXPORTS) + ")$",
+    must_be=f"one of {', '.join(EXPORTS)}",
+    schema={"type": "string", "enum": list(EXPORTS)},
+    description="The file: "
+    + "; ".join(f"`{f.name}` ({f.media_type}): {f.description}" for f in EXPORTS.values())
+    + ".",
 )
 
 

@@ -35,6 +35,7 @@ from schemas.api import (
     UploadForm,
     UploadReceipt,
 )
+from stages.batch.export.files import EXPORTS
 from streams.adapters.errors import PG_UNREACHABLE
 from streams.api import path_params as pp
 from streams.api.bodies import body_of, query_of, reply
@@ -57,6 +58,7 @@ from streams.sessions.quotas import check_priority
 from streams.sessions.reprocess import reprocess, rollback
 from streams.sessions.upload import StagedUpload, receipt_for
 from streams.views import sessions as queries
+from streams.views.export import session_export
 from streams.views.lap_analysis import lap_analysis
 from streams.views.lap_trace import lap_trace
 from streams.views.laps import session_laps
@@ -67,6 +69,7 @@ __all__ = [
     "get_lap_analysis",
     "get_lap_trace",
     "get_session",
+    "get_session_export",
     "get_session_laps",
     "get_session_track",
     "list_sessions",
@@ -136,6 +139,19 @@ async def get_lap_analysis(request: web.Request) -> web.Response:
     async with ctx.pool.acquire() as conn:
         found = await lap_analysis(conn, ctx.store, caller.tenant_id, path_uuid(request), lap)
     return reply(found)
+
+
+async def get_session_export(request: web.Request) -> web.Response:
+    """A file of the active run's results (laps, sectors or delta as CSV, the session as GPX
+    or FIT), as an attachment named for the session."""
+    ctx, caller = context_of(request), caller_of(request)
+    async with ctx.pool.acquire() as conn:
+        found = await session_export(conn, ctx.store, caller.tenant_id, path_uuid(request),
+                                     request.match_info["file"])  # fmt: skip
+    text = found.media_type.startswith("text/")
+    return web.Response(
+        body=found.body, content_type=found.media_type, charset="utf-8" if text else None,
+        headers={"Content-Disposition": f'attachment; filename="{found.filename}"'})
 
 
 async def reprocess_session(request: web.Request) -> web.Response:
@@ -335,6 +351,19 @@ _UPLOAD_HELP = (
     "the run, or after 5 s without it (`run_id` null)."
 )
 
+def _export_schema(media_type: str) -> dict[str, Any]:
+    if media_type.startswith("text/") or media_type.endswith("+xml"):
+        return {"type": "string"}
+    return {"type": "string", "contentMediaType": media_type}
+
+
+_EXPORT_HELP = (
+    "CSV files have a header row, instants in ISO-8601 UTC and times to the millisecond; "
+    "GPX 1.1 has one track segment per lap; FIT records are 1 s apart, its lap messages carry "
+    "each lap's exact time (docs/sessions.md#export). A 409 `EXPORT_UNAVAILABLE` says what the "
+    "active run lacks (no finished run yet, or a dataset it was processed without: reprocess)."
+)
+
 _TAG = "sessions"
 _SESSION = {"id": pp.UUID_ID}  # the path's parameters (their kinds: schema and check)
 _NO_SESSION = "no such session"  # the one text of its 404
@@ -363,6 +392,16 @@ ROUTES: tuple[Route, ...] = (
           tag=_TAG, summary="One lap against the reference lap: delta channel, corners",
           response=LapAnalysis, path_types={"id": pp.UUID_ID, "lap": pp.LAP},
           not_found="no such session, or its active run has no such lap"),
+    Route(method="GET", path="/v1/sessions/{id}/export/{file}", handler=get_session_export,
+          tag=_TAG, summary="A file of the active run's results: laps, sectors or delta as "
+          "CSV, the session with its laps as GPX or FIT",
+          content={f.media_type: {"schema": _export_schema(f.media_type)}
+                   for f in EXPORTS.values()},
+          headers={"Content-Disposition": {
+              "description": "`attachment; filename=\"session-<id's first 8>-<file>\"`",
+              "schema": {"type": "string"}}},
+          description=_EXPORT_HELP, path_types={"id": pp.UUID_ID, "file": pp.EXPORT_FILE},
+          not_found=_NO_SESSION, errors=(409,)),
     Route(method="POST", path="/v1/sessions/{id}/reprocess", handler=reprocess_session,
           tag=_TAG, summary="Start a new run with the current versions (blue/green)",
           status=202, body=ReprocessRequest, response=RunStarted, path_types=_SESSION,

@@ -1,16 +1,18 @@
-"""``tideway sessions upload | list | show | synth | reprocess | rollback | dlq``.
+"""``tideway sessions upload | list | show | lap | export | synth | reprocess | rollback | dlq``.
 
 Uploads store the files in the object store and publish a notice for intake (``tideway up``
 or a ``tideway intake`` process must be running for the run to be created and processed);
 ``--wait`` follows the run until it ends. ``reprocess`` / ``rollback`` move a session's active
 run blue/green (see ``streams.sessions.reprocess``). ``synth`` writes a synthetic session file
-and its ground truth (``<out>.truth.json``) for tests and the demo. ``reprocess`` and
+and its ground truth (``<out>.truth.json``) for tests and the demo. ``export`` writes the active
+run's laps, sectors or delta as CSV, or the session with its laps as GPX or FIT. ``reprocess`` and
 ``rollback`` are ``tideway runs`` commands too (:mod:`streams.cli.runs`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -370,6 +372,71 @@ def lap_cmd(
                      if m["delta_to_best_s"] is not None else ""}
                     for m in data["mini_sectors"]],
                    title="mini-sectors (* best)", columns=("mini", "from m", "time s", "Δ best s"))
+
+
+EXPORT_FORMATS = ("csv", "gpx", "fit")
+CSV_TABLES = ("laps", "sectors", "delta")
+
+
+def _export_name(fmt: str | None, what: str | None, out: Path | None) -> str:
+    """The export file (``laps.csv``...) the options ask for; ``--format`` may be left to the
+    ``-o`` file's suffix. (The choices are spelled here so ``--help`` needs no pyarrow;
+    tests/unit/stages/batch/export checks they are the table's.)"""
+    if fmt is None and out is not None and out.suffix[1:].lower() in EXPORT_FORMATS:
+        fmt = out.suffix[1:].lower()
+    if fmt is None:
+        raise UsageError(f"--format is required (one of {', '.join(EXPORT_FORMATS)}) unless "
+                         "-o names a .csv, .gpx or .fit file")
+    if fmt not in EXPORT_FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(EXPORT_FORMATS)}, not {fmt!r}")
+    if fmt != "csv":
+        if what not in (None, "session"):
+            raise UsageError(f"--what is for CSV: a {fmt.upper()} file is the whole session "
+                             "with its laps")
+        return f"session.{fmt}"
+    what = what or "laps"
+    if what not in CSV_TABLES:
+        raise UsageError(f"--what must be one of {', '.join(CSV_TABLES)}, not {what!r}")
+    return f"{what}.csv"
+
+
+@sessions_app.command("export")
+def export_cmd(
+    session: str = typer.Argument(..., help="Session id."),
+    fmt: str | None = typer.Option(
+        None, "--format", help="csv | gpx | fit (default: the -o file's suffix)."),
+    what: str | None = typer.Option(
+        None, "--what", help="For CSV: laps (default) | sectors | delta."),
+    out: Path | None = typer.Option(
+        None, "-o", "--out", help="File to write (default: standard output; FIT, being "
+        "binary, only when that is not a terminal)."),
+    tenant: str | None = TENANT_OPTION,
+) -> None:
+    """Export the active run's laps, sectors or delta channel as CSV, or the session with
+    its laps as GPX or FIT (for video-overlay and analysis tools)."""
+    from streams.objects import ObjectStore
+    from streams.registry import tenant_id
+    from streams.views.export import Export, session_export
+
+    name = _export_name(fmt, what, out)
+    owner, sid = tenant_name(tenant), parse_id(session)
+    if out is None and name.endswith(".fit") and sys.stdout.isatty():
+        raise UsageError("a FIT file is binary: give -o FILE, or redirect the output to a file")
+
+    async def work(conn: Any) -> Export:
+        tid = await tenant_id(conn, owner)
+        if tid is None:
+            raise NotFoundError(f"no session {sid}")
+        store = ObjectStore(load_settings().objects())
+        return await session_export(conn, store, tid, sid, name)
+
+    found = run_with_connection(work)
+    if out is None:
+        sys.stdout.buffer.write(found.body)
+        sys.stdout.buffer.flush()
+        return
+    out.write_bytes(found.body)
+    err_console.print(f"wrote {out} ({len(found.body):,} bytes, {name} of session {sid})")
 
 
 @sessions_app.command("reprocess")

@@ -20,8 +20,10 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
+from xml.sax.saxutils import escape
 
 import pyarrow as pa
 from defusedxml import DefusedXmlException
@@ -36,6 +38,8 @@ from stages.batch.formats.timeparse import iso_to_us, us_to_iso
 
 GPX_NS: Final = "http://www.topografix.com/GPX/1/1"
 TPX_NS: Final = "http://www.garmin.com/xmlschemas/TrackPointExtension/v2"
+# Tideway's own extension: which lap a track segment is (an export's laps, see docs/sessions.md).
+TIDEWAY_NS: Final = "https://tideway.dev/xmlschemas/gpx/v1"
 _EXT_CHANNELS: Final = {
     "hr": canonical.HEART_RATE,
     "cad": canonical.CADENCE,
@@ -154,8 +158,26 @@ def _point(pt: ET.Element) -> tuple[dict[str, float | int | None], dict[str, flo
     return row, extras
 
 
-def write(streams: Mapping[str, pa.Table]) -> bytes:
-    """Serialise canonical GNSS (+ AUX channels at the same timestamps) as GPX 1.1."""
+@dataclass(frozen=True, kw_only=True)
+class TrackSegment:
+    """One ``<trkseg>`` of a written track: the GNSS rows up to ``stop`` (exclusive) from where
+    the previous segment stopped, and the lap they are (``None``: outside every lap)."""
+
+    stop: int
+    lap: int | None = None
+
+
+def write(
+    streams: Mapping[str, pa.Table],
+    *,
+    segments: Sequence[TrackSegment] = (),
+    name: str = "session",
+    description: str | None = None,
+) -> bytes:
+    """Serialise canonical GNSS (+ AUX channels at the same timestamps) as GPX 1.1: one
+    ``<trk>`` named ``name``, one ``<trkseg>`` per entry of ``segments`` (one for every row
+    when there are none). A lap's segment says its lap in a ``<tideway:lap>`` extension,
+    which other readers skip."""
     gnss = streams.get(canonical.GNSS, canonical.empty(canonical.GNSS))
     aux = streams.get(canonical.AUX, canonical.empty(canonical.AUX))
     by_ts: dict[int, dict[str, float]] = {}
@@ -167,37 +189,53 @@ def write(streams: Mapping[str, pa.Table]) -> bytes:
         if ch in tag_of:
             by_ts.setdefault(ts, {})[tag_of[ch]] = v
     rows = gnss.select(["lat_deg", "lon_deg", "alt_m", "speed_mps", "course_deg", "hdop", "sats"])
+    points = [
+        _trkpt(ts, r, by_ts.get(ts, {}))
+        for ts, r in zip(gnss.column("ts").cast(pa.int64()).to_pylist(), rows.to_pylist(),
+                         strict=True)
+    ]  # fmt: skip
+    laps_ns = f' xmlns:tideway="{TIDEWAY_NS}"' if any(g.lap is not None for g in segments) else ""
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>\n'
-        f'<gpx version="1.1" creator="Tideway" xmlns="{GPX_NS}" xmlns:gpxtpx="{TPX_NS}">\n'
-        "<trk><name>session</name><trkseg>\n"
+        f'<gpx version="1.1" creator="Tideway" xmlns="{GPX_NS}" xmlns:gpxtpx="{TPX_NS}"'
+        f"{laps_ns}>\n<trk><name>{escape(name)}</name>"
+        + (f"<desc>{escape(description)}</desc>" if description else "")
+        + "\n"
     ]
-    ts_list = gnss.column("ts").cast(pa.int64()).to_pylist()
-    for ts, r in zip(ts_list, rows.to_pylist(), strict=True):
-        parts = [f'<trkpt lat="{r["lat_deg"]:.8f}" lon="{r["lon_deg"]:.8f}">']
-        if r["alt_m"] is not None:
-            parts.append(f"<ele>{r['alt_m']:.3f}</ele>")
-        parts.append(f"<time>{us_to_iso(ts)}</time>")
-        if r["sats"] is not None:
-            parts.append(f"<sat>{r['sats']}</sat>")
-        if r["hdop"] is not None:
-            parts.append(f"<hdop>{r['hdop']:.2f}</hdop>")
-        found = by_ts.get(ts, {})
-        ext = [f"<gpxtpx:{t}>{found[t]:g}</gpxtpx:{t}>" for t in _EXT_ORDER if t in found]
-        if r["speed_mps"] is not None:
-            ext.append(f"<gpxtpx:speed>{r['speed_mps']:.4f}</gpxtpx:speed>")
-        if r["course_deg"] is not None:
-            ext.append(f"<gpxtpx:course>{r['course_deg']:.2f}</gpxtpx:course>")
-        if ext:
-            parts.append(
-                "<extensions><gpxtpx:TrackPointExtension>"
-                + "".join(ext)
-                + "</gpxtpx:TrackPointExtension></extensions>"
-            )
-        parts.append("</trkpt>\n")
-        out.append("".join(parts))
-    out.append("</trkseg></trk>\n</gpx>\n")
+    start = 0
+    for seg in segments or (TrackSegment(stop=len(points)),):
+        out.append("<trkseg>\n")
+        out.extend(points[start : seg.stop])
+        if seg.lap is not None:
+            out.append(f"<extensions><tideway:lap>{seg.lap}</tideway:lap></extensions>\n")
+        out.append("</trkseg>\n")
+        start = seg.stop
+    out.append("</trk>\n</gpx>\n")
     return "".join(out).encode()
+
+
+def _trkpt(ts: int, r: Mapping[str, float | None], found: Mapping[str, float]) -> str:
+    parts = [f'<trkpt lat="{r["lat_deg"]:.8f}" lon="{r["lon_deg"]:.8f}">']
+    if r["alt_m"] is not None:
+        parts.append(f"<ele>{r['alt_m']:.3f}</ele>")
+    parts.append(f"<time>{us_to_iso(ts)}</time>")
+    if r["sats"] is not None:
+        parts.append(f"<sat>{r['sats']}</sat>")
+    if r["hdop"] is not None:
+        parts.append(f"<hdop>{r['hdop']:.2f}</hdop>")
+    ext = [f"<gpxtpx:{t}>{found[t]:g}</gpxtpx:{t}>" for t in _EXT_ORDER if t in found]
+    if r["speed_mps"] is not None:
+        ext.append(f"<gpxtpx:speed>{r['speed_mps']:.4f}</gpxtpx:speed>")
+    if r["course_deg"] is not None:
+        ext.append(f"<gpxtpx:course>{r['course_deg']:.2f}</gpxtpx:course>")
+    if ext:
+        parts.append(
+            "<extensions><gpxtpx:TrackPointExtension>"
+            + "".join(ext)
+            + "</gpxtpx:TrackPointExtension></extensions>"
+        )
+    parts.append("</trkpt>\n")
+    return "".join(parts)
 
 
 def sniff(head: Head) -> Sniffed | None:

@@ -26,6 +26,22 @@ export async function api(path, { method = "GET", body } = {}) {
   return data;
 }
 
+/** Fetch a /v1 file route with the signed-in key and save the answer as a download named as
+ * its Content-Disposition says (a plain link cannot send the key). A refusal throws its
+ * problem, as api() does. */
+export async function download(path) {
+  const resp = await fetch(path, { headers: { Authorization: `Bearer ${sessionStorage.getItem(KEY)}` } });
+  if (resp.status === 401) window.dispatchEvent(new CustomEvent("tideway:signed-out"));
+  if (!resp.ok) throw new ApiError(resp.status, await resp.json().catch(() => ({})));
+  const named = /filename="([^"]+)"/.exec(resp.headers.get("Content-Disposition") || "");
+  const url = URL.createObjectURL(await resp.blob());
+  const a = h("a", { href: url, download: named ? named[1] : path.split("/").pop(), hidden: true });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
 let openapi = null;
 
 /** Whether this API documents ``path`` (a route template): pages use newer routes only then. */

@@ -10,6 +10,10 @@ only file was rejected.
 - Roll back is offered only with an earlier good run to go back to, and after it the page
   names the new active run;
 - the compared lap pair is in the URL and survives a reload;
+- the export links (laps, sectors, delta as CSV, GPX, FIT) download files that parse: each
+  link's file fetched with the signed-in key (CSV by the csv module, GPX by Tideway's reader,
+  FIT by fitdecode), one clicked into a real download; a file the run cannot make is named,
+  not linked, and its route answers 409 EXPORT_UNAVAILABLE;
 - at 1,440 x 900 and 390 x 844, in UTC and Asia/Tokyo, the page never scrolls sideways and
   its times carry the zone.
 
@@ -20,15 +24,22 @@ Helpers (the browser, the person, the upload of a lap session, the worker) come 
 from __future__ import annotations
 
 import asyncio
+import base64
+import csv
+import io
 import math
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import fitdecode
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
+from stages.batch.formats import gpx
 from tests.integration.api.conftest import Seeded
 from tests.integration.api.test_console import (
     Person,
@@ -103,6 +114,62 @@ def lap_pair_in_url(p: Person, session_id: str) -> None:
     assert drawn == [a, b], drawn
 
 
+_FETCH = """
+const [href, done] = arguments;
+fetch(href, { headers: { Authorization: `Bearer ${sessionStorage.getItem("tideway.api-key")}` } })
+  .then(async (r) => {
+    const bytes = new Uint8Array(await r.arrayBuffer());
+    let binary = "";
+    for (const b of bytes) binary += String.fromCharCode(b);
+    done({ status: r.status, type: r.headers.get("Content-Type"),
+           disposition: r.headers.get("Content-Disposition"), body: btoa(binary) });
+  })
+  .catch((e) => done({ error: String(e) }));
+"""
+
+
+def _parses(file: str, body: bytes) -> int:
+    """How many laps (CSV rows, GPX lap segments, FIT lap messages) the file holds."""
+    if file.endswith(".csv"):
+        rows = list(csv.DictReader(io.StringIO(body.decode())))
+        assert rows and "lap" in rows[0], file
+        return len({r["lap"] for r in rows})
+    if file.endswith(".gpx"):
+        assert gpx.read(body).streams["gnss"].num_rows > 100
+        return body.count(b"<tideway:lap>")
+    with fitdecode.FitReader(io.BytesIO(body), check_crc=fitdecode.CrcCheck.ENABLED) as fit:
+        names = [f.name for f in fit if isinstance(f, fitdecode.FitDataMessage)]
+    assert names.count("record") > 100
+    return names.count("lap")
+
+
+def downloads_work(p: Person, session_id: str, laps: int) -> list[str]:
+    """Every export link's file parses and holds the laps; a click downloads one. The files
+    the page does not link (their routes are checked by the caller)."""
+    p.open(f"#/sessions/{session_id}", "#session-downloads a")
+    links = {a.get_attribute("data-file"): a.get_attribute("href")
+             for a in p.all("#session-downloads a")}  # fmt: skip
+    assert {"laps.csv", "session.gpx", "session.fit"} <= set(links), links
+    for file, href in links.items():
+        got = p.driver.execute_async_script(_FETCH, href)
+        assert got.get("status") == 200, (file, got.get("status"), got.get("error"))
+        assert got["disposition"] == f'attachment; filename="session-{session_id[:8]}-{file}"'
+        assert _parses(file, base64.b64decode(got["body"])) == laps, file
+    with tempfile.TemporaryDirectory() as folder:
+        p.driver.execute_cdp_cmd("Browser.setDownloadBehavior",
+                                 {"behavior": "allow", "downloadPath": folder})  # fmt: skip
+        p.find('#session-downloads a[data-file="laps.csv"]').click()
+        saved = Path(folder) / f"session-{session_id[:8]}-laps.csv"
+        p.wait(lambda d: saved.exists())
+        assert _parses("laps.csv", saved.read_bytes()) == laps
+    every = ("laps.csv", "sectors.csv", "delta.csv", "session.gpx", "session.fit")
+    missing = [f for f in every if f not in links]
+    if missing:
+        assert "reprocess" in p.text("#session-downloads-missing")
+    p.shot("session-downloads")
+    return missing
+
+
 def fits_everywhere(p: Person, session_id: str, pair: str) -> None:
     """Every size and zone: no sideways scroll, the track inside the window, zoned times."""
     cdp = p.driver.execute_cdp_cmd
@@ -118,6 +185,9 @@ def fits_everywhere(p: Person, session_id: str, pair: str) -> None:
                 assert overflow(p) <= 0, (zone, width, overflow(p))
                 track = p.find("#track-svg").rect
                 assert 0 <= track["x"] <= track["x"] + track["width"] <= width, (zone, track)
+                for link in p.all("#session-downloads a"):  # on one line or wrapped, inside
+                    r = link.rect
+                    assert 0 <= r["x"] <= r["x"] + r["width"] <= width, (link.text, r)
                 for button in p.all("#view .actions button:not([hidden])"):
                     r = button.rect
                     assert 0 <= r["x"] <= r["x"] + r["width"] <= width, (button.text, r)
@@ -125,6 +195,9 @@ def fits_everywhere(p: Person, session_id: str, pair: str) -> None:
                 assert any(z in uploaded for z in shown), (zone, uploaded)
                 assert "null" not in p.text("#view") and "undefined" not in p.text("#view")
                 p.shot(f"session-{width}-{zone.replace('/', '-')}")
+                p.driver.execute_script("document.getElementById('session-downloads')"
+                                        ".scrollIntoView({block: 'center'})")  # fmt: skip
+                p.shot(f"session-downloads-{width}-{zone.replace('/', '-')}")
     finally:
         cdp("Emulation.clearDeviceMetricsOverride", {})
         cdp("Emulation.setTimezoneOverride", {"timezoneId": "UTC"})
@@ -198,6 +271,10 @@ async def test_the_session_page(seeded: Seeded, browser: WebDriver, fleet: Harne
 
     await asyncio.to_thread(line_is_drawn, p, laps_session)
     await asyncio.to_thread(lap_pair_in_url, p, laps_session)
+    missing = await asyncio.to_thread(downloads_work, p, laps_session, 3)
+    for file in missing:  # not linked: the run lacks its dataset, and the API says so
+        resp = await get(f"/v1/sessions/{laps_session}/export/{file}", headers=seeded.acme)
+        assert resp.status == 409 and (await resp.json())["code"] == "EXPORT_UNAVAILABLE", file
     await asyncio.to_thread(fits_everywhere, p, laps_session, "a=3&b=1")
     await asyncio.to_thread(rejected_file_is_told, p, rejected)
 

@@ -122,6 +122,8 @@ async def test_path_parameters_are_held_to_their_documented_patterns(seeded: See
         "/v1/dead-letters/99999999999999999999",
         "/v1/dead-letter-groups/a=b/redrive",
         f"/v1/sessions/{seeded.session_id}/laps/x/trace",
+        f"/v1/sessions/{seeded.session_id}/export/laps.xlsx",
+        f"/v1/sessions/{seeded.session_id}/export/session.GPX",
         f"/v1/sessions/{seeded.session_id.replace('-', '')}",
         "/v1/messages/no-such-shape",
     ):

@@ -1,8 +1,8 @@
 // Sessions: the list, and one session with its runs, files, track, laps (two overlaid as speed
-// over distance, with the corners) and the active run's features.
+// over distance, with the corners), its exports and the active run's features.
 import {
   api, h, table, cell, state, short, facts, notice, act, documented, timeAt, duration, viewState,
-  setViewState,
+  setViewState, download,
 } from "../lib.js";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -228,6 +228,32 @@ function lapComparison(id, laps) {
   return [h("h2", {}, "Speed over distance"), h("div", { class: "filters" }, "compare ", a, " with ", b), chart, load];
 }
 
+// The export files (GET /v1/sessions/{id}/export/{file}) and the dataset each cannot be made
+// without: stages/batch/export/files.py declares them; a file whose dataset the run lacks is
+// named, not linked (the browser test checks those answer 409 EXPORT_UNAVAILABLE).
+const EXPORTS = [
+  ["laps.csv", "Laps CSV", "laps"], ["sectors.csv", "Sectors CSV", "sector_metrics"],
+  ["delta.csv", "Delta CSV", "lap_delta"], ["session.gpx", "GPX", "time_align.gnss"],
+  ["session.fit", "FIT", "time_align.gnss"],
+];
+
+/** Download links of the active run's exports (fetched with the key: see lib.download). */
+function exportLinks(id, run) {
+  const has = new Set(run.datasets.map((d) => d.name));
+  const links = EXPORTS.filter(([, , needs]) => has.has(needs)).map(([file, label]) => {
+    const a = h("a", { href: `/v1/sessions/${id}/export/${file}`, "data-file": file, class: "download" }, label);
+    a.addEventListener("click", (e) => {
+      e.preventDefault();
+      act(a, () => download(a.getAttribute("href")));
+    });
+    return a;
+  });
+  const missing = EXPORTS.filter(([, , needs]) => !has.has(needs)).map(([, label]) => label);
+  return [h("p", { class: "downloads", id: "session-downloads" }, links),
+    ...(missing.length ? [h("p", { class: "muted", id: "session-downloads-missing" },
+      `Not in this run: ${missing.join(", ")} (reprocess the session to make them).`)] : [])];
+}
+
 export async function listSessions(view) {
   const device = h("input", { id: "session-device", type: "search", placeholder: "device" });
   device.value = viewState().device || ""; // #/sessions?device=<id>: the device filter
@@ -344,6 +370,7 @@ export async function showSession(view, id) {
       await load();
     }
   }
+  if (await documented("/v1/sessions/{id}/export/{file}")) view.append(h("h2", {}, "Export"), ...exportLinks(id, run));
   const names = [...new Set([...Object.keys(run.features_available), ...Object.keys(run.feature_reasons)])].sort();
   view.append(h("h2", {}, "Features"), names.length
     ? stacked(table(["feature", "available", "why not"], names.map((n) => h("tr", {},
