@@ -372,7 +372,7 @@ class _Timing:
         if not np.isfinite(self.dist).all():
             return np.ones(tc.size)
         d = np.interp(np.concatenate([tc - 0.1, tc + 0.1]), self.t, self.dist)
-        return np.maximum((d[tc.size:] - d[:tc.size]) / 0.2, 1.0)
+        return np.asarray(np.maximum((d[tc.size:] - d[:tc.size]) / 0.2, 1.0), dtype=np.float64)
 
     def crossings(self, line: _Line) -> _Cross:
         """Refined crossing times of ``line`` in its dominant direction, debounced (step 2 of
