@@ -339,6 +339,14 @@ INVALID_CONFIG: Final = _code(
 INVALID_START_FINISH: Final = _code(
     "INVALID_START_FINISH", _A.SESSION, "the configured start/finish line is malformed"
 )
+UNKNOWN_TRACK: Final = _code(
+    "UNKNOWN_TRACK",
+    _A.SESSION,
+    "the run config's `track` names neither a saved track of the tenant nor a library track "
+    "(`tideway tracks list --library` lists both; `track: none` times no known track)",
+    error_type=_T.CONFIGURATION,
+    severity=3,
+)
 
 # -- job engine -----------------------------------------------------------------------------
 SOFT_TIMEOUT: Final = _code(
