@@ -442,6 +442,11 @@ NO_PREVIOUS_RUN: Final = _code(
     "the session has no run to act from: none to reprocess, or none active or good before it "
     "to roll back to (409)",
 )
+NO_TIMED_LINE: Final = _code(
+    "NO_TIMED_LINE", _A.JOB,
+    "a track was to be saved from a session whose active run timed no line (no finished lap "
+    "detection, or no laps); give the lines with --start-finish instead (409)",
+)
 RUN_VERIFICATION_FAILED: Final = _code(
     "RUN_VERIFICATION_FAILED",
     _A.JOB,
