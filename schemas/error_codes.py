@@ -339,6 +339,14 @@ INVALID_CONFIG: Final = _code(
 INVALID_START_FINISH: Final = _code(
     "INVALID_START_FINISH", _A.SESSION, "the configured start/finish line is malformed"
 )
+UNKNOWN_TRACK: Final = _code(
+    "UNKNOWN_TRACK",
+    _A.SESSION,
+    "the run config's `track` names neither a saved track of the tenant nor a library track "
+    "(`tideway tracks list --library` lists both; `track: none` times no known track)",
+    error_type=_T.CONFIGURATION,
+    severity=3,
+)
 
 # -- job engine -----------------------------------------------------------------------------
 SOFT_TIMEOUT: Final = _code(
@@ -438,6 +446,11 @@ EXPORT_UNAVAILABLE: Final = _code(
     "EXPORT_UNAVAILABLE", _A.JOB,
     "the session's active run lacks what the export needs: no finished run yet, or a dataset "
     "the run was processed without (before Tideway made it); reprocess the session (409)",
+)
+NO_TIMED_LINE: Final = _code(
+    "NO_TIMED_LINE", _A.JOB,
+    "a track was to be saved from a session whose active run timed no line (no finished lap "
+    "detection, or no laps); give the lines with --start-finish instead (409)",
 )
 RUN_VERIFICATION_FAILED: Final = _code(
     "RUN_VERIFICATION_FAILED",

@@ -22,8 +22,8 @@ Conventions:
   snapshots) is passed through as objects; everything the API itself decides has a field.
 
 The models live by area (``runs``, ``sessions``, ``devices``, ``device_schemas``,
-``dead_letters``, ``events``, ``telemetry``), the pieces every area uses in ``base``; this
-package re-exports them all, so ``from schemas.api import X`` names any of them.
+``dead_letters``, ``events``, ``telemetry``, ``tracks``), the pieces every area uses in
+``base``; this package re-exports them all, so ``from schemas.api import X`` names any of them.
 """
 
 from schemas.api.base import (
@@ -143,11 +143,21 @@ from schemas.api.telemetry import (
     RecentMessage,
     SeriesPoint,
 )
+from schemas.api.tracks import (
+    TRACK_NAME_PATTERN,
+    KnownTrack,
+    NewTrack,
+    TrackFromSession,
+    TrackLines,
+    TrackPage,
+    TrackQuery,
+)
 
 __all__ = [
     "CURSOR_PATTERN",
     "LIMIT_DEFAULT",
     "LIMIT_MAX",
+    "TRACK_NAME_PATTERN",
     "BackfillSchedule",
     "BackfillSchedules",
     "CancelResult",
@@ -185,6 +195,7 @@ __all__ = [
     "FleetSort",
     "Health",
     "IssuedDeviceCredential",
+    "KnownTrack",
     "LapAnalysis",
     "LapCorner",
     "LapDeltaPoint",
@@ -194,6 +205,7 @@ __all__ = [
     "LapTracePoint",
     "Limit",
     "MessageExplanation",
+    "NewTrack",
     "Page",
     "ParameterSeries",
     "Problem",
@@ -240,7 +252,11 @@ __all__ = [
     "SessionSummary",
     "SessionTrack",
     "Text",
+    "TrackFromSession",
+    "TrackLines",
+    "TrackPage",
     "TrackPoint",
+    "TrackQuery",
     "UploadForm",
     "UploadReceipt",
     "operator_fields",

@@ -339,3 +339,21 @@ backfill_schedules = sa.Table(
     sa.CheckConstraint("uploaded_within_s > 0", name="within"),
     sa.Index("ix_backfill_schedules_due", "next_run_at", postgresql_where=sa.text("enabled")),
 )
+
+saved_tracks = sa.Table(
+    "saved_tracks",
+    metadata,
+    # An operator's timing lines (migration 0033): one row per tenant and name, stamped into
+    # every run the tenant creates afterwards (run config ``tracks``). Lines are the run
+    # config's ``StartFinish`` objects (lat1, lon1, lat2, lon2); ``sectors`` a list of them.
+    uuid_pk(),
+    tenant_fk(),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("start_finish", pg.JSONB, nullable=False),
+    sa.Column("finish", pg.JSONB),
+    sa.Column("sectors", pg.JSONB, nullable=False, server_default=sa.text("'[]'::jsonb")),
+    sa.Column("from_session", pg.UUID(as_uuid=True)),
+    sa.Column("created_by", sa.Text, nullable=False),
+    created_at(),
+    sa.UniqueConstraint("tenant_id", "name", name="uq_saved_tracks_tenant_name"),
+)

@@ -26,6 +26,7 @@ from streams.api import (
     service_routes,
     session_dlq_routes,
     session_routes,
+    track_routes,
 )
 from streams.api import path_params as pp
 from streams.api.openapi import Handler, Route, document, dumps
@@ -37,6 +38,7 @@ AREAS: Final[tuple[ModuleType, ...]] = (
     service_routes,
     session_routes,
     run_routes,
+    track_routes,
     fleet_routes,
     device_routes,
     credential_routes,

@@ -56,7 +56,8 @@ _PUBLIC = frozenset(route.path for route in routes.ROUTES if route.public)
 # Refusals of an action by the state of what it acts on (409 Conflict rather than 400).
 _CONFLICTS = frozenset({codes.RUN_NOT_RETRIABLE, codes.NO_PREVIOUS_RUN, codes.DEVICE_EXISTS,
                         codes.RUN_TERMINAL, codes.ROLLBACK_VERIFICATION_FAILED,
-                        codes.EXPORT_UNAVAILABLE})
+                        codes.EXPORT_UNAVAILABLE,
+                        codes.NO_TIMED_LINE})
 
 
 def _problem(request: web.Request, status: int, code: str, message: str, **kw: Any) -> web.Response:

@@ -22,6 +22,7 @@ from streams.cli.retention import retention_app
 from streams.cli.runs import runs_app
 from streams.cli.schema import schema_app
 from streams.cli.sessions import sessions_app
+from streams.cli.tracks import tracks_app
 from streams.errors import TidewayError
 
 app = typer.Typer(
@@ -53,6 +54,7 @@ app.add_typer(telemetry.messages_app, name="messages")
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(api_keys_app, name="api-keys")
 app.add_typer(runs_app, name="runs")
+app.add_typer(tracks_app, name="tracks")
 app.add_typer(retention_app, name="retention")
 
 

@@ -4,9 +4,11 @@ A session's runs are immutable, and so are their datasets; what moves is one poi
 ``sessions.active_run_id``, which the API, the CLI and ClickHouse readers follow.
 
 - :func:`reprocess` starts a new run over the same artifacts with the *current* versions
-  (and the source run's config unless another is given). Nothing changes for readers until the
-  new run ends: the engine moves the pointer when - and only when - it ends succeeded or partial
-  and is newer than the active run. A failed or cancelled reprocess leaves the session as it was.
+  (and the source run's config unless another is given; the tenant's saved tracks are stamped
+  into a config without ``tracks``, :mod:`streams.sessions.saved_tracks`). Nothing changes for
+  readers until the new run ends: the engine moves the pointer when - and only when - it ends
+  succeeded or partial and is newer than the active run. A failed or cancelled reprocess leaves
+  the session as it was.
 - :func:`backfill` reprocesses many sessions (by tenant, device, upload time) with the current
   versions, at a priority below interactive uploads. It is idempotent: a session that already
   has a run at the current versions with its config and artifacts - whatever became of that
@@ -42,6 +44,7 @@ from streams.jobs.enqueue import EnqueuedRun, enqueue_run
 from streams.names import Names
 from streams.objects import ObjectStore
 from streams.sessions import priorities
+from streams.sessions.saved_tracks import stamp_saved_tracks
 from streams.sessions.verify import DatasetToCheck, verify_objects
 from streams.sessions.versions import current_versions
 
@@ -226,7 +229,8 @@ async def reprocess(
         if source is None:
             raise UsageError(f"session {session_id} has no run to reprocess",
                              code="NO_PREVIOUS_RUN")
-        run_config = dict(source["config"] if config is None else config)
+        run_config = await stamp_saved_tracks(
+            conn, session["tenant_id"], source["config"] if config is None else config)
         if unless_current:
             existing = await conn.fetchval(
                 _CURRENT_RUN,

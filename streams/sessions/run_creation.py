@@ -4,7 +4,8 @@ Intake calls :func:`create_run` once the notice's artifacts are in the object st
 is idempotent: artifact rows on ``(tenant, sha256)``, the session on its derived id, and the run
 on its idempotency key - the artifact-set hash - through the engine's ``enqueue_run``. So the
 same upload accepted twice (a redelivered notice, a second ``tideway sessions upload``) returns
-the first run with ``created=False`` and writes nothing.
+the first run with ``created=False`` and writes nothing. The tenant's saved tracks are stamped
+into the new run's config (:func:`streams.sessions.saved_tracks.stamp_saved_tracks`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from streams.jobs.enqueue import enqueue_run
 from streams.names import Names
 from streams.registry import ensure_device, ensure_tenant
 from streams.sessions.notice import NoticeArtifact, artifact_id
+from streams.sessions.saved_tracks import stamp_saved_tracks
 from streams.sessions.versions import current_versions
 
 __all__ = ["IntakeResult", "RunRequest", "create_run"]
@@ -107,13 +109,14 @@ async def create_run(
         ]
         await conn.execute(_INSERT_ARTIFACTS, tenant_id, req.session_id, req.requested_by, rows)
         ids = dict(await conn.fetch(_ARTIFACT_IDS, tenant_id, [a.sha256 for a in req.artifacts]))
+        config = await stamp_saved_tracks(conn, tenant_id, req.config)
         enqueued = await enqueue_run(
             conn,
             dag=DEFAULT_DAG,
             tenant_id=tenant_id,
             session_id=req.session_id,
-            plan=plan_run(req.config, default_attempts=default_attempts),
-            config=req.config,
+            plan=plan_run(config, default_attempts=default_attempts),
+            config=config,
             versions=current_versions(),
             artifact_ids=[ids[a.sha256] for a in req.artifacts],
             artifact_set_hash=req.artifact_set_hash,

@@ -19,9 +19,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.ndimage import gaussian_filter1d
 from scipy.spatial import cKDTree
 
-from stages.batch.geo import FloatArray
+from stages.batch.geo import FloatArray, path_distance
 
 DS = 0.5  # distance grid, metres
 A_ACC, A_BRK = 4.0, 8.0  # traction and braking limits, m/s²
@@ -151,6 +152,41 @@ def open_track(rng: np.random.Generator, flat: bool, laps: int) -> Track:
         total += 2.0 * abs(ang) * rad + slen
     picks = straights[:: max(1, len(straights) // (3 * laps))][: 3 * laps]
     return _build(pieces, flat, rng, False, picks)
+
+
+def polyline_track(rng: np.random.Generator, east: FloatArray, north: FloatArray,
+                   closed: bool, smooth_m: float = 6.0) -> Track:
+    """A track along a given polyline (metres; a real circuit's centreline, say): resampled
+    every metre, smoothed over ``smooth_m`` (a polyline's corners have no curvature a car
+    could drive), laid on the distance grid from its first vertex; heading and curvature
+    from the smoothed path, the speed envelope from the curvature as for a drawn circuit.
+    ``closed``: the polyline is a circuit's outline (its last vertex joins the first)."""
+    e, n = np.asarray(east, dtype=np.float64), np.asarray(north, dtype=np.float64)
+    if closed and math.hypot(e[-1] - e[0], n[-1] - n[0]) > 1e-6:
+        e, n = np.append(e, e[0]), np.append(n, n[0])
+    d = path_distance(e, n)
+    mode = "wrap" if closed else "nearest"
+    s1 = np.arange(0.0, d[-1], 1.0) if closed else np.linspace(0.0, d[-1], int(d[-1]) + 1)
+    se = gaussian_filter1d(np.interp(s1, d, e), smooth_m, mode=mode)
+    sn = gaussian_filter1d(np.interp(s1, d, n), smooth_m, mode=mode)
+    if closed:
+        se, sn = np.append(se, se[0]), np.append(sn, sn[0])
+    d2 = path_distance(se, sn)
+    length = float(d2[-1])
+    s = np.linspace(0.0, length, round(length / DS) + 1)
+    ge, gn = np.interp(s, d2, se), np.interp(s, d2, sn)
+    if closed:  # central differences round the closing point
+        de = np.roll(ge[:-1], -1) - np.roll(ge[:-1], 1)
+        dn = np.roll(gn[:-1], -1) - np.roll(gn[:-1], 1)
+        raw = np.arctan2(np.append(dn, dn[0]), np.append(de, de[0]))
+    else:
+        raw = np.arctan2(np.gradient(gn), np.gradient(ge))
+    theta = np.unwrap(raw)
+    kappa = gaussian_filter1d(np.gradient(theta, DS), 4.0, mode="nearest")
+    v_max, a_lat = float(rng.uniform(30.0, 40.0)), float(rng.uniform(9.0, 12.0))
+    v_base = _speed_profile(kappa, np.zeros_like(s, dtype=bool), v_max, a_lat, periodic=closed)
+    return Track(length=length, theta=theta, kappa=kappa, east=ge, north=gn, v_base=v_base,
+                 corners=(), jumps=())
 
 
 def _rot(vec: FloatArray, ang: float) -> FloatArray:

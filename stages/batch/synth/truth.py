@@ -157,9 +157,12 @@ def truth_corners(kin: Kinematics, track: Track, laps: int,
     return tuple(out)
 
 
-def start_finish_line(frame: LocalFrame) -> dict[str, float]:
-    # Across the main straight (heading east at distance 0): 8 m left to 20 m right, so the
-    # pit lane (12 m right) crosses it too.
-    lat, lon = frame.to_latlon(np.array([0.0, 0.0]), np.array([8.0, -20.0]))
+def start_finish_line(frame: LocalFrame, at: tuple[float, float] = (0.0, 0.0),
+                      heading: float = 0.0) -> dict[str, float]:
+    # Across the main straight at track distance 0 (at ``at``, heading ``heading``: east on a
+    # drawn circuit): 8 m left to 20 m right, so the pit lane (12 m right) crosses it too.
+    c, s = math.cos(heading), math.sin(heading)
+    lat, lon = frame.to_latlon(np.array([at[0] - 8.0 * s, at[0] + 20.0 * s]),
+                               np.array([at[1] + 8.0 * c, at[1] - 20.0 * c]))
     return {"lat1": float(lat[0]), "lon1": float(lon[0]),
             "lat2": float(lat[1]), "lon2": float(lon[1])}

@@ -16,10 +16,12 @@ import nats
 import pytest
 from aiohttp.test_utils import TestClient
 
+from schemas.run_config import StartFinish, TrackConfig
 from streams.api.keys import create_api_key
 from streams.config import Settings
 from streams.ingest.fleet import SCHEMA_NAME
 from streams.names import Names
+from streams.sessions.saved_tracks import add_track
 from streams.sessions.schedules import add_schedule
 from streams.views.session_dead_letters import list_session_dead_letters
 from tests.integration.ingest.conftest import Harness, fleet, good_values, harness
@@ -55,6 +57,8 @@ class Seeded:
     group_id: str
     credential: str
     """The key id of d1's credential (issued through the API)."""
+    track: str = "Home circuit"
+    """A saved track of acme's (made before the upload: the upload's run carries it)."""
 
 
 async def upload(client: Client, headers: dict[str, str], device: str, path: Path) -> Any:
@@ -90,7 +94,8 @@ async def seeded(fleet: Harness) -> AsyncIterator[Seeded]:
     """acme: the ingest fleet (schema, devices d1 d2 off bare), one good envelope and two
     malformed ones (dead letters), an uploaded session whose run intake has made (no worker
     runs, so it stays pending), a session notice intake dead-lettered (kart-2), a credential
-    of d1 and a scheduled backfill (nightly). globex: a key and nothing else."""
+    of d1, a scheduled backfill (nightly) and a saved track (Home circuit). globex: a key and
+    nothing else."""
     good_seq = await fleet.publish("d1", {"ts": 1_000, "seq": 1, "values": good_values()})
     await fleet.publish("d1", None, raw=b"not json 1")
     await fleet.publish("d2", None, raw=b"not json 2")
@@ -103,6 +108,9 @@ async def seeded(fleet: Harness) -> AsyncIterator[Seeded]:
         )
         dead_letter_id = await conn.fetchval("SELECT min(id) FROM dead_letters")
         await add_schedule(conn, tenant="acme", name="nightly", cron="0 3 * * *")
+        await add_track(conn, tenant="acme", track=TrackConfig(
+            name="Home circuit",
+            start_finish=StartFinish(lat1=52.0712, lon1=-1.0161, lat2=52.0714, lon2=-1.0161)))
     acme, globex = await key_headers(pool, "acme"), await key_headers(pool, "globex")
     nmea = data_file("nmea", "ublox-zed-f9p-nmea.log")
     async with running_intake(fleet.settings), api_client(fleet.settings, pool) as client:

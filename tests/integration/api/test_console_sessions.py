@@ -298,3 +298,55 @@ async def test_the_session_page(seeded: Seeded, browser: WebDriver, fleet: Harne
         await latest_run(seeded, laps_session, until=("succeeded", "partial"))
     await asyncio.to_thread(roll_back, p, laps_session, first_run)
     await asyncio.to_thread(p.check_console)
+
+
+async def test_the_sessions_page_lists_the_tracks(seeded: Seeded, browser: WebDriver,
+                                                  fleet: Harness) -> None:
+    from schemas.run_config import StartFinish, TrackConfig
+    from streams.sessions.saved_tracks import add_track
+
+    line = StartFinish(lat1=47.0, lon1=8.0, lat2=47.0002, lon2=8.0)
+    async with fleet.pool.acquire() as conn:
+        await conn.execute("INSERT INTO tenants (name) VALUES ('globex') ON CONFLICT DO NOTHING")
+        await add_track(conn, tenant="acme", track=TrackConfig(
+            name="Hill climb", start_finish=line, finish=line, sectors=[line, line]))
+        await add_track(conn, tenant="globex", track=TrackConfig(name="Theirs",
+                                                                 start_finish=line))
+        await conn.execute("UPDATE saved_tracks SET created_at = '2026-11-27T03:00:00Z'")
+    p = Person(browser, str(seeded.client.make_url("/")))
+    await asyncio.to_thread(sign_in, p, seeded.acme["Authorization"].removeprefix("Bearer "))
+
+    def look(width: int, zone: str) -> dict[str, Any]:
+        p.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": width, "height": 844, "deviceScaleFactor": 1, "mobile": width < 700})
+        p.driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": zone})
+        p.driver.get(str(seeded.client.make_url("/")) + "#/sessions")
+        p.driver.refresh()  # the zone is read when the page loads
+        p.find("#tracks tr[data-track]")
+        return dict(p.driver.execute_script(
+            """
+            const rows = [...document.querySelectorAll('#saved-tracks tr[data-track]')];
+            document.querySelector('#track-library').open = true;
+            return {names: rows.map((r) => r.dataset.track),
+                    text: rows.map((r) => r.textContent).join(' '),
+                    saved: rows.map((r) => r.querySelector('td[data-label=saved]').textContent),
+                    library: [...document.querySelectorAll('#track-library li')].map(
+                        (li) => li.dataset.key),
+                    source: document.querySelector('#track-library .track-source').textContent,
+                    scroll: document.documentElement.scrollWidth, view: window.innerWidth};
+            """))
+
+    try:
+        # Saved at 03:00 UTC: 12:00 in Tokyo.
+        for width, zone, hour in ((1440, "UTC", "03:00:00 UTC"), (390, "Asia/Tokyo",
+                                                                   "12:00:00 GMT+9")):
+            shown = await asyncio.to_thread(look, width, zone)
+            assert shown["names"] == ["Hill climb", "Home circuit"], shown  # not globex's
+            assert "stage (start → finish), 3 sectors" in shown["text"], shown
+            assert all(hour in s for s in shown["saved"]), shown
+            assert "gb-1948" in shown["library"] and "bacinger/f1-circuits" in shown["source"]
+            assert shown["scroll"] <= shown["view"], shown
+    finally:
+        p.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        p.driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "UTC"})
+    await asyncio.to_thread(p.check_console)

@@ -20,6 +20,8 @@ _BODIES: dict[str, Any] = {
     "try_schema": {"schema": "weather-station", "last": 5},
     "resolve_dead_letter": {"note": "contract test"},
     "resolve_group": {"note": "contract test"},
+    "add_track": {"name": "contract", "start_finish": {
+        "lat1": 52.0, "lon1": -1.0, "lat2": 52.0002, "lon2": -1.0}},
 }
 _BAD_CONFIG = {"laps": {"min_lap_sx": 5}}
 

@@ -26,10 +26,13 @@ _BODIES: dict[str, Any] = {
     "reprocess_session": {},
     "rollback_session": {},
     "try_schema": {"schema": "weather-station", "last": 5},
+    "add_track": {"name": "isolation", "start_finish": {
+        "lat1": 52.0, "lon1": -1.0, "lat2": 52.0002, "lon2": -1.0}},
 }
-# The upload creates rather than names (tests/integration/sessions/test_api.py); the event
-# stream never ends (its isolation is tests/integration/api/test_events.py).
-_NOT_WALKED = {("POST", "/v1/sessions"), ("GET", "/v1/events")}
+# The upload and a new track create rather than name (tests/integration/sessions/test_api.py,
+# tests/integration/api/test_tracks_api.py); the event stream never ends (its isolation is
+# tests/integration/api/test_events.py).
+_NOT_WALKED = {("POST", "/v1/sessions"), ("GET", "/v1/events"), ("POST", "/v1/tracks")}
 
 
 def _path(template: str, seeded: Seeded) -> str:
@@ -48,12 +51,13 @@ def _path(template: str, seeded: Seeded) -> str:
         .replace("{lap}", "1")
         .replace("{key_id}", seeded.credential)
         .replace("{file}", "laps.csv")
+        .replace("{track}", seeded.track)
     )
 
 
 async def _state(seeded: Seeded) -> Any:
     """What globex must not be able to change: acme's run, dead letters, device and its
-    credentials."""
+    credentials, saved tracks."""
     c, h = seeded.client, seeded.acme
     run = await (await c.get(f"/v1/runs/{seeded.run_id}", headers=h)).json()
     dead = await (await c.get(f"/v1/dead-letters/{seeded.dead_letter_id}", headers=h)).json()
@@ -61,7 +65,9 @@ async def _state(seeded: Seeded) -> Any:
     session = await (await c.get(f"/v1/sessions/{seeded.session_id}", headers=h)).json()
     keys = await (await c.get(f"/v1/devices/{seeded.device}/credentials", headers=h)).json()
     credentials = [(k["key_id"], k["state"]) for k in keys["items"]]
-    return run["status"], dead["state"], device["active"], len(session["runs"]), credentials
+    tracks = [t["name"] for t in (await (await c.get("/v1/tracks", headers=h)).json())["items"]]
+    return (run["status"], dead["state"], device["active"], len(session["runs"]), credentials,
+            tracks)
 
 
 async def test_every_route_hides_one_tenants_things_from_another(seeded: Seeded) -> None:
@@ -150,6 +156,7 @@ def _spellings(route_path: str, name: str, seeded: Seeded, msg_key: str) -> list
         "key_id": [(seeded.credential, "aaaaaaaaaaaaaaaa")],
         "lap": [("1", "1")],
         "file": [("laps.csv", "laps.csv"), ("session.fit", "session.fit")],
+        "track": [(seeded.track, "no such track")],
     }[name]
 
 

@@ -2,7 +2,7 @@
 // over distance, with the corners), its exports and the active run's features.
 import {
   api, h, table, cell, state, short, facts, notice, act, documented, timeAt, duration, viewState,
-  setViewState, download,
+  setViewState, download, zoned,
 } from "../lib.js";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -272,7 +272,27 @@ export async function listSessions(view) {
   await load();
   const t = table(["session", "device", "title", "status", "latest run", "query ready", "uploaded"], [], { id: "sessions", class: "cards" });
   t.querySelector("tbody").replaceWith(body);
-  view.append(h("h1", {}, "Sessions"), h("div", { class: "filters" }, device), t);
+  view.append(h("h1", {}, "Sessions"), h("div", { class: "filters" }, device), t, await tracks());
+}
+
+/** The tracks sessions are timed on: the tenant's saved ones (`tideway tracks add`), each with
+ * its kind and when it was saved, and the library's circuits with their source. */
+async function tracks() {
+  const { items } = await api("/v1/tracks?include=all");
+  const saved = items.filter((t) => t.source === "saved");
+  const library = items.filter((t) => t.source === "library");
+  const kind = (t) => `${t.finish ? "stage (start → finish)" : "circuit"}, ${t.sectors.length + 1} sectors`;
+  const rows = saved.map((t) => h("tr", { "data-track": t.name },
+    cell("track", t.name), cell("kind", kind(t)),
+    cell("from", t.from_session ? h("a", { href: `#/sessions/${t.from_session}` }, short(t.from_session)) : "its lines"),
+    cell("saved", zoned(t.created_at, { date: true }))));
+  if (!rows.length) rows.push(h("tr", {}, h("td", { colspan: 4, class: "muted" }, "No saved tracks: add one with tideway tracks add.")));
+  return h("section", { id: "tracks" }, h("h2", {}, "Tracks"),
+    h("p", { class: "muted" }, "A session is timed on the saved or library track it was driven on (its start/finish crossed, its path on the circuit), unless its config names a line or a track."),
+    table(["track", "kind", "from", "saved"], rows, { id: "saved-tracks", class: "cards" }),
+    h("details", { id: "track-library" }, h("summary", {}, `Library: ${library.length} circuits`),
+      h("ul", {}, library.map((t) => h("li", { "data-key": t.key }, `${t.name} (${t.key})`))),
+      h("p", { class: "muted track-source" }, library.length ? `Source: ${library[0].reference}` : "")));
 }
 
 const GOOD = ["succeeded", "partial"];
