@@ -1,11 +1,12 @@
-"""Build ``stages/batch/tracks.json``, the track library, from the circuit outlines in
-``sources/``: ``python tools/track_library/build.py`` (rerun after changing a source; never run
-by CI - the library is data, committed as built).
+"""Build ``stages/batch/tracks.json``, the track library, from circuit outlines:
+``python tools/track_library/build.py SOURCES_DIR`` (never run by CI - the library is data,
+committed as built).
 
 The sources are GeoJSON files of Tomislav Bacinger's "Formula 1 circuits" repository
 (https://github.com/bacinger/f1-circuits, MIT licence, copyright notice in
-``LICENSE-f1-circuits.md`` beside this script), copied unchanged except for whitespace and
-the bounding boxes. Each is one closed ``LineString`` of the circuit's centreline, in lon/lat.
+``LICENSE-f1-circuits.md`` beside this script), ``circuits/<id>.geojson`` at the commits
+:data:`CIRCUITS` names; they are not kept in this repository - fetch them into ``SOURCES_DIR``
+to rebuild. Each is one closed ``LineString`` of the circuit's centreline, in lon/lat.
 
 Per circuit the build derives, in a local east/north plane around it:
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -166,7 +168,9 @@ def build_one(path: Path) -> dict[str, object]:
 
 
 def main() -> None:
-    tracks = [build_one(p) for p in sorted((HERE / "sources").glob("*.geojson"))]
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: build.py SOURCES_DIR (the circuits' GeoJSON files)")
+    tracks = [build_one(Path(sys.argv[1]) / f"{key}.geojson") for key in sorted(CIRCUITS)]
     doc = {
         "attribution": ("Circuit outlines from 'Formula 1 circuits' by Tomislav Bacinger, "
                         f"{REPO}, MIT licence (Copyright (c) 2019-2022 Tomislav Bacinger). "
