@@ -78,6 +78,7 @@ from scipy.spatial import cKDTree
 
 from schemas import error_codes as codes
 from schemas.run_config import LapsConfig, RunConfig, StartFinish
+from stages.batch import track_library
 from stages.batch.contract import SessionStageError, StageInput, StageOutput, run_config
 from stages.batch.geo import (
     FloatArray,
@@ -204,16 +205,26 @@ def _no_laps(reason: str, line: dict[str, Any] | None, source: str | None,
 
 def _timing_lines(config: RunConfig, frame: LocalFrame, m: Motion, e: FloatArray,
                   n: FloatArray) -> _Lines | None:
-    """The configured lines (``None``: the line is to be found)."""
-    if config.start_finish is None:
-        if config.finish is not None:
-            raise SessionStageError("a finish line needs a start line (config.start_finish)",
-                                    code=codes.INVALID_START_FINISH)
+    """The lines of the configured, named or detected track (step 1 of the module docstring;
+    ``None``: the line is to be found)."""
+    if config.start_finish is None and config.finish is not None:
+        raise SessionStageError("a finish line needs a start line (config.start_finish)",
+                                code=codes.INVALID_START_FINISH)
+    # Detection looks at where the session was driven: ten samples a second are plenty.
+    steps = np.diff(m.t)
+    k = max(1, round(0.1 / float(np.median(steps)))) if steps.size and np.median(steps) > 0 else 1
+    track = track_library.resolve(config, m.lat[::k], m.lon[::k], m.speed[::k])
+    if track is None:
         return None
-    return _Lines(start=_configured_line(config.start_finish, frame),
-                  finish=(_configured_line(config.finish, frame)
-                          if config.finish is not None else None),
-                  sectors=tuple(_configured_line(x, frame) for x in config.sectors), track=None)
+    source = "config" if track.source == "config" else "track"
+    return _Lines(
+        start=_configured_line(track.start_finish, frame, source),
+        finish=(_configured_line(track.finish, frame, source)
+                if track.finish is not None else None),
+        sectors=tuple(_configured_line(x, frame, source) for x in track.sectors),
+        track=None if track.source == "config" else {
+            "name": track.name, "source": track.source, "key": track.key,
+            "reference": track.reference})
 
 
 def _configured_line(cfg: StartFinish, frame: LocalFrame, source: str = "config") -> _Line:

@@ -8,15 +8,16 @@ through the analysis stages as the engine would run them (``run_chain``).
 from __future__ import annotations
 
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from stages.batch import detect_laps
-from stages.batch.contract import StageInput
-from stages.batch.synth import SyntheticSession
+from stages.batch import detect_laps, track_library
+from stages.batch.contract import SessionStageError, StageInput
+from stages.batch.synth import SyntheticSession, synthesize
 from tests.unit.stages.batch.sessions import run_chain, seconds, session
 
 
@@ -242,3 +243,42 @@ def test_configured_sector_lines_are_used() -> None:
         true = marks[r["lap"] - 1][r["sector"]] - marks[r["lap"] - 1][r["sector"] - 1]
         assert r["time_s"] == pytest.approx(true, abs=0.04)
     seconds(s, out.datasets["sector_times"], "start_ts")  # timestamps on the session's clock
+
+
+def test_a_session_on_a_library_track_is_timed_on_its_lines() -> None:
+    """Issue 32 item 5: detected from the session's location, the library's start/finish and
+    sector lines time the laps and sectors."""
+    silverstone = track_library.by_name("Silverstone")
+    assert silverstone is not None and silverstone.source == "library"
+    s = synthesize(laps=4, seed=1, centreline=silverstone.centreline)
+    ds, sums = run_chain({"gnss": s.gnss, "imu": s.imu})
+    laps = sums["detect_laps"]
+    assert laps["track"]["name"] == silverstone.name and laps["track"]["source"] == "library"
+    assert laps["line"]["source"] == "track"
+    start = silverstone.start_finish.model_dump()
+    assert all(laps["line"][k] == pytest.approx(start[k], abs=1e-9) for k in start)
+    lines = [x.model_dump() for x in silverstone.sectors]
+    assert [x["source"] for x in laps["sector_lines"]] == ["track"] * len(lines)
+    true = s.truth.crossing_times(start)
+    measured = ds["laps"].column("lap_time_s").to_numpy()
+    assert measured.size == true.size - 1
+    # The worst crossing is the first, 15 s after the session's standing start (0.017 s early
+    # in this session: the first lap reads 0.024 s long); the rest are within 0.01 s.
+    err = np.abs(measured - np.diff(true))
+    assert err.max() <= 0.03 and err.mean() <= 0.015
+    marks = []
+    crossings = [s.truth.crossing_times(x) for x in lines]
+    for a, b in pairwise(true.tolist()):
+        marks.append([a, *(float(c[(c > a) & (c < b)][0]) for c in crossings), b])
+    for r in ds["sector_times"].to_pylist():
+        want = marks[r["lap"] - 1][r["sector"]] - marks[r["lap"] - 1][r["sector"] - 1]
+        assert r["time_s"] == pytest.approx(want, abs=0.03)
+    # Named instead of detected, and refused by a name no track has.
+    named = detect_laps.run(StageInput(datasets={"gnss": s.gnss}, config={"track": "gb-1948"}))
+    assert named.summary["track"]["name"] == silverstone.name
+    with pytest.raises(SessionStageError) as err:
+        detect_laps.run(StageInput(datasets={"gnss": s.gnss}, config={"track": "Nowhere"}))
+    assert err.value.code == "UNKNOWN_TRACK"
+    # "none": the library is not consulted, the line is found from the track.
+    found = detect_laps.run(StageInput(datasets={"gnss": s.gnss}, config={"track": "none"}))
+    assert found.summary["line"]["source"] == "auto" and found.summary["track"] is None
