@@ -418,18 +418,138 @@ def compare_laps(p: Person, session_id: str) -> None:
     assert len({ln.get_attribute("data-lap") for ln in lines}) == 2, "two laps overlaid"
     assert all(str(ln.get_attribute("d")).count("L") > 10 for ln in lines)
     assert "km/h" in p.text("#lap-chart")
-    # The best lap's corners: marked under the lines and listed, in the order driven.
+    # The reference lap's corners: marked under the lines and listed, in the order driven.
     bands = p.all("#lap-chart rect.corner")
     assert len(bands) >= 3, "the synthetic circuit's corners"
     rows = p.all("#corner-table tbody tr")
-    assert [r.get_attribute("data-segment") for r in rows] == [
-        b.get_attribute("data-segment") for b in bands
+    assert [r.get_attribute("data-corner") for r in rows] == [
+        b.get_attribute("data-corner") for b in bands
     ]
     assert [float(str(b.get_attribute("x"))) for b in bands] == sorted(
         float(str(b.get_attribute("x"))) for b in bands
     )
     p.driver.execute_script("arguments[0].scrollIntoView()", p.find("#lap-chart"))
     p.shot("session-laps")
+
+
+def lap_time(text: str) -> float:
+    """A time as the lap table shows it (``31.402``, ``1:20.402``) in seconds."""
+    minutes, _, seconds = text.rpartition(":")
+    return 60 * int(minutes or 0) + float(seconds)
+
+
+def shown_as(seconds: float) -> str:
+    """How the lap table shows a time (pages/sessions.js lapTime)."""
+    ms = round(seconds * 1000)
+    return f"{ms / 1000:.3f}" if ms < 60_000 else f"{ms // 60_000}:{ms % 60_000 / 1000:06.3f}"
+
+
+def path_ys(d: str) -> list[float]:
+    return [float(y) for y in re.findall(r"[ML][-\d.]+,([-\d.]+)", d)]
+
+
+def read_lap_timing(p: Person, session_id: str, report: dict[str, Any]) -> None:
+    """Issue 32 items 1-4 as a person reads them: sector columns that add up to the lap, one
+    purple best per sector, every time with its uncertainty, the theoretical best; under the
+    speed comparison the delta to the reference lap and the compared lap's corners. At 390 px in
+    Tokyo the page does not scroll sideways (the lap table scrolls inside its box) and shows the
+    same times: durations, not clock times."""
+    p.open(f"#/sessions/{session_id}", "#delta-chart path.delta-line")
+    heads = [th.text for th in p.all("#lap-table thead th")]
+    sectors = [h for h in heads if re.fullmatch(r"S\d+", h)]
+    assert sectors == ["S1", "S2", "S3"], heads
+    rows = p.all("#lap-table tbody tr")
+    assert len(rows) == len(report["laps"])
+    for row in rows:
+        cells = row.find_elements(By.CSS_SELECTOR, "td.sector")
+        times = [lap_time(c.find_element(By.CSS_SELECTOR, ".t").text) for c in cells]
+        lap = lap_time(row.find_element(By.CSS_SELECTOR, "td.lap-time .t").text)
+        assert len(times) == 3 and abs(sum(times) - lap) <= 0.002, (row.text, times, lap)
+        for c in [*cells, row.find_element(By.CSS_SELECTOR, "td.lap-time")]:  # time ±sigma
+            assert re.fullmatch(r"[\d:.]+ ±(\d\.\d{3}|<0\.001)", c.text), c.text
+    for k in (1, 2, 3):
+        (best,) = p.all(f"#lap-table td.best-sector[data-sector='{k}']")
+        column = [
+            lap_time(c.find_element(By.CSS_SELECTOR, ".t").text)
+            for c in p.all(f"#lap-table tr:not(.invalid) td.sector[data-sector='{k}']")
+        ]
+        assert lap_time(best.find_element(By.CSS_SELECTOR, ".t").text) == min(column)
+    assert p.text("#theoretical-best") == shown_as(report["theoretical_best_s"])
+    assert "Theoretical best" in p.text("#lap-summary")
+    assert p.text("#reference-lap") == str(report["reference_lap"])
+    # The delta: one line per compared lap, on the speed chart's x scale (its corner bands
+    # where the speed chart's are); the reference lap's line flat on the zero line.
+    compared = [ln.get_attribute("data-lap") for ln in p.all("#lap-chart path.lap-line")]
+    deltas = p.all("#delta-chart path.delta-line")
+    assert [ln.get_attribute("data-lap") for ln in deltas] == compared
+    ref = str(report["reference_lap"])
+    assert ref in compared, "the best lap is compared by default, and it is the reference"
+    (flat,) = [ln for ln in deltas if ln.get_attribute("data-reference") == "true"]
+    assert flat.get_attribute("data-lap") == ref
+    zero = path_ys(str(p.find("#delta-chart path.zero-line").get_attribute("d")))
+    assert set(path_ys(str(flat.get_attribute("d")))) == set(zero)
+    other = next(ln for ln in deltas if ln is not flat)
+    assert len(set(path_ys(str(other.get_attribute("d"))))) > 10, "the other lap's delta varies"
+    assert f"lap {ref} (reference)" in p.text("#delta-chart-legend")
+    xs = [
+        [r.get_attribute("x") for r in p.all(f"#{c} rect.corner")]
+        for c in ("lap-chart", "delta-chart")
+    ]
+    assert xs[0] == xs[1] and xs[0], xs
+    # The corners of the lap compared with the reference: gained green (-), lost red (+).
+    rows = p.all("#corner-table tbody tr")
+    assert len(rows) >= 3
+    for r in rows:
+        cell = r.find_element(By.CSS_SELECTOR, "td.corner-delta")
+        delta = float(str(cell.get_attribute("data-delta")))
+        assert cell.text.endswith(" s") and "km/h" in p.text("#corner-table thead")
+        want = "time-lost" if delta >= 0.0005 else "time-gained" if delta <= -0.0005 else ""
+        assert want in str(cell.get_attribute("class")).split() or not want, (cell.text, delta)
+    assert "against reference lap" in p.text("#lap-compare h3:last-of-type")
+    p.driver.execute_script("arguments[0].scrollIntoView()", p.find("#lap-summary"))
+    p.shot("session-lap-timing")
+    p.driver.execute_script("arguments[0].scrollIntoView()", p.find("#delta-chart"))
+    p.shot("session-delta")
+    desk = p.text("#lap-table tbody")
+    cdp = p.driver.execute_cdp_cmd
+    try:
+        cdp("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Tokyo"})
+        cdp("Emulation.setDeviceMetricsOverride",
+            {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": False})  # fmt: skip
+        p.driver.get("about:blank")  # a fresh load (sessionStorage keeps the key)
+        p.driver.get(f"{p.base}#/sessions/{session_id}")
+        p.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#view #delta-chart path.delta-line"))
+        page = "document.documentElement"
+        assert p.driver.execute_script(f"return {page}.scrollWidth - {page}.clientWidth") <= 0
+        box = p.find("#laps .lap-scroll")
+        assert box.rect["x"] >= 0 and box.rect["x"] + box.rect["width"] <= 390, box.rect
+        for chart in ("#lap-chart", "#delta-chart"):
+            r = p.find(chart).rect
+            assert r["x"] >= 0 and r["x"] + r["width"] <= 390, (chart, r)
+        p.driver.execute_script("arguments[0].scrollIntoView()", p.find("#lap-summary"))
+        p.shot("session-lap-timing-390")
+        p.driver.execute_script("arguments[0].scrollLeft = 10000", box)
+        p.shot("session-lap-timing-390-scrolled")
+        p.driver.execute_script("arguments[0].scrollIntoView()", p.find("#delta-chart"))
+        p.shot("session-delta-390")
+        p.driver.execute_script("arguments[0].scrollLeft = 0", box)
+        cdp("Emulation.clearDeviceMetricsOverride", {})
+        p.wait(lambda d: d.execute_script("return window.innerWidth") > 700)
+        assert p.text("#lap-table tbody") == desk, "the same durations in Tokyo"
+    finally:
+        cdp("Emulation.clearDeviceMetricsOverride", {})
+        cdp("Emulation.setTimezoneOverride", {"timezoneId": "UTC"})
+    # Two laps that are not the reference: the zero line is the reference, and says so.
+    pair = [str(x["lap"]) for x in report["laps"] if x["lap"] != report["reference_lap"]][:2]
+    for picker, lap in zip(("#lap-a", "#lap-b"), pair, strict=True):
+        p.find(f"{picker} option[value='{lap}']").click()
+    drawn = "#delta-chart path.delta-line"
+    p.wait(lambda d: [ln.get_attribute("data-lap") for ln in p.all(drawn)] == pair)
+    assert f"0 is reference lap {ref}" in p.text("#delta-chart-legend")
+    assert not p.all("#delta-chart path[data-reference]")
+    assert f"Corners of lap {pair[1]} against reference lap {ref}" in p.text("#lap-compare")
+    p.driver.execute_script("arguments[0].scrollIntoView()", p.find("#delta-chart"))
+    p.shot("session-delta-no-reference")
 
 
 @contextlib.asynccontextmanager
@@ -466,6 +586,8 @@ async def test_a_person_uses_the_console(
         await asyncio.to_thread(watch_it_succeed, p)
         await wait_ready(seeded, laps_session)
     await asyncio.to_thread(compare_laps, p, laps_session)
+    got = await seeded.client.get(f"/v1/sessions/{laps_session}/laps", headers=seeded.acme)
+    await asyncio.to_thread(read_lap_timing, p, laps_session, await got.json())
     await trace_matches_lap(seeded, laps_session)
     await asyncio.to_thread(p.check_console)
 

@@ -1,5 +1,6 @@
-// Sessions: the list, and one session with its runs, files, track, laps (two overlaid as speed
-// over distance, with the corners), its exports and the active run's features.
+// Sessions: the list, and one session with its runs, files, track, laps (timed per sector; two
+// overlaid as speed and as delta to the reference lap over distance, with the corners against
+// it), its exports and the active run's features.
 import {
   api, h, table, cell, state, short, facts, notice, act, documented, timeAt, duration, viewState,
   setViewState, download, zoned,
@@ -10,7 +11,7 @@ const BINS = 12;
 
 function svg(tag, attrs = {}) {
   const el = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  for (const [k, v] of Object.entries(attrs)) if (v != null) el.setAttribute(k, v);
   return el;
 }
 
@@ -142,59 +143,176 @@ function stacked(el) {
   return el;
 }
 
+/** A lap or sector time as timing screens show it: 31.402, 1:20.402. A duration, never a clock
+ * time: no time zone applies. Rounded to the millisecond once, so 59.9996 s reads 1:00.000. */
+export function lapTime(s) {
+  if (s == null || !Number.isFinite(s)) return "—";
+  const ms = Math.round(s * 1000);
+  if (ms < 60000) return (ms / 1000).toFixed(3);
+  const m = Math.floor(ms / 60000);
+  return `${m}:${((ms - m * 60000) / 1000).toFixed(3).padStart(6, "0")}`;
+}
+
+/** A time difference in seconds, signed: +0.054, -0.120. */
+function signed(s) {
+  if (s == null || !Number.isFinite(s)) return "—";
+  const ms = Math.round(s * 1000);
+  return ms === 0 ? "0.000" : `${ms > 0 ? "+" : "-"}${(Math.abs(ms) / 1000).toFixed(3)}`;
+}
+const kmh = (v) => (v == null ? "—" : (v * 3.6).toFixed(1));
+
+/** A time with its standard uncertainty after it, smaller: "31.402 ±0.008". */
+function timed(s, sigma) {
+  return [h("span", { class: "t" }, lapTime(s)), sigma == null ? null : " ",
+    sigma == null ? null : h("span", { class: "sigma", title: "standard uncertainty (s), from the timing-line crossings" },
+      sigma < 0.0005 ? "±<0.001" : `±${sigma.toFixed(3)}`)];
+}
+
+/** The laps as a timing screen shows them: a column per sector (the best valid time of each
+ * purple), the lap time, its gap to the best and the best so far, each time with its
+ * uncertainty. A grid to read down its columns, so on a phone it scrolls inside its box
+ * (the lap column stays put) instead of stacking into cards. */
 function lapTable(report) {
   if (!report.laps.length) return h("p", { class: "muted" }, `No laps${report.reason ? `: ${report.reason}` : ""}.`);
-  const kmh = (v) => (v == null ? "—" : (v * 3.6).toFixed(1));
-  return stacked(table(["lap", "time", "Δ best", "distance", "max km/h", "avg km/h", "notes"], report.laps.map((l) =>
-    h("tr", { class: l.is_best ? "best" : null, "data-lap": l.lap },
-      h("td", {}, l.lap), h("td", {}, `${l.lap_time_s.toFixed(3)} s`),
-      h("td", {}, l.delta_to_best_s == null ? "—" : `+${l.delta_to_best_s.toFixed(3)}`),
+  const n = Math.max(0, ...report.laps.map((l) => l.sectors.length));
+  const sectors = Array.from({ length: n }, (_, k) => `S${k + 1}`);
+  const el = table(["lap", ...sectors, "time", "Δ best", "rolling best", "distance", "max km/h", "avg km/h", "notes"],
+    report.laps.map((l) => h("tr", { class: [l.is_best ? "best" : "", l.valid ? "" : "invalid"].join(" ").trim() || null, "data-lap": l.lap },
+      h("td", {}, l.lap),
+      sectors.map((_, k) => {
+        const x = l.sectors.find((s) => s.sector === k + 1);
+        if (!x) return h("td", { class: "sector", "data-sector": k + 1 });
+        return h("td", { class: x.is_best ? "sector best-sector" : "sector", "data-sector": k + 1,
+          title: x.is_best ? `best S${k + 1}` : x.delta_to_best_s == null ? null
+            : `${signed(x.delta_to_best_s)} s to the best S${k + 1}` }, timed(x.time_s, x.sigma_s));
+      }),
+      h("td", { class: "lap-time" }, timed(l.lap_time_s, l.lap_time_sigma_s)),
+      h("td", {}, l.delta_to_best_s == null ? "—" : signed(l.delta_to_best_s)),
+      h("td", { class: l.rolling_best_s != null && l.valid && l.rolling_best_s === l.lap_time_s ? "rolling improved" : "rolling",
+        title: "the best valid lap time up to this lap" }, lapTime(l.rolling_best_s)),
       h("td", {}, l.distance_m == null ? "—" : `${l.distance_m.toFixed(0)} m`),
       h("td", {}, kmh(l.max_speed_mps)), h("td", {}, kmh(l.avg_speed_mps)),
       h("td", {}, [l.is_best ? "best" : "", l.pit ? "pit" : "", l.valid ? "" : "invalid"].filter(Boolean).join(", ")))),
-  { id: "lap-table" }));
+    { id: "lap-table" });
+  return h("div", { id: "laps" }, lapSummary(report, n), h("div", { class: "lap-scroll" }, el));
+}
+
+/** The line over the lap table: the theoretical best, the best lap and the reference lap. */
+function lapSummary(report, sectors) {
+  const best = report.laps.find((l) => l.is_best);
+  const parts = [];
+  if (report.theoretical_best_s != null) {
+    parts.push([h("strong", {}, "Theoretical best "), h("span", { id: "theoretical-best" }, lapTime(report.theoretical_best_s)),
+      " (sum of the best valid sectors", report.theoretical_best_mini_s == null ? ")"
+        : `; of the best mini-sectors ${lapTime(report.theoretical_best_mini_s)})`]);
+  } else {
+    parts.push(sectors ? "No theoretical best (no valid lap crossed every sector line)" : "No sector times");
+  }
+  if (best) parts.push(`best lap ${lapTime(best.lap_time_s)} (lap ${best.lap})`);
+  parts.push(report.reference_lap == null ? "no reference lap"
+    : [`reference lap `, h("span", { id: "reference-lap" }, report.reference_lap), " (deltas and corners are measured against it)"]);
+  return h("div", { id: "lap-summary" },
+    h("p", {}, parts.flatMap((p, i) => [i ? " · " : null, ...[p].flat()])),
+    h("p", { class: "muted lap-key-line" }, h("span", { class: "best-sector-key" }, "purple"),
+      ": the best valid time of the sector. ± the time's standard uncertainty (s)."));
 }
 
 const LAP_COLOURS = ["#1565c0", "#d84315"];
 
-/** Laps as speed (km/h) over distance driven (m), one line each, on shared axes. */
-export function drawLapChart(traces) {
-  const W = 640, H = 260, L = 60, R = 10, T = 10, B = 28;
+/** The corners drawn as numbered bands under a chart's lines: the reference lap's corners of
+ * the lap analysis (numbered as in the corner table), else the first lap's own. */
+function cornerBands(traces, analyses) {
+  const analysed = analyses && analyses.find((x) => x.corners.length);
+  if (analysed) return analysed.corners.map((c) => ({ label: `C${c.corner}`, corner: c.corner, start_m: c.start_m, end_m: c.end_m }));
+  return corners(traces[0]).map((c, i) => ({ label: `C${i + 1}`, segment: c.segment_id, start_m: c.start_m, end_m: c.end_m }));
+}
+
+/** A chart's frame: the axes and the corner bands, on an x scale of 0..dMax metres. */
+function frame(root, { W, H, L, R, T, B }, x, bands) {
+  root.append(svg("path", { class: "axis", d: `M${L},${T}V${H - B}H${W - R}` }));
+  for (const c of bands) {
+    const x0 = +x(c.start_m), x1 = +x(c.end_m);
+    root.append(svg("rect", { class: "corner", "data-corner": c.corner, "data-segment": c.segment, x: x0, y: T,
+      width: Math.max(1, x1 - x0).toFixed(1), height: H - T - B }));
+    root.append(text(c.label, { class: "axis-label corner-label", x: x0, y: H - B - 4 }));
+  }
+}
+
+function text(content, attrs) {
+  const el = svg("text", attrs);
+  el.textContent = content;
+  return el;
+}
+
+/** Laps as speed (km/h) over distance driven (m), one line each, on shared axes. ``dMax``:
+ * the x axis's end, shared with the delta chart under it. */
+export function drawLapChart(traces, { dMax = null, bands = cornerBands(traces, null) } = {}) {
+  const box = { W: 640, H: 260, L: 60, R: 10, T: 10, B: 28 }, { W, H, L, R, T, B } = box;
   const pts = traces.flatMap((t) => t.points);
-  const dMax = Math.max(1, ...pts.map((p) => p.d_m)), vMax = Math.max(1, ...pts.map((p) => p.speed_mps * 3.6));
+  dMax ??= Math.max(1, ...pts.map((p) => p.d_m));
+  const vMax = Math.max(1, ...pts.map((p) => p.speed_mps * 3.6));
   const x = (d) => (L + (d / dMax) * (W - L - R)).toFixed(1);
   const y = (v) => (T + (1 - v / vMax) * (H - T - B)).toFixed(1);
   const root = svg("svg", { id: "lap-chart", class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`,
     role: "img", "aria-label": "speed over distance, one line per lap" });
-  root.append(svg("path", { class: "axis", d: `M${L},${T}V${H - B}H${W - R}` }));
-  for (const [text, attrs] of [[`${vMax.toFixed(0)} km/h`, { x: 2, y: T + 10 }], ["0", { x: L - 12, y: H - B }],
-    [`${dMax.toFixed(0)} m`, { x: W - R - 50, y: H - 8 }]]) {
-    const label = svg("text", { class: "axis-label", ...attrs });
-    label.textContent = text;
-    root.append(label);
-  }
-  // The first lap's corners as bands under the lines, numbered as in the corner table.
-  corners(traces[0]).forEach((c, i) => {
-    const x0 = +x(c.start_m), x1 = +x(c.end_m);
-    root.append(svg("rect", { class: "corner", "data-segment": c.segment_id, x: x0, y: T,
-      width: Math.max(1, x1 - x0).toFixed(1), height: H - T - B }));
-    const label = svg("text", { class: "axis-label corner-label", x: x0, y: H - B - 4 });
-    label.textContent = `C${i + 1}`;
-    root.append(label);
-  });
+  frame(root, box, x, bands);
+  for (const [content, attrs] of [[`${vMax.toFixed(0)} km/h`, { x: 2, y: T + 10 }], ["0", { x: L - 12, y: H - B }],
+    [`${dMax.toFixed(0)} m`, { x: W - R - 50, y: H - 8 }]]) root.append(text(content, { class: "axis-label", ...attrs }));
   traces.forEach((t, i) => {
     if (t.points.length < 2) return;
     const d = t.points.map((p, j) => `${j ? "L" : "M"}${x(p.d_m)},${y(p.speed_mps * 3.6)}`).join("");
     root.append(svg("path", { class: "lap-line", "data-lap": t.lap, d, stroke: LAP_COLOURS[i % LAP_COLOURS.length] }));
   });
   const legend = h("p", { class: "muted", id: "lap-chart-legend" }, traces.map((t, i) =>
-    h("span", { class: `lap-key lap-key-${i % LAP_COLOURS.length}` }, `lap ${t.lap} (${t.lap_time_s.toFixed(3)} s) `)));
+    h("span", { class: `lap-key lap-key-${i % LAP_COLOURS.length}` }, `lap ${t.lap} (${lapTime(t.lap_time_s)}) `)));
   return [root, legend];
 }
 
+/** Each lap's time behind (+, above the zero line) or ahead of (−) the reference lap at each
+ * point of the reference lap's path: where a line climbs, the lap loses time there. The x axis
+ * is the speed chart's (``dMax``), so a corner band sits under both. */
+export function drawDeltaChart(analyses, { dMax, bands }) {
+  const box = { W: 640, H: 180, L: 60, R: 10, T: 10, B: 28 }, { W, H, L, R, T, B } = box;
+  const ref = analyses[0].reference_lap;
+  const deltas = analyses.flatMap((a) => a.delta.map((p) => p.delta_s));
+  let hi = Math.max(0, ...deltas), lo = Math.min(0, ...deltas);
+  if (hi - lo < 0.1) { hi += 0.05; lo -= 0.05; } // the reference against itself is flat: keep an axis
+  const x = (d) => (L + (d / dMax) * (W - L - R)).toFixed(1);
+  const y = (v) => (T + ((hi - v) / (hi - lo)) * (H - T - B)).toFixed(1);
+  const root = svg("svg", { id: "delta-chart", class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`,
+    role: "img", "aria-label": `time behind (+) or ahead of (-) reference lap ${ref} over the lap, one line per lap` });
+  frame(root, box, x, bands);
+  root.append(svg("path", { class: "zero-line", d: `M${L},${y(0)}H${W - R}` }));
+  for (const [content, attrs] of [[`+${hi.toFixed(2)} s`, { x: 2, y: T + 10 }], ["0", { x: L - 12, y: +y(0) + 4 }],
+    // The lower bound only where it does not sit on the zero line's label.
+    ...(H - B - y(0) > 14 ? [[`-${(-lo).toFixed(2)} s`, { x: 2, y: H - B }]] : []), [`${dMax.toFixed(0)} m`, { x: W - R - 50, y: H - 8 }]]) {
+    root.append(text(content, { class: "axis-label", ...attrs }));
+  }
+  analyses.forEach((a, i) => {
+    if (a.delta.length < 2) return;
+    const d = a.delta.map((p, j) => `${j ? "L" : "M"}${x(p.d_m)},${y(p.delta_s)}`).join("");
+    root.append(svg("path", { class: "delta-line", "data-lap": a.lap, "data-reference": a.lap === ref ? "true" : null, d,
+      stroke: LAP_COLOURS[i % LAP_COLOURS.length] }));
+  });
+  const compared = analyses.some((a) => a.lap === ref);
+  const legend = h("p", { class: "muted", id: "delta-chart-legend" }, analyses.map((a, i) =>
+    h("span", { class: `lap-key lap-key-${i % LAP_COLOURS.length}`, "data-lap": a.lap },
+      a.lap === ref ? `lap ${a.lap} (reference) ` : `lap ${a.lap} ${signed(a.lap_time_s - a.reference_lap_time_s)} s `)),
+  compared ? "" : `· 0 is reference lap ${ref} (${lapTime(analyses[0].reference_lap_time_s)}) `,
+  "· above 0: behind the reference at that point of its path; a climbing line loses time there.");
+  return [root, legend];
+}
+
+/** Why there is no delta channel, in the operator's terms (LapAnalysis.reason). */
+const NO_DELTA = {
+  NO_REFERENCE_LAP: "the run has no reference lap (no valid lap to measure against)",
+  NOT_ANALYSED: "the run was processed before lap analysis existed: reprocess the session to see it",
+};
+
 const corners = (trace) => trace.segments.filter((g) => g.kind === "corner" && g.start_m != null && g.end_m != null);
 
-/** The lap's corners: where each starts, its apex and how far it turns. */
+/** The lap's corners as detected in it (without a lap analysis): where each starts, its apex
+ * and how far it turns. */
 function cornerTable(trace) {
   const list = corners(trace);
   if (!list.length) return h("p", { class: "muted", id: "corner-table" }, `No corners found in lap ${trace.lap}.`);
@@ -205,9 +323,42 @@ function cornerTable(trace) {
   { id: "corner-table" }));
 }
 
-/** Two lap pickers and their overlaid lines. The pair lives in the URL (``?a=3&b=5``), so a
- * link shows a colleague the same comparison; without one, the best lap and another. */
-function lapComparison(id, laps) {
+/** One lap's corners against the reference lap: where it braked (its top speed before the
+ * apex), its entry, apex (lowest) and exit speeds, and the time it gained (green, -) or lost
+ * (red, +) from the reference's braking point to the corner's end. Distances are along the
+ * reference lap's path. */
+function analysedCornerTable(analysis) {
+  const m = (v) => `${v.toFixed(0)} m`;
+  return stacked(table(["corner", "direction", "brakes at", "apex at", "entry km/h", "apex km/h", "exit km/h", "vs reference"],
+    analysis.corners.map((c) => h("tr", { "data-corner": c.corner },
+      h("td", {}, `C${c.corner}`), h("td", {}, c.direction ?? "—"), h("td", {}, m(c.braking_m)), h("td", {}, m(c.apex_m)),
+      h("td", {}, kmh(c.entry_speed_mps)), h("td", {}, kmh(c.apex_speed_mps)), h("td", {}, kmh(c.exit_speed_mps)),
+      h("td", { class: `corner-delta ${Math.abs(c.time_delta_s) < 0.0005 ? "" : c.time_delta_s < 0 ? "time-gained" : "time-lost"}`,
+        "data-delta": c.time_delta_s }, `${signed(c.time_delta_s)} s`))),
+  { id: "corner-table" }));
+}
+
+/** The delta chart and the corner table of the compared laps, or why there are none. */
+function analysisPart(traces, analyses, dMax, bands) {
+  if (!analyses) return [h("h3", {}, `Corners of lap ${traces[0].lap}`), cornerTable(traces[0])];
+  const reason = analyses.find((a) => a.reason)?.reason;
+  if (reason) {
+    return [h("p", { class: "notice", id: "delta-notice", "data-reason": reason }, `No delta to a reference lap: ${NO_DELTA[reason] ?? reason}.`),
+      h("h3", {}, `Corners of lap ${traces[0].lap}`), cornerTable(traces[0])];
+  }
+  const ref = analyses[0].reference_lap;
+  // The corners of the lap being compared with the reference: the second pick's, unless it is
+  // the reference lap itself (all zeros).
+  const shown = [...analyses].reverse().find((a) => a.lap !== ref) || analyses[0];
+  return [h("h3", {}, `Delta to reference lap ${ref}`), ...drawDeltaChart(analyses, { dMax, bands }),
+    h("h3", {}, shown.lap === ref ? `Corners of reference lap ${ref}` : `Corners of lap ${shown.lap} against reference lap ${ref}`),
+    shown.corners.length ? analysedCornerTable(shown) : h("p", { class: "muted", id: "corner-table" }, `No corners in reference lap ${ref}.`)];
+}
+
+/** Two lap pickers, their overlaid speed lines and, when the API analyses laps, their delta to
+ * the reference lap and the corners. The pair lives in the URL (``?a=3&b=5``), so a link shows
+ * a colleague the same comparison; without one, the best lap and another. */
+function lapComparison(id, laps, analysed = false) {
   const byLap = (n) => laps.find((l) => String(l.lap) === String(n));
   const best = laps.find((l) => l.is_best) || laps[0];
   const wanted = viewState();
@@ -219,8 +370,13 @@ function lapComparison(id, laps) {
   const chart = h("div", { id: "lap-compare" });
   async function load() {
     const pair = [...new Set([a.value, b.value])];
-    const traces = await Promise.all(pair.map((lap) => api(`/v1/sessions/${id}/laps/${lap}/trace`)));
-    chart.replaceChildren(...drawLapChart(traces), h("h3", {}, `Corners of lap ${traces[0].lap}`), cornerTable(traces[0]));
+    const [traces, analyses] = await Promise.all([
+      Promise.all(pair.map((lap) => api(`/v1/sessions/${id}/laps/${lap}/trace`))),
+      analysed ? Promise.all(pair.map((lap) => api(`/v1/sessions/${id}/laps/${lap}/analysis`))) : null]);
+    const dMax = Math.max(1, ...traces.flatMap((t) => t.points.map((p) => p.d_m)),
+      ...(analyses || []).flatMap((x) => x.delta.map((p) => p.d_m)));
+    const bands = cornerBands(traces, analyses);
+    chart.replaceChildren(...drawLapChart(traces, { dMax, bands }), ...analysisPart(traces, analyses, dMax, bands));
   }
   const changed = () => { setViewState({ a: a.value, b: b.value }); return load(); };
   a.addEventListener("change", changed);
@@ -385,7 +541,8 @@ export async function showSession(view, id) {
   if (report) {
     view.append(h("h2", {}, "Laps"), lapTable(report));
     if (report.laps.length && await documented("/v1/sessions/{id}/laps/{lap}/trace")) {
-      const [title, pickers, chart, load] = lapComparison(id, report.laps);
+      const analysed = await documented("/v1/sessions/{id}/laps/{lap}/analysis");
+      const [title, pickers, chart, load] = lapComparison(id, report.laps, analysed);
       view.append(title, pickers, chart);
       await load();
     }
