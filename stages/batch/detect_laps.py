@@ -6,7 +6,9 @@ Positions come from ``fused`` when fusion ran, else from ``gnss`` fixes, project
 east/north plane.
 
 1. **The line.** ``config["start_finish"] = {"lat1", "lon1", "lat2", "lon2"}`` is a segment
-   across the track (make it span the pit lane too, as a timing line does). Without one, the
+   across the track (make it span the pit lane too, as a timing line does); else the lines of
+   a track (:func:`stages.batch.track_library.resolve`: ``config["track"]`` by name, or a saved
+   or library track detected from where the session was driven). Without one, the
    line is found where the track *closes on itself*: walking forward from the first sample
    at ``stop_speed_mps`` or more (a runner too) in 25 m steps over the whole session, the
    first anchor the vehicle later passes again (within ``close_radius_m``, heading within
@@ -44,10 +46,20 @@ east/north plane.
    travelled. On the synthetic circuits (10 Hz, 2 m of white noise):
    worst lap-time error 0.016 s with the line mid-bend of 50 and 90 m radius (0.037 s before),
    0.009 s on the main straight (0.021 s).
-3. **Laps** run between consecutive accepted crossings. A lap's ``distance_m`` is the distance
-   travelled between its crossings (speed integrated over the lap time) - the same measure as
-   ``lap_metrics.distance_m`` - not the length of the path through the fixes, which position
-   noise lengthens (by about 30 % at 10 Hz and 2 m of noise).
+2c. **Uncertainty.** Every crossing carries a standard uncertainty: a per-pass fit's root
+   standard error over the fixes' effective number (``n (1 - ρ) / (1 + ρ)``, ρ the residuals'
+   lag-one autocorrelation) in metres of travel, over the speed there; an aligned pass's mean
+   along-path residual's standard error plus the slow receiver error, measured across the path
+   as the passes' mean offsets. A lap's or a sector's is its two crossings' combined. The
+   aligned crossings of a line are then moved, together, onto the per-pass fits' mean: the
+   shared path's local along-track error is common to every pass (nothing to a lap time, a
+   bias to a sector time).
+3. **Laps** run between consecutive accepted crossings (with ``config["finish"]``, a
+   point-to-point stage: from each start crossing to the first finish crossing after it). A
+   lap's ``distance_m`` is the distance travelled between its crossings (speed integrated
+   over the lap time) - the same measure as ``lap_metrics.distance_m`` - not the length of
+   the path through the fixes, which position noise lengthens (by about 30 % at 10 Hz and 2 m
+   of noise).
 4. **Pit laps.** Each lap's path is compared with up to five other laps (those closest to the
    median lap time); a stretch of at least ``pit_min_s`` whose (lower) median distance to them
    exceeds ``pit_deviation_m`` is off the racing line (``pit``). That takes three laps: two
@@ -58,9 +70,17 @@ east/north plane.
    below ``stop_speed_mps`` for at least ``stop_min_s`` is ``stopped_s``. A lap is ``valid``
    when it has neither; only valid laps compete for best lap.
 
-Produces dataset ``laps`` (see :func:`laps_table`) and a summary with ``lap_count``, ``reason``
-(``None`` or ``NO_POSITION_DATA`` / ``TRACK_NOT_CLOSED`` / ``NO_LINE_CROSSINGS``), ``line``,
-``source``, ``crossings``, ``debounced``, ``pit_laps``, ``laps_available``.
+5. **Sectors.** The track's or ``config["sectors"]`` lines, else ``laps.default_sectors``
+   sectors of about equal length (lines across the median valid lap at equal distances, each
+   moved to the fastest point within ``_SECTOR_SLACK`` of the lap). Each line is timed like the
+   start/finish line, on the motion thinned to 20 Hz; a lap that crosses every one once, in
+   order, gets its sector times.
+
+Produces datasets ``laps`` (see :func:`laps_table`) and ``sector_times``
+(:func:`sector_times_table`) and a summary with ``lap_count``, ``reason`` (``None`` or
+``NO_POSITION_DATA`` / ``TRACK_NOT_CLOSED`` / ``NO_LINE_CROSSINGS``), ``line``, ``finish``,
+``track``, ``sector_lines``, ``sector_count``, ``source``, ``crossings``, ``debounced``,
+``pit_laps``, ``laps_available``.
 """
 
 from __future__ import annotations
