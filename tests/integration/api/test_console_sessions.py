@@ -147,8 +147,11 @@ def downloads_work(p: Person, session_id: str, laps: int) -> list[str]:
     """Every export link's file parses and holds the laps; a click downloads one. The files
     the page does not link (their routes are checked by the caller)."""
     p.open(f"#/sessions/{session_id}", "#session-downloads a")
-    links = {a.get_attribute("data-file"): a.get_attribute("href")
-             for a in p.all("#session-downloads a")}  # fmt: skip
+    # Read in one script: the page redraws the section while the lap analysis loads, and an
+    # element found before a redraw is stale after it.
+    links = p.driver.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#session-downloads a')]"
+        ".map((a) => [a.dataset.file, a.href]));")
     assert {"laps.csv", "session.gpx", "session.fit"} <= set(links), links
     for file, href in links.items():
         got = p.driver.execute_async_script(_FETCH, href)
