@@ -60,7 +60,11 @@ def chosen(p: Person, css: str) -> str:
 
 
 def shown(p: Person, rows: str, attribute: str) -> list[str]:
-    return [str(r.get_attribute(attribute)) for r in p.all(rows)]
+    """The rows' ``attribute``, read in one script: a list the live events redraw between
+    finding a row and reading it would make the row stale."""
+    return [str(x) for x in p.driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map((r) => r.getAttribute(arguments[1]));", rows, attribute)]
 
 
 def runs_list(p: Person, s: Seeded) -> None:
@@ -156,9 +160,9 @@ def sessions_list(p: Person) -> None:
     p.wait(lambda d: "device=kart-1" in href(p))
     reopen(p, href(p), "#sessions-rows tr")
     assert p.find("#session-device").get_attribute("value") == "kart-1"
-    devices_shown = [
-        r.find_elements(By.CSS_SELECTOR, "td")[1].text for r in p.all("#sessions-rows tr")
-    ]
+    devices_shown = p.driver.execute_script(
+        "return [...document.querySelectorAll('#sessions-rows tr')]"
+        ".map((r) => r.querySelectorAll('td')[1].innerText);")
     assert devices_shown == ["kart-1"]
 
 
