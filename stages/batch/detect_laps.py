@@ -348,11 +348,14 @@ def _line_at(a: int, e: FloatArray, n: FloatArray, heading: FloatArray, p: LapsC
                  e2=float(e[a] - w * ne), n2=float(n[a] - w * nn), source="auto")
 
 
-def _heading_at(t: FloatArray, e: FloatArray, n: FloatArray, span_s: float = 0.5) -> FloatArray:
+def _heading_at(t: FloatArray, e: FloatArray, n: FloatArray, span_s: float = 0.5,
+                at: npt.NDArray[np.intp] | None = None) -> FloatArray:
     """Direction of travel between the positions ``span_s`` before and after each sample (a
-    time baseline: tens of metres at speed, so GNSS noise barely tilts it)."""
-    lo = np.clip(np.searchsorted(t, t - span_s), 0, t.size - 1)
-    hi = np.clip(np.searchsorted(t, t + span_s), 0, t.size - 1)
+    time baseline: tens of metres at speed, so GNSS noise barely tilts it); only at the
+    samples ``at`` when given."""
+    tc = t if at is None else t[at]
+    lo = np.clip(np.searchsorted(t, tc - span_s), 0, t.size - 1)
+    hi = np.clip(np.searchsorted(t, tc + span_s), 0, t.size - 1)
     return np.arctan2(n[hi] - n[lo], e[hi] - e[lo])
 
 
@@ -698,16 +701,22 @@ def _equal_distance_lines(m: Motion, dist: FloatArray, e: FloatArray, n: FloatAr
     pool = [x for x in laps if x["valid"]] or laps
     ref = sorted(pool, key=lambda x: x["lap_time_s"])[(len(pool) - 1) // 2]
     d0, d1 = np.interp([ref["start_s"], ref["end_s"]], m.t, dist)
-    heading = _heading_at(m.t, e, n)
     speed = np.nan_to_num(m.speed)
     slack = _SECTOR_SLACK * (d1 - d0)
-    out = []
+    places = []
     for k in range(1, p.default_sectors):
         mid = d0 + (d1 - d0) * k / p.default_sectors
         lo, hi = np.searchsorted(dist, [mid - slack, mid + slack])
         i = int(lo + np.argmax(speed[lo:hi])) if hi > lo else int(np.searchsorted(dist, mid))
-        line = _line_at(min(i, m.t.size - 1), e, n, heading, p)
-        out.append(_Line(e1=line.e1, n1=line.n1, e2=line.e2, n2=line.n2, source="auto"))
+        places.append(min(i, m.t.size - 1))
+    at = np.asarray(places, dtype=np.intp)
+    heading = _heading_at(m.t, e, n, at=at)
+    out = []
+    for i, h in zip(places, heading.tolist(), strict=True):
+        w = p.auto_half_width_m
+        ne, nn = -np.sin(h), np.cos(h)
+        out.append(_Line(e1=float(e[i] + w * ne), n1=float(n[i] + w * nn),
+                         e2=float(e[i] - w * ne), n2=float(n[i] - w * nn), source="auto"))
     return out
 
 
