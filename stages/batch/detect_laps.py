@@ -139,6 +139,8 @@ _SECTOR_SLACK = 0.08
 # 60-minute 100 Hz session two lines cost 0.29 s at the full rate, 0.07 s thinned.
 _SECTOR_FIT_DT_S = 0.1
 _SECTOR_ROUNDS = 2
+_SECTOR_TRIES = 12
+"""Fastest points tried for an equal-distance sector line before its exact place."""
 """Pass-alignment rounds for a sector line (the start/finish line has four): on eight sector
 lines of four synthetic sessions the times moved by at most 2e-8 s after the second round."""
 # Found lines (step 1) rejected for too few crossings before the search gives up.
@@ -152,6 +154,8 @@ class _Line:
     e2: float
     n2: float
     source: str
+    up: bool | None = None
+    """The direction it is timed in (signed distance rising); ``None``: the dominant one."""
 
     def signed_distance(self, e: FloatArray, n: FloatArray) -> FloatArray:
         de, dn = self.e2 - self.e1, self.n2 - self.n1
@@ -426,7 +430,11 @@ class _Timing:
             return _Cross(times=np.zeros(0), offsets=np.zeros(0), sigmas=np.zeros(0),
                           debounced=0)
         up = s[idx + 1] > s[idx]
-        direction = bool(up.sum() > (~up).sum()) if up.sum() != (~up).sum() else bool(up[0])
+        if line.up is not None:  # a sector line found on the reference lap: its direction
+            direction = line.up
+        else:
+            direction = (bool(up.sum() > (~up).sum()) if up.sum() != (~up).sum()
+                         else bool(up[0]))
         idx, frac, u = idx[up == direction], frac[up == direction], u[up == direction]
         raw = t[idx] + frac * (t[idx + 1] - t[idx])
         step = (t[idx + 1] - t[idx]) / np.sqrt(12.0)  # interpolation alone: uniform error
@@ -703,21 +711,41 @@ def _equal_distance_lines(m: Motion, dist: FloatArray, e: FloatArray, n: FloatAr
     d0, d1 = np.interp([ref["start_s"], ref["end_s"]], m.t, dist)
     speed = np.nan_to_num(m.speed)
     slack = _SECTOR_SLACK * (d1 - d0)
-    places = []
+    a, b = np.searchsorted(m.t, [ref["start_s"], ref["end_s"]])
+    out: list[_Line] = []
     for k in range(1, p.default_sectors):
         mid = d0 + (d1 - d0) * k / p.default_sectors
         lo, hi = np.searchsorted(dist, [mid - slack, mid + slack])
-        i = int(lo + np.argmax(speed[lo:hi])) if hi > lo else int(np.searchsorted(dist, mid))
-        places.append(min(i, m.t.size - 1))
-    at = np.asarray(places, dtype=np.intp)
-    heading = _heading_at(m.t, e, n, at=at)
-    out = []
-    for i, h in zip(places, heading.tolist(), strict=True):
-        w = p.auto_half_width_m
-        ne, nn = -np.sin(h), np.cos(h)
-        out.append(_Line(e1=float(e[i] + w * ne), n1=float(n[i] + w * nn),
-                         e2=float(e[i] - w * ne), n2=float(n[i] - w * nn), source="auto"))
+        # Fastest first; a line the reference lap does not cross exactly once, well inside
+        # the lap (a loop's point that is also where the lap starts, an out-and-back road
+        # passed twice), is no sector line: the next fastest point is tried.
+        order = lo + np.argsort(-speed[lo:hi], kind="stable")[:_SECTOR_TRIES]
+        for i in [*order.tolist(), int(np.searchsorted(dist, mid))]:
+            i = min(i, m.t.size - 1)
+            h = float(_heading_at(m.t, e, n, at=np.array([i], dtype=np.intp))[0])
+            w, ne, nn = p.auto_half_width_m, -np.sin(h), np.cos(h)
+            line = _Line(e1=float(e[i] + w * ne), n1=float(n[i] + w * nn),
+                         e2=float(e[i] - w * ne), n2=float(n[i] - w * nn), source="auto")
+            up = _crossed_once(line, e[a:b], n[a:b])
+            if up is not None:
+                out.append(_Line(e1=line.e1, n1=line.n1, e2=line.e2, n2=line.n2,
+                                 source="auto", up=up))
+                break
     return out
+
+
+def _crossed_once(line: _Line, e: FloatArray, n: FloatArray) -> bool | None:
+    """The direction (signed distance rising) the path ``e``, ``n`` crosses the segment
+    ``line`` in when it does so exactly once, not in its first or last tenth; else ``None``."""
+    s = line.signed_distance(e, n)
+    idx = np.flatnonzero((s[:-1] < 0) != (s[1:] < 0))
+    frac = s[idx] / (s[idx] - s[idx + 1])
+    u = line.along(e[idx] + frac * (e[idx + 1] - e[idx]), n[idx] + frac * (n[idx + 1] - n[idx]))
+    idx = idx[(u >= 0) & (u <= 1)]
+    edge = max(1, e.size // 10)
+    if idx.size != 1 or not edge <= int(idx[0]) < e.size - edge:
+        return None
+    return bool(s[idx[0] + 1] > s[idx[0]])
 
 
 def _sector_times(timing: _Timing, laps: list[dict[str, Any]],
