@@ -21,7 +21,14 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 __all__ = [
     "DownsampleConfig",
@@ -186,6 +193,12 @@ class RunConfig(_Section):
     tracks: list[TrackConfig] = Field(
         default_factory=list, max_length=500, description="The tenant's saved tracks."
     )
+
+    @model_validator(mode="after")
+    def _finish_needs_a_start(self) -> RunConfig:
+        if self.finish is not None and self.start_finish is None:
+            raise ValueError("finish needs start_finish (the stage's start line)")
+        return self
     time_offsets_s: dict[Stream, float] = Field(
         default_factory=dict, description="Per-stream clock correction, seconds."
     )

@@ -234,9 +234,6 @@ def _timing_lines(config: RunConfig, frame: LocalFrame, m: Motion, e: FloatArray
                   n: FloatArray) -> _Lines | None:
     """The lines of the configured, named or detected track (step 1 of the module docstring;
     ``None``: the line is to be found)."""
-    if config.start_finish is None and config.finish is not None:
-        raise SessionStageError("a finish line needs a start line (config.start_finish)",
-                                code=codes.INVALID_START_FINISH)
     # Detection looks at where the session was driven: ten samples a second are plenty.
     steps = np.diff(m.t)
     k = max(1, round(0.1 / float(np.median(steps)))) if steps.size and np.median(steps) > 0 else 1

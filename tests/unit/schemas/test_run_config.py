@@ -55,3 +55,17 @@ def test_an_integer_may_be_written_as_json_schema_counts_one() -> None:
     assert "config.fusion.min_fixes" in _problem({"fusion": {"min_fixes": "12"}})
     # Past a bigint the stored config could not be written (jsonb through orjson).
     assert "config.max_artifact_bytes" in _problem({"max_artifact_bytes": 2**63})
+
+
+def test_timing_lines_tracks_and_lap_analysis_keys() -> None:
+    line = {"lat1": 52.0, "lon1": -1.0, "lat2": 52.0003, "lon2": -1.0}
+    cfg = parse_run_config({"start_finish": line, "finish": line, "sectors": [line, line],
+                            "track": "Silverstone", "laps": {"mini_sectors": 0,
+                                                             "reference_lap": 4}})
+    assert cfg.finish is not None and len(cfg.sectors) == 2 and cfg.track == "Silverstone"
+    assert (cfg.laps.default_sectors, cfg.laps.mini_sectors, cfg.laps.reference_lap) == (3, 0, 4)
+    # A finish line alone times nothing: refused where the run is asked for, in words.
+    assert "finish needs start_finish" in _problem({"finish": line})
+    assert "config.sectors" in _problem({"sectors": [line] * 33})
+    assert "config.laps.default_sectors" in _problem({"laps": {"default_sectors": 0}})
+    assert "config.tracks.0.name" in _problem({"tracks": [{"name": "", "start_finish": line}]})
