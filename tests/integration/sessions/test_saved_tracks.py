@@ -65,7 +65,8 @@ async def test_a_track_saved_from_a_session_reaches_later_sessions(
 
         saved = await cli("tracks", "add", "Home circuit", "--from-session", str(session))
         assert saved.exit_code == 0, (saved.output, saved.exception)
-        assert "saved track Home circuit of acme (circuit, 0 sector lines)" in saved.output
+        # The lines the run was timed on: its found start/finish and its two sector lines.
+        assert "saved track Home circuit of acme (circuit, 2 sector lines)" in saved.output
         listed = await cli("tracks", "list", "--json")
         assert '"name": "Home circuit"' in listed.output and '"source": "saved"' in listed.output
         shown = await cli("tracks", "show", "home circuit")  # names are exact
@@ -86,6 +87,7 @@ async def test_a_track_saved_from_a_session_reaches_later_sessions(
     async with pool.acquire() as conn:
         line = await session_lines(conn, "acme", session, "x")
     assert found.start_finish == line.start_finish
+    assert len(found.sectors) == 2 and found.sectors == tuple(line.sectors)
 
     # The library is listed too, with its source named; a bad line is refused with its option.
     lib = await cli("tracks", "list", "--library", "--json")
