@@ -346,7 +346,7 @@ def _corners(placed: dict[int, _Placed], ref: _Lap, segments: pa.Table | None,
         return float(np.interp(sec, pl_ref.t, pl_ref.s))
 
     spans = [(on_ref(r["start_ts"]), on_ref(r["end_ts"]), r["direction"]) for r in rows]
-    ref_brake: list[float] = []
+    ref_brake: dict[int, float] = {}  # corner -> the reference lap's braking point
     out: list[dict[str, Any]] = []
     for lap in [ref.lap, *sorted(k for k in placed if k != ref.lap)]:
         pl = placed[lap]
@@ -361,8 +361,8 @@ def _corners(placed: dict[int, _Placed], ref: _Lap, segments: pa.Table | None,
             before = np.flatnonzero((pl.s >= prev_end) & (pl.s <= pl.s[apex]))
             brake = int(before[np.argmax(pl.v[before])]) if before.size else int(idx[0])
             if lap == ref.lap:
-                ref_brake.append(float(pl.s[brake]))
-            from_m = ref_brake[c - 1] if len(ref_brake) >= c else float(pl.s[brake])
+                ref_brake[c] = float(pl.s[brake])
+            from_m = ref_brake.get(c, float(pl.s[brake]))
             lost = (float(pl.time_at(np.array([s1]))[0] - pl_ref.time_at(np.array([s1]))[0])
                     - float(pl.time_at(np.array([from_m]))[0]
                             - pl_ref.time_at(np.array([from_m]))[0]))
