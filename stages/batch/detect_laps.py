@@ -165,6 +165,19 @@ class _Line:
         de, dn = self.e2 - self.e1, self.n2 - self.n1
         return np.asarray(((e - self.e1) * de + (n - self.n1) * dn) / (de * de + dn * dn))
 
+    def passes(self, e: FloatArray, n: FloatArray) -> tuple[FloatArray, npt.NDArray[np.intp],
+                                                            FloatArray, FloatArray]:
+        """Where the path ``e``, ``n`` crosses the segment: the signed distance of every
+        sample; and per crossing inside the segment, the sample before it, the fraction of the
+        step to the crossing, and where along the line (0 to 1) it is."""
+        s = self.signed_distance(e, n)
+        idx = np.flatnonzero((s[:-1] < 0) != (s[1:] < 0))
+        frac = s[idx] / (s[idx] - s[idx + 1])
+        u = self.along(e[idx] + frac * (e[idx + 1] - e[idx]),
+                       n[idx] + frac * (n[idx + 1] - n[idx]))
+        ok = (u >= 0) & (u <= 1)
+        return s, idx[ok], frac[ok], u[ok]
+
 
 def run(inp: StageInput) -> StageOutput:
     """Detect laps (see the module docstring)."""
@@ -328,12 +341,8 @@ def _moving_crossings(line: _Line, m: Motion, e: FloatArray, n: FloatArray,
                       p: LapsConfig) -> int:
     """How many times the vehicle, moving, crosses ``line`` in its dominant direction
     (crossings closer than ``min_lap_s`` count once): a found line needs two for a lap."""
-    s = line.signed_distance(e, n)
-    idx = np.flatnonzero((s[:-1] < 0) != (s[1:] < 0))
-    frac = s[idx] / (s[idx] - s[idx + 1])
-    u = line.along(e[idx] + frac * (e[idx + 1] - e[idx]), n[idx] + frac * (n[idx + 1] - n[idx]))
-    moving = np.nan_to_num(np.minimum(m.speed[idx], m.speed[idx + 1])) >= p.stop_speed_mps
-    idx = idx[(u >= 0) & (u <= 1) & moving]
+    s, idx, _, _ = line.passes(e, n)
+    idx = idx[np.nan_to_num(np.minimum(m.speed[idx], m.speed[idx + 1])) >= p.stop_speed_mps]
     if idx.size < 2:
         return int(idx.size)
     up = s[idx + 1] > s[idx]
@@ -416,13 +425,7 @@ class _Timing:
         """Refined crossing times of ``line`` in its dominant direction, debounced (step 2 of
         the module docstring), with their uncertainties (step 2c)."""
         t, e, n, p = self.t, self.e, self.n, self.p
-        s = line.signed_distance(e, n)
-        idx = np.flatnonzero((s[:-1] < 0) != (s[1:] < 0))
-        frac = s[idx] / (s[idx] - s[idx + 1])
-        u = line.along(e[idx] + frac * (e[idx + 1] - e[idx]),
-                       n[idx] + frac * (n[idx + 1] - n[idx]))
-        ok = (u >= 0) & (u <= 1)
-        idx, frac, u = idx[ok], frac[ok], u[ok]
+        s, idx, frac, u = line.passes(e, n)
         if idx.size == 0:
             return _Cross(times=np.zeros(0), offsets=np.zeros(0), sigmas=np.zeros(0),
                           debounced=0)
@@ -734,11 +737,7 @@ def _equal_distance_lines(m: Motion, dist: FloatArray, e: FloatArray, n: FloatAr
 def _crossed_once(line: _Line, e: FloatArray, n: FloatArray) -> bool | None:
     """The direction (signed distance rising) the path ``e``, ``n`` crosses the segment
     ``line`` in when it does so exactly once, not in its first or last tenth; else ``None``."""
-    s = line.signed_distance(e, n)
-    idx = np.flatnonzero((s[:-1] < 0) != (s[1:] < 0))
-    frac = s[idx] / (s[idx] - s[idx + 1])
-    u = line.along(e[idx] + frac * (e[idx + 1] - e[idx]), n[idx] + frac * (n[idx + 1] - n[idx]))
-    idx = idx[(u >= 0) & (u <= 1)]
+    s, idx, _, _ = line.passes(e, n)
     edge = max(1, e.size // 10)
     if idx.size != 1 or not edge <= int(idx[0]) < e.size - edge:
         return None
