@@ -79,6 +79,14 @@ async def tenant_id(conn: Any, name: str) -> uuid.UUID | None:
     return found
 
 
+async def require_tenant_id(conn: Any, name: str) -> uuid.UUID:
+    """The id of tenant ``name`` (``NotFoundError`` when there is no such tenant)."""
+    found = await tenant_id(conn, name)
+    if found is None:
+        raise NotFoundError(f"no tenant {name}")
+    return found
+
+
 _UPSERT_SCHEMA = """
 INSERT INTO device_schemas (tenant_id, name) VALUES ($1, $2)
 ON CONFLICT (tenant_id, name) DO UPDATE SET name = EXCLUDED.name

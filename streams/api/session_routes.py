@@ -123,22 +123,23 @@ async def get_session_laps(request: web.Request) -> web.Response:
     return reply(laps)
 
 
-async def get_lap_trace(request: web.Request) -> web.Response:
-    """One lap of the active run as speed over distance (the console overlays two)."""
+async def _one_lap(request: web.Request, view: Any) -> web.Response:
+    """``view(conn, store, tenant, session, lap)`` for the path's session and lap."""
     ctx, caller = context_of(request), caller_of(request)
     lap = path_int(request, "lap")
     async with ctx.pool.acquire() as conn:
-        trace = await lap_trace(conn, ctx.store, caller.tenant_id, path_uuid(request), lap)
-    return reply(trace)
+        found = await view(conn, ctx.store, caller.tenant_id, path_uuid(request), lap)
+    return reply(found)
+
+
+async def get_lap_trace(request: web.Request) -> web.Response:
+    """One lap of the active run as speed over distance (the console overlays two)."""
+    return await _one_lap(request, lap_trace)
 
 
 async def get_lap_analysis(request: web.Request) -> web.Response:
     """One lap against the reference lap: the delta channel, corners and mini-sectors."""
-    ctx, caller = context_of(request), caller_of(request)
-    lap = path_int(request, "lap")
-    async with ctx.pool.acquire() as conn:
-        found = await lap_analysis(conn, ctx.store, caller.tenant_id, path_uuid(request), lap)
-    return reply(found)
+    return await _one_lap(request, lap_analysis)
 
 
 async def get_session_export(request: web.Request) -> web.Response:

@@ -31,7 +31,7 @@ from streams.cli.options import JSON_OPTION, TENANT_OPTION, age_seconds, parse_i
 from streams.cli.output import console, print_json, print_record, print_rows
 from streams.cli.sessions import reprocess_cmd, rollback_cmd
 from streams.config import load_settings
-from streams.errors import NotFoundError, UsageError
+from streams.errors import UsageError
 from streams.jobs import queue, run_actions
 from streams.sessions.reprocess import BACKFILL_PRIORITY, BackfillItem, BackfillScope, backfill
 from streams.sessions.schedules import (
@@ -491,9 +491,3 @@ def _secs(value: float | None) -> str:
 def _time(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%H:%M:%S")
 
-
-async def _tenant_id(conn: Conn, name: str) -> uuid.UUID:
-    found = await registry.tenant_id(conn, name)
-    if found is None:
-        raise NotFoundError(f"no tenant {name!r}")
-    return uuid.UUID(str(found))

@@ -279,16 +279,14 @@ def show(
 ) -> None:
     """Show a session with its runs and artifacts (and, with --laps, every lap)."""
     from streams.objects import ObjectStore
-    from streams.registry import tenant_id
+    from streams.registry import require_tenant_id
     from streams.views import sessions as queries
     from streams.views.laps import session_laps
 
     owner, sid = tenant_name(tenant), parse_id(session)
 
     async def work(conn: Any) -> dict[str, Any]:
-        tid = await tenant_id(conn, owner)
-        if tid is None:
-            raise NotFoundError(f"no tenant {owner}")
+        tid = await require_tenant_id(conn, owner)
         session = await queries.get_session(conn, tid, sid)
         found = operator_fields(session)
         if session.active_run_id:
@@ -332,15 +330,13 @@ def lap_cmd(
     """One lap against the reference lap: corners (braking point, apex and exit speed, time
     gained or lost), mini-sectors, and the delta at the end (--json: the delta channel)."""
     from streams.objects import ObjectStore
-    from streams.registry import tenant_id
+    from streams.registry import require_tenant_id
     from streams.views.lap_analysis import lap_analysis
 
     owner, sid = tenant_name(tenant), parse_id(session)
 
     async def work(conn: Any) -> dict[str, Any]:
-        tid = await tenant_id(conn, owner)
-        if tid is None:
-            raise NotFoundError(f"no tenant {owner}")
+        tid = await require_tenant_id(conn, owner)
         store = ObjectStore(load_settings().objects())
         return (await lap_analysis(conn, store, tid, sid, lap)).model_dump(mode="json")
 
