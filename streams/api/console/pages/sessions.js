@@ -437,7 +437,8 @@ async function tracks() {
   const { items } = await api("/v1/tracks?include=all");
   const saved = items.filter((t) => t.source === "saved");
   const library = items.filter((t) => t.source === "library");
-  const kind = (t) => `${t.finish ? "stage (start → finish)" : "circuit"}, ${t.sectors.length + 1} sectors`;
+  const sectors = (n) => `${n} sector${n === 1 ? "" : "s"}`;
+  const kind = (t) => `${t.finish ? "stage (start → finish)" : "circuit"}, ${sectors(t.sectors.length + 1)}`;
   const rows = saved.map((t) => h("tr", { "data-track": t.name },
     cell("track", t.name), cell("kind", kind(t)),
     cell("from", t.from_session ? h("a", { href: `#/sessions/${t.from_session}` }, short(t.from_session)) : "its lines"),
