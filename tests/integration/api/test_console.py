@@ -128,6 +128,16 @@ class Person:
             )
         )
 
+    def screen(self, width: int, zone: str, *, height: int = 844,
+               mobile: bool | None = None) -> None:
+        """Look as a ``width`` x ``height`` screen in time zone ``zone`` does (``mobile``: a
+        phone's viewport rules; by default below 700 px). The zone is read when a page loads."""
+        cdp = self.driver.execute_cdp_cmd
+        cdp("Emulation.setTimezoneOverride", {"timezoneId": zone})
+        cdp("Emulation.setDeviceMetricsOverride", {
+            "width": width, "height": height, "deviceScaleFactor": 1,
+            "mobile": width < 700 if mobile is None else mobile})
+
     def shot(self, name: str, *, check: bool = True) -> None:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         self.driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
@@ -513,9 +523,7 @@ def read_lap_timing(p: Person, session_id: str, report: dict[str, Any]) -> None:
     desk = p.text("#lap-table tbody")
     cdp = p.driver.execute_cdp_cmd
     try:
-        cdp("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Tokyo"})
-        cdp("Emulation.setDeviceMetricsOverride",
-            {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": False})  # fmt: skip
+        p.screen(390, "Asia/Tokyo", mobile=False)
         p.driver.get("about:blank")  # a fresh load (sessionStorage keeps the key)
         p.driver.get(f"{p.base}#/sessions/{session_id}")
         p.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#view #delta-chart path.delta-line"))

@@ -199,9 +199,7 @@ async def test_the_runs_page_lists_scheduled_backfills(seeded: Seeded, browser: 
     await asyncio.to_thread(sign_in, p, seeded.acme["Authorization"].removeprefix("Bearer "))
 
     def look(width: int, zone: str) -> dict[str, Any]:
-        p.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-            "width": width, "height": 844, "deviceScaleFactor": 1, "mobile": width < 700})
-        p.driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": zone})
+        p.screen(width, zone)
         p.driver.refresh()
         p.find("#backfill-schedules tr[data-schedule]")
         return dict(p.driver.execute_script(

@@ -178,10 +178,8 @@ def fits_everywhere(p: Person, session_id: str, pair: str) -> None:
     cdp = p.driver.execute_cdp_cmd
     try:
         for zone, shown in ZONES.items():
-            cdp("Emulation.setTimezoneOverride", {"timezoneId": zone})
             for width, height in SIZES:
-                screen = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
-                cdp("Emulation.setDeviceMetricsOverride", screen)
+                p.screen(width, zone, height=height, mobile=False)
                 p.driver.get("about:blank")  # a fresh load (sessionStorage keeps the key)
                 p.driver.get(f"{p.base}#/sessions/{session_id}?{pair}")
                 p.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#view #lap-chart path.lap-line"))
@@ -320,9 +318,7 @@ async def test_the_sessions_page_lists_the_tracks(seeded: Seeded, browser: WebDr
     await asyncio.to_thread(sign_in, p, seeded.acme["Authorization"].removeprefix("Bearer "))
 
     def look(width: int, zone: str) -> dict[str, Any]:
-        p.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-            "width": width, "height": 844, "deviceScaleFactor": 1, "mobile": width < 700})
-        p.driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": zone})
+        p.screen(width, zone)
         p.driver.get(str(seeded.client.make_url("/")) + "#/sessions")
         p.driver.refresh()  # the zone is read when the page loads
         p.find("#tracks tr[data-track]")

@@ -21,7 +21,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import fitdecode
 import numpy as np
 import orjson
 import pytest
@@ -33,6 +32,7 @@ from stages.batch.synth import synthesize
 from streams.api.keys import create_api_key
 from streams.cli.main import app
 from streams.config import Settings
+from tests.fit_file import messages as fit_messages
 from tests.integration.sessions.conftest import running_system
 from tests.integration.sessions.test_api import api_client
 
@@ -57,16 +57,6 @@ def _said(result: Any) -> str:
 
 def _csv(data: bytes) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(data.decode())))
-
-
-def _fit(data: bytes) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    with fitdecode.FitReader(io.BytesIO(data), check_crc=fitdecode.CrcCheck.ENABLED) as reader:
-        for frame in reader:
-            if isinstance(frame, fitdecode.FitDataMessage):
-                out.setdefault(frame.name, []).append(
-                    {f.name: f.value for f in frame.fields if f.value is not None})
-    return out
 
 
 async def test_a_session_exports_as_csv_gpx_and_fit(
@@ -169,7 +159,7 @@ def _laps_of(data: bytes) -> list[bytes]:
 
 
 def _fit_has_the_laps(data: bytes, laps: list[dict[str, Any]], points: Any) -> None:
-    msgs = _fit(data)
+    msgs = fit_messages(data)
     assert len(msgs["lap"]) == len(laps)
     for msg, lap in zip(msgs["lap"], laps, strict=True):
         assert abs(msg["total_elapsed_time"] - lap["lap_time_s"]) <= 0.001

@@ -5,11 +5,8 @@ the CLI's choices."""
 
 from __future__ import annotations
 
-import io
 from functools import lru_cache
-from typing import Any
 
-import fitdecode
 import numpy as np
 import pyarrow as pa
 from defusedxml.ElementTree import fromstring
@@ -20,6 +17,7 @@ from stages.batch.formats import gpx
 from stages.batch.formats.gpx import GPX_NS, TIDEWAY_NS
 from stages.batch.geo import ts_micros
 from streams.cli.sessions import CSV_TABLES, EXPORT_FORMATS
+from tests.fit_file import messages as fit_messages
 from tests.unit.stages.batch.sessions import position_rms, run_chain, session
 
 _SEMICIRCLE = 180.0 / 2**31
@@ -81,19 +79,9 @@ def test_gpx_has_one_segment_per_lap_and_reads_back_point_for_point() -> None:
         assert lap["start_ts"] <= first and last < lap["end_ts"]
 
 
-def _fit(data: bytes) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    with fitdecode.FitReader(io.BytesIO(data), check_crc=fitdecode.CrcCheck.ENABLED) as reader:
-        for frame in reader:
-            if isinstance(frame, fitdecode.FitDataMessage):
-                out.setdefault(frame.name, []).append(
-                    {f.name: f.value for f in frame.fields if f.value is not None})
-    return out
-
-
 def test_fit_has_one_lap_message_per_lap_with_its_exact_time() -> None:
     tables = _tables(True)
-    msgs = _fit(_export("session.fit", tables))
+    msgs = fit_messages(_export("session.fit", tables))
     laps = tables["laps"].to_pylist()
     metrics = {m["lap"]: m for m in tables["lap_metrics"].to_pylist()}
     assert len(msgs["lap"]) == len(laps) == 3
@@ -125,7 +113,7 @@ def test_a_session_without_laps_is_one_segment_and_one_whole_lap() -> None:
     assert len(lap_segments(ts_micros(s.gnss), None)) == 1
     data = _export("session.gpx", tables)
     assert data.count(b"<trkseg>") == 1 and b"tideway:lap" not in data
-    msgs = _fit(_export("session.fit", tables))
+    msgs = fit_messages(_export("session.fit", tables))
     (lap,) = msgs["lap"]
     assert lap["lap_trigger"] == "session_end"
     assert lap["total_elapsed_time"] == msgs["session"][0]["total_elapsed_time"]
