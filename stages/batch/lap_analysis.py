@@ -55,7 +55,7 @@ from stages.batch.lap_datasets import (
     SECTOR_METRICS_SCHEMA,
 )
 
-__all__ = ["LapAnalysis", "analyse"]
+__all__ = ["NO_REFERENCE_LAP", "LapAnalysis", "analyse"]
 
 NO_REFERENCE_LAP: Final = "NO_REFERENCE_LAP"
 _RATE_HZ: Final = 10.0
@@ -363,9 +363,9 @@ def _corners(placed: dict[int, _Placed], ref: _Lap, segments: pa.Table | None,
             if lap == ref.lap:
                 ref_brake[c] = float(pl.s[brake])
             from_m = ref_brake.get(c, float(pl.s[brake]))
-            lost = (float(pl.time_at(np.array([s1]))[0] - pl_ref.time_at(np.array([s1]))[0])
-                    - float(pl.time_at(np.array([from_m]))[0]
-                            - pl_ref.time_at(np.array([from_m]))[0]))
+            span = np.array([from_m, s1])
+            behind = pl.time_at(span) - pl_ref.time_at(span)  # the delta at both ends
+            lost = float(behind[1] - behind[0])
             out.append({
                 "lap": lap, "corner": c, "reference_lap": ref.lap, "direction": direction,
                 "start_m": s0, "end_m": s1, "braking_m": float(pl.s[brake]),

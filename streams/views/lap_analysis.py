@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.api import LapAnalysis
+from stages.batch.lap_analysis import NO_REFERENCE_LAP
 from streams.errors import NotFoundError
 from streams.objects import ObjectStore
 from streams.sessions.datasets import read_table
@@ -31,7 +32,6 @@ __all__ = ["MAX_POINTS", "lap_analysis"]
 MAX_POINTS: Final = 2000
 _NAMES: Final = ("laps", "lap_delta", "corner_metrics", "sector_metrics")
 NOT_ANALYSED: Final = "NOT_ANALYSED"
-NO_REFERENCE_LAP: Final = "NO_REFERENCE_LAP"
 
 
 async def lap_analysis(
