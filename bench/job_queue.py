@@ -6,6 +6,8 @@ session pointer are part of the cost), starts that many Tideway workers (``run_w
 with its own connections, ``--concurrency`` slots, in this process) and times them until every
 run is finalised. The same number of no-op tasks is then deferred to procrastinate and drained
 by the same number of procrastinate workers with the same concurrency. Enqueueing is not timed.
+Each row also gives the CPU per job of the workers' process (client) and of every Postgres
+process (server), and how busy the whole machine was (`bench/cpu.py`).
 
     .venv/bin/python bench/job_queue.py                      # 20k jobs, workers 1/4/16, 128 slots
     .venv/bin/python bench/job_queue.py --jobs 5000 --workers 1,4 --no-procrastinate
@@ -27,10 +29,10 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
-import resource  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
+import cpu  # noqa: E402
 from bench_pg import ADMIN_DSN, fresh_database  # noqa: E402
 
 from stages.jobs.dag import DEFAULT_DAG, JobSpec  # noqa: E402
@@ -94,7 +96,7 @@ async def tideway_round(workers: int, jobs: int, per_run: int, concurrency: int)
         )  # fmt: skip
         stop = asyncio.Event()
         watcher = await postgres.connect(dsn)
-        cpu = _cpu()
+        parts, busy = cpu.by_component(), cpu.sample()
         started = time.perf_counter()
         tasks = [
             asyncio.create_task(
@@ -105,7 +107,8 @@ async def tideway_round(workers: int, jobs: int, per_run: int, concurrency: int)
         ]  # fmt: skip
         await _drained(watcher)
         elapsed = time.perf_counter() - started
-        cpu = _cpu() - cpu
+        spent = cpu.ms_per_1000(parts, cpu.by_component(), total)
+        machine_busy = cpu.busy_percent(busy, cpu.sample())
         stop.set()
         await asyncio.gather(*tasks)
         done = await watcher.fetchval("SELECT count(*) FROM jobs WHERE state = 'succeeded'")
@@ -115,7 +118,11 @@ async def tideway_round(workers: int, jobs: int, per_run: int, concurrency: int)
         return {"system": "tideway", "workers": workers, "concurrency": concurrency,
                 "jobs": total, "seconds": round(elapsed, 3),
                 "jobs_per_s": round(total / elapsed, 1),
-                "client_cpu_us_per_job": round(cpu / total * 1e6, 1)}  # fmt: skip
+                # ms per 1,000 jobs is µs per job
+                "client_cpu_us_per_job": round(spent.get("consumer", 0.0), 1),
+                "postgres_cpu_us_per_job": round(spent.get("postgres", 0.0), 1),
+                "nats_cpu_us_per_job": round(spent.get("nats", 0.0), 1),
+                "machine_busy_percent": machine_busy}  # fmt: skip
     finally:
         await postgres.drop_database(ADMIN_DSN, name)
 
@@ -135,7 +142,7 @@ async def procrastinate_round(workers: int, jobs: int, concurrency: int) -> dict
             await app.schema_manager.apply_schema_async()
             for start in range(0, jobs, 1000):
                 await noop_task.batch_defer_async(*({} for _ in range(min(1000, jobs - start))))
-            cpu = _cpu()
+            parts, busy = cpu.by_component(), cpu.sample()
             started = time.perf_counter()
             await asyncio.gather(
                 *(
@@ -147,7 +154,8 @@ async def procrastinate_round(workers: int, jobs: int, concurrency: int) -> dict
                 )
             )  # fmt: skip
             elapsed = time.perf_counter() - started
-            cpu = _cpu() - cpu
+            spent = cpu.ms_per_1000(parts, cpu.by_component(), jobs)
+            machine_busy = cpu.busy_percent(busy, cpu.sample())
             conn = await postgres.connect(dsn)
             try:
                 done = await conn.fetchval(
@@ -159,7 +167,10 @@ async def procrastinate_round(workers: int, jobs: int, concurrency: int) -> dict
         return {"system": "procrastinate", "workers": workers, "concurrency": concurrency,
                 "jobs": jobs, "seconds": round(elapsed, 3),
                 "jobs_per_s": round(jobs / elapsed, 1),
-                "client_cpu_us_per_job": round(cpu / jobs * 1e6, 1)}  # fmt: skip
+                "client_cpu_us_per_job": round(spent.get("consumer", 0.0), 1),
+                "postgres_cpu_us_per_job": round(spent.get("postgres", 0.0), 1),
+                "nats_cpu_us_per_job": round(spent.get("nats", 0.0), 1),
+                "machine_busy_percent": machine_busy}  # fmt: skip
     finally:
         await postgres.drop_database(ADMIN_DSN, name)
 
@@ -175,21 +186,18 @@ async def _drained(watcher: Any) -> None:
             await asyncio.sleep(0.02)
 
 
-def _cpu() -> float:
-    """CPU seconds this process (the workers' Python side) has used so far."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def print_table(rows: list[dict[str, Any]]) -> None:
     header = (f"{'system':<14}{'workers':>8}{'conc.':>7}{'jobs':>8}{'seconds':>10}"
-              f"{'jobs/s':>10}{'client µs/job':>15}")  # fmt: skip
+              f"{'jobs/s':>10}{'client µs/job':>15}{'postgres µs/job':>17}"
+              f"{'busy %':>8}")  # fmt: skip
     print(header)
     print("-" * len(header))
     for r in rows:
+        busy = r.get("machine_busy_percent")
         print(f"{r['system']:<14}{r['workers']:>8}{r['concurrency']:>7}{r['jobs']:>8}"
               f"{r['seconds']:>10.2f}{r['jobs_per_s']:>10.0f}"
-              f"{r['client_cpu_us_per_job']:>15.0f}")  # fmt: skip
+              f"{r['client_cpu_us_per_job']:>15.0f}{r['postgres_cpu_us_per_job']:>17.0f}"
+              f"{'-' if busy is None else f'{busy:.0f}':>8}")  # fmt: skip
 
 
 async def main() -> None:
