@@ -159,6 +159,11 @@ class ClickHouse:
 
         return await asyncio.to_thread(call)
 
+    @property
+    def embedded(self) -> bool:
+        """Whether the engine runs in this process (chDB), so it reads this machine's files."""
+        return embedded_path(self.dsn) is not None
+
     async def check(self) -> None:
         """Open the engine (or reach the server) now, so that a command can refuse before it
         changes anything; raises the translated error (``CLICKHOUSE_BUSY``: see

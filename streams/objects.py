@@ -229,6 +229,26 @@ class ObjectStore:
             )
         return data
 
+    def verify(self, key: str, *, sha256: str) -> None:
+        """Check the object at ``key`` against ``sha256`` without keeping its bytes (raises
+        :class:`IntegrityError`, :class:`ObjectMissingError`)."""
+        try:
+            with self._fs.open_input_stream(self._path(key)) as stream:
+                actual = hashlib.file_digest(stream, "sha256").hexdigest()
+        except FileNotFoundError as exc:
+            raise ObjectMissingError(f"{key} is not in the object store") from exc
+        except OSError as exc:
+            raise _storage(exc, f"read {key}") from exc
+        if actual != sha256:
+            raise IntegrityError(
+                f"{key}: sha256 is {actual}, recorded {sha256}; the object is corrupt or replaced"
+            )
+
+    def local_path(self, key: str) -> str | None:
+        """The file system path of ``key`` when this store is a local directory (another
+        program on this machine may read it there), else ``None``."""
+        return self._path(key) if self._fs.type_name == "local" else None
+
     def read_unverified(self, key: str) -> bytes:
         """The bytes at ``key`` without a hash check (manifests, which carry the hashes)."""
         try:
