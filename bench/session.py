@@ -244,7 +244,7 @@ async def job_timings(dsn: str, run_id: uuid.UUID) -> list[dict[str, Any]]:
             "SELECT created_at, completed_at FROM processing_runs WHERE id = $1", run_id
         )
         rows = await conn.fetch(
-            "SELECT j.name, j.state, a.started_at, a.ended_at, a.metrics FROM jobs j"
+            "SELECT j.name, j.state, j.output, a.started_at, a.ended_at, a.metrics FROM jobs j"
             " LEFT JOIN job_attempts a ON a.job_id = j.id WHERE j.run_id = $1",
             run_id,
         )
@@ -272,6 +272,11 @@ async def job_timings(dsn: str, run_id: uuid.UUID) -> list[dict[str, Any]]:
                 "inputs_s": timings.get("inputs_s", 0.0) + timings.get("artifacts_s", 0.0),
                 "stage_s": timings.get("stage_s"),
                 "write_s": timings.get("write_s"),
+                # materialise_clickhouse's own split: seconds per dataset loaded
+                "loaded": [
+                    {"dataset": e["dataset"], "rows": e["rows"], "seconds": e["seconds"]}
+                    for e in (r["output"] or {}).get("loaded", [])
+                ],
             }
         )
     out.append({"job": "(run finalised)", "end_s": (run["completed_at"] - origin).total_seconds()})
@@ -316,6 +321,13 @@ def report(meta: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
             f"{j['job']:24} {_f(j['start_s'])} {_f(j['wall_s'])} {_f(j['wait_s'])} "
             f"{_f(j['inputs_s'])} {_f(j['stage_s'])} {_f(j['write_s'])}"
         )
+    for j in median["jobs"]:
+        loaded = sorted(j.get("loaded") or [], key=lambda e: -e["seconds"])
+        if loaded:
+            rest = loaded[2:]
+            print(f"{j['job']} by dataset: " + ", ".join(
+                f"{e['dataset']} {e['seconds']:.3f} s ({e['rows']:,} rows)" for e in loaded[:2]
+            ) + f", the other {len(rest)} {sum(e['seconds'] for e in rest):.3f} s together")
     walls = [r["wall_s"] for r in ordered]
     floors = sorted(r["floor"]["total_s"] for r in runs)
     summary = {

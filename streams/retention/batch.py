@@ -6,7 +6,7 @@ lists them, ``run`` and the maintenance leader carry them out):
 ``superseded_runs``
     A run that has ended and is not its session's active run, once it has been so for
     ``retention.superseded_runs_s``: its datasets (``datasets/<run>/`` in the object store), its
-    rows in the ClickHouse session tables (``session_*``, keyed by ``run_id``) and its
+    rows in the ClickHouse session tables (``session_*``, keyed by ``session_id, run_id``) and its
     ``derived_datasets`` rows go; the run row, its jobs and attempts and its summary stay for
     audit, with ``outputs_removed_at`` set. It is counted from the later of the run's end and
     the session's last change (``sessions.updated_at``, which every pointer move sets), so a
@@ -123,7 +123,7 @@ ORDER BY superseded_at, r.id
 # waits for it), so the checks that the run is neither active nor retried by an open run, and
 # the mark, are one decision.
 LOCK_SESSION_OF_RUN = """
-SELECT s.active_run_id, r.outputs_removed_at
+SELECT s.id AS session_id, s.active_run_id, r.outputs_removed_at
 FROM processing_runs r JOIN sessions s ON s.id = r.session_id
 WHERE r.id = $1
 FOR UPDATE OF s
@@ -450,8 +450,12 @@ async def _remove_run(
             return "an open run retries it and may reuse its outputs"
         await conn.execute(MARK_REMOVED, run, now)
     for table in tables:
+        # Through the tables' primary key (session_id, run_id, row_no), as
+        # streams.sessions.materialise.RUN_ROWS (not imported: ingest runs retention).
         await ch.command(
-            f"DELETE FROM {ch.database}.{table} WHERE run_id = {{run:UUID}}", {"run": str(run)}
+            f"DELETE FROM {ch.database}.{table}"
+            " WHERE session_id = {session:UUID} AND run_id = {run:UUID}",
+            {"session": str(row["session_id"]), "run": str(run)},
         )
     # Asked after the mark: from then on no run can start pointing into the directory.
     if not await conn.fetch(POINTED, _datasets_url(store), [run]):

@@ -67,6 +67,7 @@ from streams.sessions.executor_resources import ExecutorResources
 
 __all__ = [
     "RECORD_TABLE",
+    "RUN_ROWS",
     "clickhouse_type",
     "is_materialised",
     "materialise_executor",
@@ -185,14 +186,23 @@ async def _ensure_table(
             )
 
 
-async def _present_rows(ch: ClickHouse, tables: Sequence[str], run_id: str) -> dict[str, int]:
+# A run's rows, by the prefix of the tables' primary key (session_id, run_id, row_no), so the
+# index finds them however many sessions a table holds (on run_id alone ClickHouse can only
+# exclude granules where the session does not change).
+RUN_ROWS = "session_id = {session:UUID} AND run_id = {run:UUID}"
+
+
+async def _present_rows(
+    ch: ClickHouse, tables: Sequence[str], *, session_id: str, run_id: str
+) -> dict[str, int]:
     """The run's rows in each of ``tables`` (existing ones), in one round trip."""
     if not tables:
         return {}
     union = " UNION ALL ".join(
-        f"SELECT '{t}', count() FROM {ch.database}.{t} WHERE run_id = {{run:UUID}}" for t in tables
+        f"SELECT '{t}', count() FROM {ch.database}.{t} WHERE {RUN_ROWS}" for t in tables
     )
-    return {str(t): int(n) for t, n in await ch.query_rows(union, {"run": run_id})}
+    rows = await ch.query_rows(union, {"session": session_id, "run": run_id})
+    return {str(t): int(n) for t, n in rows}
 
 
 async def _ensure_record_table(ch: ClickHouse) -> None:
@@ -298,12 +308,11 @@ async def _load_one(
     waited_s = time.perf_counter() - started
     await _ensure_table(ch, table, source.schema, columns)
     ddl_s = time.perf_counter() - started - waited_s
-    where = "run_id = {run:UUID}"
-    params = {"run": run_id}
     action = "skipped"
     if present != source.rows:
         if present:
-            await ch.command(f"DELETE FROM {ch.database}.{table} WHERE {where}", params)
+            await ch.command(f"DELETE FROM {ch.database}.{table} WHERE {RUN_ROWS}",
+                             {"session": session_id, "run": run_id})  # fmt: skip
         await _insert(ch, table, source, tenant=tenant, session_id=session_id, run_id=run_id)
         action = "reloaded" if present else "inserted"
     return {
@@ -340,7 +349,9 @@ async def materialise_run(
         await _ensure_record_table(ch)
         tables = [table_name(d.name) for d in chosen]
         columns = await _existing_columns(ch, tables)
-        present = await _present_rows(ch, [t for t in tables if t in columns], run_id)
+        present = await _present_rows(
+            ch, [t for t in tables if t in columns], session_id=session_id, run_id=run_id
+        )
         for i, ds in enumerate(chosen):
             if i + 1 < len(chosen):
                 reads.append(asyncio.create_task(_read(store, chosen[i + 1], direct=direct)))

@@ -135,6 +135,7 @@ def publish_executor(executors: ExecutorResources) -> Executor:
         report = await verify_run(
             ClickHouse(settings.clickhouse(), settings.clickhouse_database),
             executors.store,
+            session_id=str(ctx.session_id),
             run_id=str(ctx.job.run_id),
             datasets=[
                 DatasetToCheck(

@@ -34,7 +34,7 @@ from schemas import error_codes as codes
 from streams.clickhouse import ClickHouse
 from streams.errors import PermanentError
 from streams.objects import ObjectStore
-from streams.sessions.materialise import is_materialised, table_name
+from streams.sessions.materialise import RUN_ROWS, is_materialised, table_name
 
 __all__ = [
     "DatasetToCheck",
@@ -98,7 +98,12 @@ class VerificationFailed(PermanentError):
 
 
 async def verify_run(
-    ch: ClickHouse, store: ObjectStore, *, run_id: str, datasets: Iterable[DatasetToCheck]
+    ch: ClickHouse,
+    store: ObjectStore,
+    *,
+    session_id: str,
+    run_id: str,
+    datasets: Iterable[DatasetToCheck],
 ) -> Verification:
     """Check every dataset's bytes and every materialised dataset's rows (see above)."""
     chosen = sorted(datasets, key=lambda d: d.name)
@@ -106,7 +111,7 @@ async def verify_run(
 
     async def count() -> tuple[dict[str, int], list[str], float]:
         tables, problems = await _count_rows(
-            ch, run_id, [d for d in chosen if is_materialised(d.name)]
+            ch, session_id, run_id, [d for d in chosen if is_materialised(d.name)]
         )
         return tables, problems, time.perf_counter() - started
 
@@ -154,7 +159,7 @@ def _read_back(store: ObjectStore, d: DatasetToCheck) -> tuple[int, str | None]:
 
 
 async def _count_rows(
-    ch: ClickHouse, run_id: str, datasets: list[DatasetToCheck]
+    ch: ClickHouse, session_id: str, run_id: str, datasets: list[DatasetToCheck]
 ) -> tuple[dict[str, int], list[str]]:
     if not datasets:
         return {}, []
@@ -176,10 +181,11 @@ async def _count_rows(
         # reaped attempt collapsed).
         union = " UNION ALL ".join(
             f"SELECT '{table_name(d.name)}', count() FROM {ch.database}.{table_name(d.name)} "
-            "FINAL WHERE run_id = {run:UUID}"
+            f"FINAL WHERE {RUN_ROWS}"
             for d in present
         )
-        counted = {str(t): int(n) for t, n in await ch.query_rows(union, {"run": run_id})}
+        rows = await ch.query_rows(union, {"session": session_id, "run": run_id})
+        counted = {str(t): int(n) for t, n in rows}
     for d in present:
         have = counted.get(table_name(d.name), 0)
         if have != d.rows:
