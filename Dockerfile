@@ -47,7 +47,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     TIDEWAY_OBSERVABILITY__HOST=0.0.0.0 \
     TIDEWAY_OBSERVABILITY__METRICS_PORT=9464 \
-    TIDEWAY_DATA_DIR=/tmp/tideway
+    TIDEWAY_DATA_DIR=/tmp/tideway \
+    NUMBA_CACHE_DIR=/tmp/numba
 # Dependencies in their own layer (unchanged unless pyproject.toml's dependencies change)...
 RUN --mount=type=bind,from=builder,source=/deps,target=/deps \
     pip install --no-cache-dir --no-index --find-links /deps -r /deps/requirements.txt

@@ -14,11 +14,14 @@ them to the bit against the plain form). Measured on the 60-minute bench session
 ``tottime`` of ``_smooth``) and take about 0.01 s compiled.
 
 Compiled code is cached beside this module (numba's ``cache=True``) so a process compiles once
-per machine, not once per start (about 2 s; loading the cache about 0.3 s); where that directory
-cannot be written numba compiles in memory instead.
+per machine, not once per start (compiling takes about 2 s, loading the cache about 0.5 s). The
+image sets ``NUMBA_CACHE_DIR`` under ``/tmp`` (its root file system is read-only in Kubernetes);
+where numba finds no directory it may write, the kernels are compiled in memory instead.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -36,8 +39,20 @@ _V = "float64[::1]"
 _M = "float64[:, ::1]"
 
 
-@njit(f"void(int64, int64, {', '.join([_V] * 11)}, float64, float64, {_V}, {_M}, {_M}, {_M},"
-      f" {_V}, {_V}, boolean[::1])", cache=True, nogil=True)  # fmt: skip
+def _compiled(signature: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def compile_(fn: Callable[..., None]) -> Callable[..., None]:
+        try:
+            kernel: Callable[..., None] = njit(signature, cache=True, nogil=True)(fn)
+        except RuntimeError:  # numba found no directory it may write its cache to (a read-only
+            # file system without NUMBA_CACHE_DIR): compiled in memory, in every process
+            kernel = njit(signature, nogil=True)(fn)
+        return kernel
+
+    return compile_
+
+
+@_compiled(f"void(int64, int64, {', '.join([_V] * 11)}, float64, float64, {_V}, {_M}, {_M}, {_M},"
+           f" {_V}, {_V}, boolean[::1])")  # fmt: skip
 def filter_steps(
     lo: int,
     hi: int,
@@ -101,8 +116,7 @@ def filter_steps(
     state[4], state[5], state[6], state[7] = a, b, d, rejects
 
 
-@njit(f"void(int64, int64, {_M}, {_M}, {_M}, {_V}, {_M}, {_M})", cache=True,
-      nogil=True)  # fmt: skip
+@_compiled(f"void(int64, int64, {_M}, {_M}, {_M}, {_V}, {_M}, {_M})")
 def smooth_steps(
     hi: int,
     lo: int,
