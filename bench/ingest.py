@@ -557,6 +557,7 @@ def _settings(args: argparse.Namespace, nats_url: str, dsn: str, names: Names,
         clickhouse_dsn=f"chdb://{workdir / 'chdb'}", clickhouse_database="bench",
         namespace=names.namespace, data_dir=workdir,
         consumer=ConsumerSettings(batch_size=BATCH, max_wait_s=args.max_wait,
+                                  batch_interval_s=args.batch_interval,
                                   concurrency=args.concurrency,
                                   max_ack_pending=max(_DEFAULTS.max_ack_pending,
                                                       BATCH * args.concurrency)),
@@ -689,6 +690,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "load_average_before": load_before, "load_average_after": os.getloadavg(),
     }
     results["settings"] = {"batch_size": BATCH, "max_wait_s": args.max_wait,
+                           "batch_interval_s": args.batch_interval,
                            "concurrency": args.concurrency, "devices": DEVICES,
                            "stage_snapshots": False}
     results["targets"] = TARGETS
@@ -817,6 +819,7 @@ async def broker_rounds(args: argparse.Namespace) -> dict[str, Any]:
         "load_average_before": load_before, "load_average_after": os.getloadavg(),
     }
     results["settings"] = {"batch_size": BATCH, "max_wait_s": args.max_wait,
+                           "batch_interval_s": args.batch_interval,
                            "concurrency": args.concurrency, "devices": DEVICES,
                            "envelopes": args.envelopes, "warmup": args.warmup,
                            "publisher": ADMIN, "consumer_user": {"open": None,
@@ -964,6 +967,8 @@ if __name__ == "__main__":
                         "(default 0; 1 on each broker with --broker secured|both)")
     parser.add_argument("--max-wait", type=float, default=_DEFAULTS.max_wait_s,
                         help="longest wait for a pull to fill (seconds)")
+    parser.add_argument("--batch-interval", type=float, default=_DEFAULTS.batch_interval_s,
+                        help="least time between a caught-up worker's batches (seconds)")
     arguments = parser.parse_args()
     BATCH = arguments.batch
     if arguments.broker != "open":
