@@ -10,8 +10,9 @@ What is timed
   read, the ClickHouse load (chDB in-process) and publish.
 
 Not timed: synthesising and writing the file, creating the database, provisioning, and
-starting the workers (a running system has warm workers; ``warm_up`` starts the stage
-processes and imports the stages once). Per job the script reads ``job_attempts`` and prints
+starting the workers (a running system has warm workers: as ``tideway worker`` does, the
+embedded ClickHouse is opened and ``warm_up`` starts the stage processes and imports the
+stages once). Per job the script reads ``job_attempts`` and prints
 its wall time, the gap between its last dependency ending and its start (scheduling), and the
 body's own split (reading inputs, the pure stage, writing outputs).
 
@@ -65,6 +66,7 @@ from streams.adapters import postgres  # noqa: E402
 from streams.config import Settings  # noqa: E402
 from streams.jobs.worker import run_worker  # noqa: E402
 from streams.names import Names  # noqa: E402
+from streams.sessions.clickhouse_jobs import hold_embedded_clickhouse  # noqa: E402
 from streams.sessions.intake import provision_sessions, run_intake  # noqa: E402
 from streams.sessions.progress import RunProgress, wait_for_run  # noqa: E402
 from streams.sessions.stage_executors import SessionExecutors  # noqa: E402
@@ -183,6 +185,10 @@ async def run_dag(
     try:
         await asyncio.to_thread(migrate.upgrade, dsn)
         await provision_sessions(settings)
+        # As `tideway worker` starts (streams.processes.worker): the embedded ClickHouse is
+        # opened before the first claim (~0.5 s the first time in a process), then the compute
+        # processes are started.
+        await hold_embedded_clickhouse(settings, pool=None)
         await executors.warm_up()
         stop = asyncio.Event()
         tasks = [asyncio.create_task(run_intake(settings, stop=stop))]
