@@ -280,7 +280,8 @@ async def job_timings(dsn: str, run_id: uuid.UUID) -> list[dict[str, Any]]:
                 "write_s": timings.get("write_s"),
                 # materialise_clickhouse's own split: seconds per dataset loaded
                 "loaded": [
-                    {"dataset": e["dataset"], "rows": e["rows"], "seconds": e["seconds"]}
+                    {"dataset": e["dataset"], "rows": e["rows"], "seconds": e["seconds"],
+                     "read_s": e.get("read_s"), "ddl_s": e.get("ddl_s")}
                     for e in (r["output"] or {}).get("loaded", [])
                 ],
             }
