@@ -43,7 +43,6 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from schemas.run_config import FusionConfig
-from stages.batch import rts_kernels
 from stages.batch.contract import StageInput, StageOutput, run_config
 from stages.batch.geo import (
     FloatArray,
@@ -293,6 +292,13 @@ class _Smoothed:
     accepted: npt.NDArray[np.bool_]
 
 
+def warm_up() -> None:
+    """Load the compiled loops now rather than in the first fusion: about 0.5 s from numba's
+    cache, 2 s compiling (``rts_kernels``). A worker's compute processes call it when the worker
+    starts; a process that only imports the stages (every test's pool) does not pay it."""
+    from stages.batch import rts_kernels  # noqa: F401  # imported for its side effect
+
+
 def _smooth(
     t: FloatArray,
     ye: FloatArray,
@@ -321,6 +327,8 @@ def _smooth(
     the loops on float locals, 0.42 s of it (cProfile) in those loops; compiled, see
     ``rts_kernels``.
     """
+    from stages.batch import rts_kernels  # see warm_up
+
     n = t.size
     q, gate = p.accel_psd, p.gate_nis
     el, nl, rl, wel, wnl = (np.ascontiguousarray(v, dtype=np.float64) for v in (ye, yn, r, we, wn))

@@ -34,7 +34,7 @@ __all__ = ["filter_steps", "smooth_steps"]
 
 
 # Signatures given, so the kernels are compiled (or loaded from the cache) when this module is
-# imported - a stage process imports its stages when it starts - not in a session's first fusion.
+# imported: by ``fuse_gnss_imu.warm_up`` as a worker starts, not in a session's first fusion.
 _V = "float64[::1]"
 _M = "float64[:, ::1]"
 

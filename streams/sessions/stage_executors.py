@@ -61,6 +61,7 @@ engine per process, so the ClickHouse load must stay in the process that owns it
 from __future__ import annotations
 
 import asyncio
+import importlib
 import multiprocessing
 import os
 import threading
@@ -288,12 +289,16 @@ class SessionExecutors(Mapping[str, Executor]):
         """Start every compute process now rather than on the first jobs (~1-2 s each).
 
         Each task holds its process briefly, so the pool has to start all of them; every
-        process runs the initializer (imports, a Parquet round trip) before its first task.
+        process runs the initializer (imports, a Parquet round trip) before its first task,
+        and the task runs each stage module's own ``warm_up()`` (fusion loads its compiled
+        loops). With ``compute="thread"`` the stages warm up in this process.
         """
+        stages = tuple(self.dag.stages.values())
         if self.compute != "process":
+            await asyncio.to_thread(_warm_stages, stages, 0.0)
             return
         await asyncio.gather(
-            *(asyncio.wrap_future(lane.pool.schedule(time.sleep, args=(0.3,)))
+            *(asyncio.wrap_future(lane.pool.schedule(_warm_stages, args=(stages, 0.3)))
               for lane in self._process_lanes())
         )  # fmt: skip
 
@@ -485,6 +490,17 @@ def _import_stages(stages: tuple[str, ...]) -> None:
     for path in stages:
         resolve(path)
     decode_parquet(encode_parquet(pa.table({"x": [1.0, 2.0], "s": ["a", "b"]})))
+
+
+def _warm_stages(stages: tuple[str, ...], hold_s: float) -> None:
+    """Call every stage module's ``warm_up()``, if it has one, then hold the process at least
+    ``hold_s`` (so a pool's tasks land on all of its processes)."""
+    started = time.monotonic()
+    for module in dict.fromkeys(path.partition(":")[0] for path in stages):
+        warm = getattr(importlib.import_module(module), "warm_up", None)
+        if callable(warm):
+            warm()
+    time.sleep(max(0.0, hold_s - (time.monotonic() - started)))
 
 
 def default_executors(settings: Settings, dag: Dag) -> SessionExecutors:
