@@ -97,6 +97,18 @@ return {outside: out, overflow: document.documentElement.scrollWidth > window.in
 
 OVERFLOW = "return document.documentElement.scrollWidth > window.innerWidth"
 
+# The first track and every bar, measured in one script: read element by element, a live
+# redraw (or a scrollbar coming or going) between two reads could mix two layouts.
+BARS = """
+const track = document.querySelector('#timeline .tl-track').getBoundingClientRect();
+const bars = {};
+for (const b of document.querySelectorAll('#timeline .tl-bar')) {
+  const r = b.getBoundingClientRect();
+  bars[b.dataset.job] = {x: r.left, width: r.width};
+}
+return {track: {x: track.left, width: track.width}, bars: bars};
+"""
+
 
 def read_the_run(
     p: Person, run_id: str, dag: dict[str, Any], zone: str, size: tuple[int, int]
@@ -119,11 +131,12 @@ def read_the_run(
     bars = {str(b.get_attribute("data-job")) for b in p.all("#timeline .tl-bar")}
     assert len(p.all("#timeline .tl-bar")) == len(bars) == len(ran) and bars == ran, where
     assert zone in p.text("#timeline-zone") or (zone == "UTC" and "UTC" in p.text("#timeline-zone"))
-    track = p.all("#timeline .tl-track")[0].rect
+    drawn = p.driver.execute_script(BARS)
+    track = drawn["track"]
     for name in ran:
         job = jobs[name]
         row = p.find(f"#timeline .tl-row[data-job='{name}']")
-        bar = row.find_element(By.CSS_SELECTOR, ".tl-bar").rect
+        bar = drawn["bars"][name]
         assert track["x"] - 0.5 <= bar["x"], (name, where)
         assert bar["x"] + bar["width"] <= track["x"] + track["width"] + 0.5, (name, where)
         start = row.find_element(By.CSS_SELECTOR, ".tl-start time")
