@@ -11,15 +11,23 @@ leader's last round is still finishing. A round, in one transaction:
 
 1. ``pg_try_advisory_xact_lock``: another round running now means nothing to do;
 2. the oldest :attr:`~streams.config.EventSettings.relay_batch` events not yet relayed;
-3. each published to JetStream in turn, waiting for its acknowledgement (the stream stored
-   it), with ``Nats-Msg-Id`` = the outbox id;
-4. those acknowledged stamped ``relayed_at``; commit.
+3. published to JetStream with ``Nats-Msg-Id`` = the outbox id: the first alone, waiting for
+   its acknowledgement, then the rest pipelined (all sent, then all acknowledgements awaited),
+   each carrying ``Nats-Expected-Last-Msg-Id`` = the id of the event before it;
+4. the acknowledged events up to the first that was not stamped ``relayed_at``; commit.
 
-A publish that fails (NATS down, the stream missing) ends the round after stamping what went
-out; the rest waits for the next round, so nothing is skipped and the order holds. Published
-one at a time: pipelining the publishes would let a later event be stored before an earlier
-one whose acknowledgement was lost and that is sent again (bench/event_relay.py: the
-sequential relay moves about 5,000 events a second, far above what runs produce).
+The order holds although the publishes are pipelined: JetStream stores an event only if the
+stream's last message is the event before it, so when one is lost (its publish failed, or
+its acknowledgement never came and it was not stored) every later event of the round is
+refused rather than stored ahead of it, and the next round starts from it. An event that *was*
+stored but whose acknowledgement was lost is sent again next round and acknowledged as a
+duplicate (JetStream checks ``Nats-Msg-Id`` before the expected last id), so the stream keeps
+one copy of every event, in outbox order. The first event of a round carries no expectation
+(everything before it was acknowledged), so a round always moves on even if something else
+published to the stream. A publish that fails (NATS down, the stream missing) ends the round
+after stamping what went out before it; the rest waits for the next round, so nothing is
+skipped. bench/event_relay.py: a backlog drains at about 5,000 events a second one publish at
+a time, and the worker's CPU per relayed event is what a busy job engine pays (issue 30).
 
 The leader runs a round when the outbox triggers notify ``tideway_events`` and every
 ``events.relay_poll_s`` in any case. Every round reports the age of the oldest event not yet
@@ -32,14 +40,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from nats.js import errors as js_errors
+
 from streams.adapters import postgres
 from streams.adapters.errors import NATS_FAILURES, PG_CLOSED, PgError, stream_gone
-from streams.adapters.nats import ONE_SHOT_ATTEMPTS, Nats, connect_nats
+from streams.adapters.nats import ONE_SHOT_ATTEMPTS, JetStreamContext, Nats, connect_nats
 from streams.adapters.outage import Outage
 from streams.adapters.postgres import Connection, Pool
 from streams.config import Settings
@@ -145,20 +156,13 @@ class EventRelay:
                 return RelayRound(leader=False)
             rows = await conn.fetch(_PENDING, batch)
             done: list[int] = []
-            for row in rows:
-                try:
-                    await js.publish(
-                        self.names.event_subject(row["tenant"], row["kind"]),
-                        event_body(row),
-                        timeout=PUBLISH_TIMEOUT_S,
-                        stream=self.names.events_stream,
-                        headers={"Nats-Msg-Id": message_id(self.names, row["id"])},
-                    )
-                except NATS_FAILURES as exc:
-                    if stream_gone(exc):
-                        self._provisioned = False  # the stream went: make it again next round
-                    failed = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                    self._nats_outage.failed(exc)
+            for row, outcome in zip(rows, await self._publish(js, rows), strict=False):
+                if isinstance(outcome, BaseException):
+                    if not _after_a_gap(outcome):  # else the event before it went missing
+                        if stream_gone(outcome):
+                            self._provisioned = False  # make the stream again next round
+                        self._nats_outage.failed(outcome)
+                        failed = _describe(outcome)
                     break
                 done.append(row["id"])
                 delays.append(time.time() - row["created_at"].timestamp())
@@ -172,7 +176,40 @@ class EventRelay:
         if self.observer is not None and delays:
             self.observer.on_relayed(delays_s=delays)
         return RelayRound(leader=True, relayed=len(done),
-                          more=failed is None and len(rows) == batch, failed=failed)
+                          more=failed is None and (len(rows) == batch or len(done) < len(rows)),
+                          failed=failed)
+
+    async def _publish(self, js: JetStreamContext, rows: list[Any]) -> list[Any]:
+        """Publish ``rows`` in order: the first awaited alone, the rest pipelined, each
+        expecting the one before it as the stream's last message. One outcome per row, in
+        order: its acknowledgement or what its publish raised (when the first fails, the rest
+        are not sent and only its outcome comes back)."""
+        if not rows:
+            return []
+        first = rows[0]
+        try:
+            head: list[Any] = [await self._send(js, first, None)]
+        except NATS_FAILURES as exc:
+            return [exc]
+        # The first publish also set up nats-py's shared reply subscription, so the requests
+        # below go out in the order they are created (each is written before it awaits).
+        sends = [
+            asyncio.ensure_future(self._send(js, row, previous["id"]))
+            for previous, row in itertools.pairwise(rows)
+        ]
+        return head + list(await asyncio.gather(*sends, return_exceptions=True))
+
+    async def _send(self, js: JetStreamContext, row: Any, after: int | None) -> Any:
+        headers = {"Nats-Msg-Id": message_id(self.names, row["id"])}
+        if after is not None:
+            headers["Nats-Expected-Last-Msg-Id"] = message_id(self.names, after)
+        return await js.publish(
+            self.names.event_subject(row["tenant"], row["kind"]),
+            event_body(row),
+            timeout=PUBLISH_TIMEOUT_S,
+            stream=self.names.events_stream,
+            headers=headers,
+        )
 
     async def backlog_age_s(self) -> float:
         """Seconds since the oldest event not yet relayed was written (0: none waiting)."""
@@ -299,6 +336,20 @@ class EventRelay:
             with contextlib.suppress(Exception):
                 await self._nc.close()
             self._nc = None
+
+
+WRONG_LAST_MSG_ID: Final = 10070
+"""JetStream's error code for a publish whose ``Nats-Expected-Last-Msg-Id`` is not the
+stream's last message id."""
+
+
+def _after_a_gap(exc: BaseException) -> bool:
+    """Whether a publish was refused only because the event before it was not stored."""
+    return isinstance(exc, js_errors.APIError) and exc.err_code == WRONG_LAST_MSG_ID
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 async def _first(*waits: Any) -> None:

@@ -206,6 +206,55 @@ async def test_a_relay_that_dies_before_stamping_sends_again_and_the_stream_keep
     assert len(ids) == 3 and len(set(ids)) == 3
 
 
+class LosingRelay(EventRelay):
+    """A relay whose publish of one event fails once, mid-round, as a NATS timeout: the
+    message never reached the stream (``stored=False``) or it did and only its
+    acknowledgement was lost (``stored=True``)."""
+
+    def __init__(self, *args: Any, lose: int, stored: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lose: int | None = lose
+        self.stored = stored
+
+    async def _send(self, js: Any, row: Any, after: int | None) -> Any:
+        if row["id"] == self.lose:
+            self.lose = None
+            if self.stored:
+                await super()._send(js, row, after)
+            raise nats.errors.TimeoutError
+        return await super()._send(js, row, after)
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["lost", "ack-lost"])
+async def test_a_publish_lost_mid_round_never_lets_a_later_event_ahead(
+    settings: Settings, conn: asyncpg.Connection, owner: Owner, stored: bool
+) -> None:
+    """The round's publishes are pipelined. When one goes missing in the middle, the events
+    after it are refused by the stream (each expects the one before it) instead of stored ahead
+    of it; the round stamps only what came before, and the next round sends the rest: the
+    stream holds every event once, in outbox order. When the lost publish was stored and only
+    its acknowledgement went missing, the events after it were stored too and come back as
+    duplicates."""
+    for _ in range(8):
+        await start_run(conn, owner, dag=ONE_JOB)
+    ids = [r["id"] for r in await conn.fetch("SELECT id FROM event_outbox ORDER BY id")]
+    pool = await postgres.create_pool(settings.postgres(), postgres.PoolShape(max_size=1))
+    relay = LosingRelay(settings, pool, lose=ids[3], stored=stored)
+    try:
+        first = await relay.relay_round()
+        assert (first.relayed, first.failed) == (3, "TimeoutError: nats: timeout")
+        assert await _unrelayed(conn) == len(ids) - 3
+        in_stream = [body["id"] for _, body in await _stream(settings)]
+        assert in_stream == (ids if stored else ids[:3])
+        assert await _drain(relay) == len(ids) - 3
+    finally:
+        await relay.aclose()
+        await pool.close()
+    stream = await _stream(settings)
+    assert [body["id"] for _, body in stream] == ids  # every event, once, in outbox order
+    assert [mid for mid, _ in stream] == [f"{settings.namespace}:event:{i}" for i in ids]
+
+
 async def test_one_relay_leads_and_a_new_leader_follows_a_lost_one(
     settings: Settings, conn: asyncpg.Connection, owner: Owner
 ) -> None:
