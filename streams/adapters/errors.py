@@ -47,7 +47,7 @@ __all__ = [
     "DigestMismatch", "JsBadRequest", "JsNotFound", "NatsError", "NatsTimeout",
     "ObjectNotFound", "PgCheckViolation", "PgConnectionError", "PgError", "PgIntegrityViolation",
     "PgLockNotAvailable", "PgUniqueViolation", "nats_unavailable", "pg_conflict", "pg_not_now",
-    "pg_unavailable", "stream_gone", "translate_pg",
+    "pg_unavailable", "stream_gone", "translate_pg", "wrong_last_msg_id",
 ]
 
 # --- Postgres (asyncpg) ------------------------------------------------------------------
@@ -211,6 +211,17 @@ def stream_gone(exc: BaseException) -> bool:
     """Whether a JetStream publish failed because its stream is not there (no server answers
     its subjects, or JetStream says so): it must be made again, not only retried."""
     return isinstance(exc, nats_errors.NoRespondersError | js_errors.NotFoundError)
+
+
+WRONG_LAST_MSG_ID: Final = 10070
+"""JetStream's error code for a publish whose ``Nats-Expected-Last-Msg-Id`` is not the
+stream's last message id."""
+
+
+def wrong_last_msg_id(exc: BaseException) -> bool:
+    """Whether JetStream refused a publish only because the message it expected before it
+    (``Nats-Expected-Last-Msg-Id``) is not the stream's last one."""
+    return isinstance(exc, js_errors.APIError) and exc.err_code == WRONG_LAST_MSG_ID
 
 
 def nats_unavailable(doing: str, exc: BaseException) -> TransientError:

@@ -47,10 +47,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from nats.js import errors as js_errors
-
 from streams.adapters import postgres
-from streams.adapters.errors import NATS_FAILURES, PG_CLOSED, PgError, stream_gone
+from streams.adapters.errors import (
+    NATS_FAILURES,
+    PG_CLOSED,
+    PgError,
+    stream_gone,
+    wrong_last_msg_id,
+)
 from streams.adapters.nats import ONE_SHOT_ATTEMPTS, JetStreamContext, Nats, connect_nats
 from streams.adapters.outage import Outage
 from streams.adapters.postgres import Connection, Pool
@@ -339,14 +343,9 @@ class EventRelay:
             self._nc = None
 
 
-WRONG_LAST_MSG_ID: Final = 10070
-"""JetStream's error code for a publish whose ``Nats-Expected-Last-Msg-Id`` is not the
-stream's last message id."""
-
-
 def _after_a_gap(exc: BaseException) -> bool:
     """Whether a publish was refused only because the event before it was not stored."""
-    return isinstance(exc, js_errors.APIError) and exc.err_code == WRONG_LAST_MSG_ID
+    return wrong_last_msg_id(exc)
 
 
 def _describe(exc: BaseException) -> str:
