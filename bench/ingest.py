@@ -32,7 +32,8 @@ mutations and two derived parameters; every envelope valid) it measures, in one 
 * **idle** — the observability's background cost: an idle consumer with its readiness
   refresher and consumer sampler every 0.5 s against one without, as CPU per round;
 * **latency** — end-to-end latency (JetStream stored → batch recorded, published and acked)
-  while a separate process offers a steady 5,000 envelopes/s.
+  while a separate process offers a steady 5,000 envelopes/s; ``--rate 200,5000`` measures
+  a quiet fleet and a busy one in the same run, one after the other.
 
 With ``--broker secured`` or ``--broker both`` it measures instead the full pipeline on a
 private nats-server secured as docs/security.md says (the consumer as the ``ingest`` role),
@@ -503,6 +504,17 @@ async def latency(settings: Settings, names: Names, rate: float, seconds: float)
     }
 
 
+def _rates(text: str) -> list[float]:
+    """``--rate``: one or more comma-separated positive rates."""
+    try:
+        rates = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of rates: {text!r}") from None
+    if not rates or any(rate <= 0 for rate in rates):
+        raise argparse.ArgumentTypeError(f"rates must be positive: {text!r}")
+    return rates
+
+
 def _p99(ordered: list[float]) -> float:
     return ordered[max(0, int(len(ordered) * 0.99) - 1)]
 
@@ -651,9 +663,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             print(f"  idle: {results['idle']['cpu_ms_per_round']:.1f} CPU ms per readiness "
                   "round and consumer sample", flush=True)
         if "latency" in modes:
-            results["latency"] = await latency(settings, names, args.rate, args.latency_seconds)
-            print(f"  latency p50 {results['latency']['p50_ms']:.1f} ms, "
-                  f"p99 {results['latency']['p99_ms']:.1f} ms", flush=True)
+            # One consumer setting, every offered rate in the same run: a quiet fleet and a
+            # busy one side by side (each rate starts from an empty stream).
+            results["latency"] = []
+            for rate in args.rate:
+                run = await latency(settings, names, rate, args.latency_seconds)
+                results["latency"].append(run)
+                print(f"  latency at {rate:,.0f}/s: p50 {run['p50_ms']:.1f} ms, "
+                      f"p99 {run['p99_ms']:.1f} ms", flush=True)
     finally:
         await _cleanup(names, database)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -924,8 +941,7 @@ def _print(results: dict[str, Any]) -> None:
     if "ratio_sinks_to_floor" in results:
         print(f"write ceiling / floor = {results['ratio_sinks_to_floor']:.2f} (no pipeline "
               "can pass this ratio while writing the same rows)")
-    lat = results.get("latency")
-    if lat is not None:
+    for lat in results.get("latency", ()):
         print(f"end-to-end latency at {lat['offered_per_s']:,.0f}/s offered: "
               f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms, "
               f"max {lat['max_ms']:.1f} ms (target p99 ≤ {TARGETS['p99_ms']:.0f} ms)")
@@ -944,7 +960,10 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=_DEFAULTS.concurrency,
                         help="batches in flight")
     parser.add_argument("--batch", type=int, default=BATCH, help="envelopes per pull")
-    parser.add_argument("--rate", type=float, default=5000.0, help="offered load for latency")
+    parser.add_argument(
+        "--rate", type=_rates, default=[5000.0],
+        help="offered load for latency, envelopes/s; several comma-separated (200,5000) are "
+        "measured one after the other in the same run")
     parser.add_argument("--modes", default=None,
                         help="comma-separated subset of floor,full,full-nometrics,sinks,naive,"
                         "latency,processes,idle (default floor,full,full-nometrics,sinks,naive,"
