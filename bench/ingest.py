@@ -60,6 +60,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -464,12 +465,13 @@ async def latency(settings: Settings, names: Names, rate: float, seconds: float)
     stop = asyncio.Event()
     samples: list[tuple[int, int]] = []  # (stored, done) in ns
     received = [0]
-    batches: list[tuple[int, int, float]] = []  # (newest stored, size, processing s)
+    # (newest stored, size, processing s, seconds by phase)
+    batches: list[tuple[int, int, float, Mapping[str, float]]] = []
 
     def on_batch(stats: IngestBatchStats) -> None:
         received[0] += stats.size
         samples.extend((stored, stats.finished_at_ns) for stored in stats.stored_at_ns)
-        batches.append((max(stats.stored_at_ns), stats.size, stats.duration_s))
+        batches.append((max(stats.stored_at_ns), stats.size, stats.duration_s, stats.phases_s))
 
     task = asyncio.create_task(run_consumer(settings, stop=stop, on_batch=on_batch))
     await asyncio.sleep(1.0)
@@ -490,8 +492,14 @@ async def latency(settings: Settings, names: Names, rate: float, seconds: float)
                           if stored - first > 2e9)  # warm-up: the first 2 s of traffic
     # Where the time goes: a batch's processing (dedupe read to recorded) against the rest
     # (waiting in the stream and in the pull).
-    steady = [(size, s) for newest, size, s in batches if newest - first > 2e9]
+    steady = [(size, s) for newest, size, s, _ in batches if newest - first > 2e9]
     processing_ms = sorted(s * 1000 for _, s in steady)
+    # And within a batch, its phases (the pipeline's own split: IngestBatchStats.phases_s).
+    by_phase: dict[str, list[float]] = {}
+    for newest, _, _, phases in batches:
+        if newest - first > 2e9:
+            for phase, seconds in phases.items():
+                by_phase.setdefault(phase, []).append(seconds * 1000)
     return {
         "offered_per_s": rate, "seconds": seconds, "envelopes": received[0],
         "p50_ms": statistics.median(latencies_ms),
@@ -501,6 +509,8 @@ async def latency(settings: Settings, names: Names, rate: float, seconds: float)
         "batch_size_mean": statistics.fmean(size for size, _ in steady),
         "batch_processing_p50_ms": statistics.median(processing_ms),
         "batch_processing_p99_ms": _p99(processing_ms),
+        "phases_ms": {phase: {"p50": statistics.median(ms), "p99": _p99(sorted(ms))}
+                      for phase, ms in by_phase.items()},
     }
 
 
@@ -948,6 +958,8 @@ def _print(results: dict[str, Any]) -> None:
         print(f"  {lat['batches']:,} batches of {lat['batch_size_mean']:,.0f} on average; "
               f"processing a batch: p50 {lat['batch_processing_p50_ms']:.1f} ms, "
               f"p99 {lat['batch_processing_p99_ms']:.1f} ms")
+        print("  its phases, p50 / p99 ms: " + ", ".join(
+            f"{phase} {ms['p50']:.1f} / {ms['p99']:.1f}" for phase, ms in lat["phases_ms"].items()))
     print(f"load average before/after: {results['machine']['load_average_before']} / "
           f"{results['machine']['load_average_after']} on {results['machine']['cpus']} CPUs")
 

@@ -57,6 +57,12 @@ from streams.observability.events import IngestBatchStats
 
 log = logging.getLogger(__name__)
 
+PREPARE = "prepare"
+"""A batch's first phase: the registry, the pure stages and the dedupe read."""
+RECORD = "record"
+"""Its last: the recording transaction (with any failed deliveries noted before it). The
+phases between are the sinks, ``hot_state`` and ``analytics``, which run concurrently."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BatchResult:
@@ -141,10 +147,12 @@ class Pipeline:
     async def _process(self, receipts: Sequence[Receipt]) -> BatchResult:
         started = time.perf_counter()
         evaluations, fates, gen = await self.prepare(receipts)
+        phases = {PREPARE: time.perf_counter() - started}
         new = [i for i, f in enumerate(fates) if f.fate is Fate.NEW]
         to_publish = [i for i in new if evaluations[i].needs_publish]
         outcomes: dict[int, PublishOutcome] = dict(zip(
-            to_publish, await self.publisher.publish([evaluations[i] for i in to_publish]),
+            to_publish,
+            await self.publisher.publish([evaluations[i] for i in to_publish], phases),
             strict=True,
         ))
         dispositions = [Disposition.RECORDED] * len(receipts)
@@ -164,8 +172,10 @@ class Pipeline:
             finals[index] = finalize(evaluations[index], outcome)
         # Noted before recording: should the recording fail, the batch is redelivered and
         # each of these deliveries did fail to publish all the same.
+        recording = time.perf_counter()
         await self.recorder.note_failed_deliveries(failed_deliveries)
         recorded = await self.recorder.record_safely(evaluations, fates, finals, gen=gen)
+        phases[RECORD] = time.perf_counter() - recording
         for index in recorded.contended:
             dispositions[index] = Disposition.CONTENDED
         if recorded.refused:
@@ -217,6 +227,7 @@ class Pipeline:
             dedupe_hits=sum(1 for f in fates if f.fate is not Fate.NEW),
             registry_hits=hits,
             registry_misses=misses,
+            phases_s=phases,
         )
         return BatchResult(decisions=decisions, stats=stats, message_ids=recorded.message_ids)
 

@@ -68,6 +68,10 @@ class IngestBatchStats:
     """Device lookups answered by the registry cache."""
     registry_misses: int = 0
     """Device lookups that went to Postgres."""
+    phases_s: Mapping[str, float] = field(default_factory=dict)
+    """Seconds of each phase of the batch: ``prepare`` (registry, pure stages, dedupe read),
+    ``hot_state`` and ``analytics`` (the two sinks, concurrently), ``record`` (the recording
+    transaction). A phase the batch did not reach (nothing to publish, a failure) is absent."""
 
 
 class BatchObserver(Protocol):

@@ -75,6 +75,10 @@ class Metrics:
         self.batch_duration = self._histogram(
             "ingest_batch_duration_seconds", "Time from a fetch returning to its acks.",
             buckets=BATCH_BUCKETS)
+        self.batch_phases = self._histogram(
+            "ingest_batch_phase_seconds", "Time a batch spent in each phase: prepare (registry, "
+            "stages, dedupe read), hot_state and analytics (the sinks, concurrently), record "
+            "(the recording transaction).", ("phase",), buckets=BATCH_BUCKETS)
         self.end_to_end = BulkHistogram(
             PREFIX + "ingest_end_to_end_latency_seconds",
             "Per envelope: time from JetStream storing it to its ack.",

@@ -26,6 +26,8 @@ class IngestMetrics:
         m = self.metrics
         m.batches.inc()
         m.batch_duration.observe(stats.duration_s)
+        for phase, seconds in stats.phases_s.items():
+            m.batch_phases.labels(phase).observe(seconds)
         for (status, code), count in stats.outcomes.items():
             if count:
                 m.envelopes.labels(status, code).inc(count)

@@ -108,6 +108,17 @@ async def test_envelopes_counted_per_batch_match_the_recorded_rows(
     batches = _value(samples, "tideway_ingest_batches_total")
     assert 1 <= batches <= 22  # per batch, not per envelope
     assert _value(samples, "tideway_ingest_batch_duration_seconds_count") == batches
+    # Every batch prepares and records; only those with a completed envelope publish (the
+    # two rejected envelopes may have come in a batch of their own).
+    for phase in ("prepare", "record"):
+        assert _value(samples, "tideway_ingest_batch_phase_seconds_count", phase=phase) == batches
+    for sink in ("hot_state", "analytics"):
+        assert 1 <= _value(samples, "tideway_ingest_batch_phase_seconds_count",
+                           phase=sink) <= batches
+    # The phases are parts of the batch: none took longer than the batches did altogether.
+    whole = _value(samples, "tideway_ingest_batch_duration_seconds_sum")
+    for phase in ("prepare", "hot_state", "analytics", "record"):
+        assert 0 < _value(samples, "tideway_ingest_batch_phase_seconds_sum", phase=phase) <= whole
     assert _value(samples, "tideway_ingest_end_to_end_latency_seconds_count") == 22
     assert _value(samples, "tideway_ingest_publish_attempts_total", sink="hot_state") >= 1
     assert _value(samples, "tideway_ingest_registry_cache_misses_total") >= 1

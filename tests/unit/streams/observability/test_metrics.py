@@ -83,6 +83,7 @@ def test_batch_observer_adds_a_whole_batch_at_once() -> None:
         redelivered=2, naks={"REDIS_UNAVAILABLE": 3}, dead_letters={"PUBLISH_FAILED": 1},
         publish_attempts={"hot_state": 5, "analytics": 4}, publish_failures={"hot_state": 1},
         dedupe_hits=1, registry_hits=5, registry_misses=1,
+        phases_s={"prepare": 0.003, "hot_state": 0.002, "analytics": 0.02, "record": 0.008},
     )
     observer.on_batch(stats)
     observer.on_batch(stats)
@@ -97,6 +98,13 @@ def test_batch_observer_adds_a_whole_batch_at_once() -> None:
     assert at("tideway_ingest_envelopes_total", status="failed_validation",
               error_code="MISSING_REQUIRED") == 2
     assert at("tideway_ingest_batch_duration_seconds_count") == 2
+    for phase, seconds in stats.phases_s.items():  # each phase its own series
+        assert at("tideway_ingest_batch_phase_seconds_count", phase=phase) == 2
+        assert abs(at("tideway_ingest_batch_phase_seconds_sum", phase=phase)
+                   - 2 * seconds) < 1e-12
+    assert at("tideway_ingest_batch_phase_seconds_bucket", phase="prepare", le="0.005") == 2
+    assert at("tideway_ingest_batch_phase_seconds_bucket", phase="analytics", le="0.01") == 0
+    assert at("tideway_ingest_batch_phase_seconds_bucket", phase="analytics", le="0.025") == 2
     assert at("tideway_ingest_end_to_end_latency_seconds_count") == 10
     assert at("tideway_ingest_end_to_end_latency_seconds_bucket", le="0.01") == 2  # le: inclusive
     assert at("tideway_ingest_end_to_end_latency_seconds_bucket", le="0.25") == 8
