@@ -95,6 +95,16 @@ from streams.observability.readiness import object_store_check, postgres_check
 
 log = logging.getLogger(__name__)
 
+
+def reap_interval(override_s: float | None, dag: Dag) -> float:
+    """How often a worker reaps: half the shortest stale threshold it can meet - the
+    configured override, else the shortest of its DAG's job types' own (a minute for the
+    default DAG's I/O jobs) - kept between 0.1 and 30 s. A job whose worker died is then taken
+    back within about one and a half times its threshold, whatever the DAG."""
+    shortest = override_s if override_s is not None else min(
+        (spec.stale_after_s for spec in dag.values()), default=60.0)
+    return max(0.1, min(shortest / 2, 30.0))
+
 _FLUSH_MAX = 256
 _TICK_S = 0.05  # how often the watchdog looks for soft timeouts
 
@@ -689,8 +699,7 @@ class _Worker:
                 self.observer.on_reap(job_type=job_type, count=count)
 
     async def _maintain_loop(self) -> None:
-        # Job types' own thresholds are a minute or more; an override (tests) may be shorter.
-        reap_every = max(0.1, min((self.cfg.stale_after_s or 60.0) / 2, 30.0))
+        reap_every = reap_interval(self.cfg.stale_after_s, self.dag)
         loop = asyncio.get_running_loop()
         next_reap = loop.time() + reap_every * self._u()
         while True:

@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 
 from stages.jobs.dag import DEFAULT_DAG
+from stages.jobs.graph import Dag
 from streams.config import Settings, WorkerSettings
 from streams.jobs.executor import Executor
 from streams.jobs.worker import run_worker
@@ -42,6 +43,7 @@ async def workers(
     count: int = 1,
     concurrency: int = 4,
     pool: str | None = None,
+    dag: Dag = DEFAULT_DAG,
 ) -> AsyncIterator[asyncio.Event]:
     stop = asyncio.Event()
     tasks = [
@@ -53,7 +55,7 @@ async def workers(
                 concurrency=concurrency,
                 stop=stop,
                 worker_id=f"test-worker-{i}",
-                dag=DEFAULT_DAG,
+                dag=dag,
             )
         )
         for i in range(count)

@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 
 from stages.jobs.dag import DEFAULT_DAG, JobSpec
+from stages.jobs.graph import Dag
 from streams.config import Settings
 from streams.jobs import queue
 from tests.conftest import REPO_ROOT
@@ -58,7 +59,9 @@ async def test_kill_9_does_not_use_up_a_one_attempt_job(
 
     healthy = fast_settings(settings, stale_after_s=None)
     assert healthy.worker.stale_after_s is None
-    async with workers(healthy, {"write": writer(root)}):
+    # The worker runs the DAG the run was made from, so it reaps at half that job type's own
+    # threshold (not the default DAG's thirty seconds, which outlasted this wait now and then).
+    async with workers(healthy, {"write": writer(root)}, dag=Dag(dag.values())):
         assert await wait_run(conn, run_id, within_s=30) == "succeeded"
 
     assert await job_states(conn, run_id) == {"fuse": "succeeded"}
