@@ -492,21 +492,20 @@ async def latency(settings: Settings, names: Names, rate: float, seconds: float)
                           if stored - first > 2e9)  # warm-up: the first 2 s of traffic
     # Where the time goes: a batch's processing (dedupe read to recorded) against the rest
     # (waiting in the stream and in the pull).
-    steady = [(size, s) for newest, size, s, _ in batches if newest - first > 2e9]
-    processing_ms = sorted(s * 1000 for _, s in steady)
+    steady = [(size, s, phases) for newest, size, s, phases in batches if newest - first > 2e9]
+    processing_ms = sorted(s * 1000 for _, s, _ in steady)
     # And within a batch, its phases (the pipeline's own split: IngestBatchStats.phases_s).
     by_phase: dict[str, list[float]] = {}
-    for newest, _, _, phases in batches:
-        if newest - first > 2e9:
-            for phase, seconds in phases.items():
-                by_phase.setdefault(phase, []).append(seconds * 1000)
+    for _, _, phases in steady:
+        for phase, seconds in phases.items():
+            by_phase.setdefault(phase, []).append(seconds * 1000)
     return {
         "offered_per_s": rate, "seconds": seconds, "envelopes": received[0],
         "p50_ms": statistics.median(latencies_ms),
         "p99_ms": _p99(latencies_ms),
         "max_ms": latencies_ms[-1],
         "batches": len(steady),
-        "batch_size_mean": statistics.fmean(size for size, _ in steady),
+        "batch_size_mean": statistics.fmean(size for size, _, _ in steady),
         "batch_processing_p50_ms": statistics.median(processing_ms),
         "batch_processing_p99_ms": _p99(processing_ms),
         "phases_ms": {phase: {"p50": statistics.median(ms), "p99": _p99(sorted(ms))}

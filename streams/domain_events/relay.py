@@ -163,7 +163,7 @@ class EventRelay:
             done: list[int] = []
             for row, outcome in zip(rows, await self._publish(js, rows), strict=False):
                 if isinstance(outcome, BaseException):
-                    if not _after_a_gap(outcome):  # else the event before it went missing
+                    if not wrong_last_msg_id(outcome):  # else the event before it went missing
                         if stream_gone(outcome):
                             self._provisioned = False  # make the stream again next round
                         self._nats_outage.failed(outcome)
@@ -341,11 +341,6 @@ class EventRelay:
             with contextlib.suppress(Exception):
                 await self._nc.close()
             self._nc = None
-
-
-def _after_a_gap(exc: BaseException) -> bool:
-    """Whether a publish was refused only because the event before it was not stored."""
-    return wrong_last_msg_id(exc)
 
 
 def _describe(exc: BaseException) -> str:

@@ -95,6 +95,9 @@ from streams.observability.readiness import object_store_check, postgres_check
 
 log = logging.getLogger(__name__)
 
+_FLUSH_MAX = 256
+_TICK_S = 0.05  # how often the watchdog looks for soft timeouts
+
 
 def reap_interval(override_s: float | None, dag: Dag) -> float:
     """How often a worker reaps: half the shortest stale threshold it can meet - the
@@ -104,9 +107,6 @@ def reap_interval(override_s: float | None, dag: Dag) -> float:
     shortest = override_s if override_s is not None else min(
         (spec.stale_after_s for spec in dag.values()), default=60.0)
     return max(0.1, min(shortest / 2, 30.0))
-
-_FLUSH_MAX = 256
-_TICK_S = 0.05  # how often the watchdog looks for soft timeouts
 
 
 def _bind_attempt(fields: Mapping[str, object]) -> None:
