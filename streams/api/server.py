@@ -191,6 +191,8 @@ async def run_api(
         log.info("API listening on http://%s:%s", settings.api.host, settings.api.port)
         await stop.wait()
     finally:
+        if hooks is not None:
+            await hooks.stopping("api")
         if runner is not None:
             await runner.cleanup()
         with contextlib.suppress(Exception):

@@ -473,6 +473,8 @@ async def run_auth(settings: Settings, *, stop: asyncio.Event,
                 task.cancel()
             await asyncio.gather(listener, sweeper, return_exceptions=True)
     finally:
+        if hooks is not None:
+            await hooks.stopping("auth")
         for client in (nc, control):
             if client is not None:
                 with contextlib.suppress(*NATS_UNREACHABLE):

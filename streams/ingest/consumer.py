@@ -109,6 +109,8 @@ async def run_consumer(
                                      *(_work(pipeline, f, stop, report, beat)
                                        for f, beat in zip(fetchers, beats, strict=True)))
     finally:
+        if hooks is not None:
+            await hooks.stopping("ingest")
         for fetcher in fetchers:
             await fetcher.stop()
         await resources.close()

@@ -10,6 +10,7 @@ logged once each way, whoever notices it.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 from streams.adapters import postgres
@@ -85,15 +86,16 @@ class Resources:
         return self.nc_
 
     async def close(self) -> None:
-        """Flush pending NATS writes (acks) and close every connection."""
-        try:
-            if self.nc_ is not None and not self.nc_.is_closed:
-                await self.nc_.flush(timeout=2)
-        except Exception:  # closing anyway
-            pass
-        finally:
-            if self.nc_ is not None:
-                await self.nc_.close()
-            await self.redis.aclose()
+        """Flush pending NATS writes (acks) and close every connection.
+
+        Each is closed whatever happened to the others: a NATS close that raises (or is
+        cancelled) must not leave the Redis client's sockets or the pool open."""
+        async with contextlib.AsyncExitStack() as closing:
             if self.owns_pool:
-                await self.pool.close()
+                closing.push_async_callback(self.pool.close)
+            closing.push_async_callback(self.redis.aclose)
+            if self.nc_ is not None:
+                closing.push_async_callback(self.nc_.close)
+                if not self.nc_.is_closed:
+                    with contextlib.suppress(Exception):  # closing anyway
+                        await self.nc_.flush(timeout=2)

@@ -273,6 +273,8 @@ class _Worker:
                 task.cancel()
             await asyncio.gather(*helpers[2:], return_exceptions=True)
             await asyncio.gather(*self.discarding, return_exceptions=True)
+            if self.hooks is not None:
+                await self.hooks.stopping("worker")
             await listener.close()
             await self.db.close()
             log.info("worker %s stopped", self.id)

@@ -208,6 +208,10 @@ class ProcessHooks(Protocol):
     def ready(self, component: str, *checks: Check) -> None:
         """``component`` is connected: from now on ``/readyz`` runs ``checks`` for it."""
 
+    async def stopping(self, component: str) -> None:
+        """``component`` is about to close its connections: ``/readyz`` stops running its
+        checks (this returns once none is still running) and fails, naming it."""
+
     def heartbeat(self, name: str) -> Heartbeat:
         """A heartbeat that ``/livez`` watches; the component ticks it once per turn."""
 

@@ -73,10 +73,22 @@ class ProbeServer:
         self._thread: threading.Thread | None = None
         self._stop = asyncio.Event()
         self._refresher: asyncio.Task[None] | None = None
+        self._rounds: set[asyncio.Future[None]] = set()
+        """One future per round of checks running on the main loop (the refresher's,
+        ``/readyz``'s), done when the round ends."""
 
     def add_checks(self, *checks: Check) -> None:
         """Add readiness checks (a component that has just opened its connections)."""
         self.checks = (*self.checks, *checks)
+
+    async def remove_checks(self, *names: str) -> None:
+        """Withdraw the checks named ``names`` (a component about to close its connections),
+        returning once no round of checks that may still run them is in flight: a check must
+        not use a client after its owner closed it (redis-py, for one, quietly reconnects a
+        closed client, and that connection is then never closed)."""
+        self.checks = tuple(c for c in self.checks if c.name not in names)
+        if self._rounds:
+            await asyncio.wait(list(self._rounds))  # being cancelled must not cancel them
 
     def add_heartbeat(self, heartbeat: Heartbeat) -> None:
         """Watch one more main loop for ``/livez``."""
@@ -210,7 +222,13 @@ class ProbeServer:
     # -- on the main loop ------------------------------------------------------------------
     async def check(self) -> tuple[CheckResult, ...]:
         """Run the readiness checks now and record them in ``tideway_readiness_check_up``."""
-        results = await run_checks(self.checks, timeout_s=self.settings.check_timeout_s)
+        ended = asyncio.get_running_loop().create_future()
+        self._rounds.add(ended)
+        try:
+            results = await run_checks(self.checks, timeout_s=self.settings.check_timeout_s)
+        finally:
+            self._rounds.discard(ended)
+            ended.set_result(None)
         for result in results:
             self.metrics.readiness.labels(result.name).set(1 if result.ok else 0)
         return results

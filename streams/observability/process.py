@@ -69,6 +69,8 @@ class ProcessObservability:
         self.relay = RelayMetrics(self.metrics)
         self.components = tuple(components)
         self._waiting = set(components)
+        self._stopped: set[str] = set()
+        self._checks_of: dict[str, tuple[str, ...]] = {}
         self.probes = ProbeServer(
             settings, self.metrics, checks=[Check(name=STARTUP_CHECK, probe=self._started)],
             port=port,
@@ -103,7 +105,15 @@ class ProcessObservability:
                 Check(name=f"{component}.{c.name}", probe=c.probe) for c in checks
             )
         self.probes.add_checks(*checks)
+        self._checks_of[component] = self._checks_of.get(component, ()) + tuple(
+            c.name for c in checks)
         self._waiting.discard(component)
+
+    async def stopping(self, component: str) -> None:
+        """``component`` is about to close its connections: its checks are withdrawn (once
+        no round still running them is in flight) and ``/readyz`` fails naming it."""
+        self._stopped.add(component)
+        await self.probes.remove_checks(*self._checks_of.pop(component, ()))
 
     def heartbeat(self, name: str) -> Heartbeat:
         beat = Heartbeat(name)
@@ -124,6 +134,8 @@ class ProcessObservability:
     async def _started(self) -> None:
         if self._waiting:
             raise RuntimeError(f"still connecting: {', '.join(sorted(self._waiting))}")
+        if self._stopped:
+            raise RuntimeError(f"stopped: {', '.join(sorted(self._stopped))}")
 
     def _sample(self, sampler: Sampler, *, closed: Callable[[], bool]) -> None:
         self._samplers.append(asyncio.create_task(

@@ -236,6 +236,8 @@ async def run_intake(
             for msg in msgs:
                 await _handle(ctx, msg)
     finally:
+        if hooks is not None:
+            await hooks.stopping("intake")
         with contextlib.suppress(*NATS_UNREACHABLE):  # a server that is gone: nothing to drain
             await nc.close()
         await pool.close()

@@ -145,6 +145,9 @@ class _AuthHooks:
     def ready(self, component: str, *checks: object) -> None:
         pass
 
+    async def stopping(self, component: str) -> None:
+        pass
+
 
 async def issue(pool: asyncpg.Pool, device: str, tenant: str = TENANT
                 ) -> credentials.IssuedCredential:
