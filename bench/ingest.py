@@ -102,8 +102,9 @@ DEVICES = 1000
 _DEFAULTS = ConsumerSettings()
 BATCH = _DEFAULTS.batch_size  # the bench runs the consumer's defaults unless told otherwise
 RESULTS = ROOT / "bench" / "results" / "ingest.json"
-TARGETS = {"envelopes_per_s": 20_000, "ratio_to_floor": 0.4, "p99_ms": 250.0,
-           "metrics_cost_percent": 3.0}
+# Issue 30's targets: the full pipeline within 0.7 of the write ceiling (what writing the
+# same rows costs without the pipeline), and a p99 of 100 ms at 5,000 envelopes/s offered.
+TARGETS = {"ratio_to_sinks": 0.7, "p99_ms": 100.0, "metrics_cost_percent": 3.0}
 
 
 def refuse_unsupported_nats(warnings: tuple[str, ...]) -> None:
@@ -711,6 +712,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if "sinks" in results and "floor" in results:
         results["ratio_sinks_to_floor"] = (
             results["sinks"]["envelopes_per_s"] / results["floor"]["envelopes_per_s"])
+    if "full" in results and "sinks" in results:
+        results["ratio_full_to_sinks"] = (
+            results["full"]["envelopes_per_s"] / results["sinks"]["envelopes_per_s"])
     results["machine"] = {
         "cpus": os.cpu_count(), "python": platform.python_version(),
         "load_average_before": load_before, "load_average_after": os.getloadavg(),
@@ -945,11 +949,13 @@ def _print(results: dict[str, Any]) -> None:
               f" CPU ms/s without, {idle['cpu_ms_per_s_on']:.1f} with a round every "
               f"{idle['interval_s']:g} s)")
     if "ratio_full_to_floor" in results:
-        print(f"\nfull / floor = {results['ratio_full_to_floor']:.2f} "
-              f"(target ≥ {TARGETS['ratio_to_floor']})")
+        print(f"\nfull / floor = {results['ratio_full_to_floor']:.2f}")
     if "ratio_sinks_to_floor" in results:
         print(f"write ceiling / floor = {results['ratio_sinks_to_floor']:.2f} (no pipeline "
               "can pass this ratio while writing the same rows)")
+    if "ratio_full_to_sinks" in results:
+        print(f"full / write ceiling = {results['ratio_full_to_sinks']:.2f} "
+              f"(target ≥ {TARGETS['ratio_to_sinks']})")
     for lat in results.get("latency", ()):
         print(f"end-to-end latency at {lat['offered_per_s']:,.0f}/s offered: "
               f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms, "

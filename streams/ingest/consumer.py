@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from schemas.error_codes import INTERNAL_ERROR
@@ -36,6 +35,7 @@ from stages.ingest.ingress import Receipt
 from streams.adapters import postgres
 from streams.adapters.outage import Outages, describe, wait_out
 from streams.adapters.postgres import Pool
+from streams.collector import tuned_collector
 from streams.config import Settings
 from streams.errors import TransientError
 from streams.ingest.fetch import Fetcher, acknowledge, pending_of, receipt_of
@@ -131,41 +131,6 @@ async def _maintenance_pool(settings: Settings, pool: Pool
         yield own
     finally:
         await own.close()
-
-
-_tuned = 0  # consumers running in this process with the collector tuned
-_threshold = gc.get_threshold()  # as it was before the first of them tuned it
-
-
-@contextlib.contextmanager
-def tuned_collector() -> Iterator[None]:
-    """The garbage collector as the consumer wants it, put back as it was when the last
-    consumer running in this process returns (tests and the bench run many in one process).
-
-    * Everything alive at start (modules, clients, compiled schemas) lives as long as the
-      consumer; freezing it keeps the collector from re-scanning it on every full collection,
-      which at tens of thousands of short-lived objects per second was a tenth of the
-      consumer's time.
-    * A batch makes tens of thousands of short-lived containers; at the default threshold
-      (700) the young generation was collected a hundred times a second and promoted batch
-      state into older generations. It is collected every 50,000 allocations instead
-      (measured: about 9 % more envelopes/s); nothing on the hot path relies on cycles being
-      freed soon.
-    """
-    global _tuned, _threshold
-    if _tuned == 0:
-        _threshold = gc.get_threshold()
-        gc.collect()  # so that only live objects are frozen
-        gc.freeze()
-        gc.set_threshold(50_000, 20, 100)
-    _tuned += 1
-    try:
-        yield
-    finally:
-        _tuned -= 1
-        if _tuned == 0:
-            gc.set_threshold(*_threshold)
-            gc.unfreeze()
 
 
 def in_flight_warning(settings: Settings, workers: int) -> str | None:

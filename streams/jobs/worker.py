@@ -78,6 +78,7 @@ from stages.jobs.job_state import JobState
 from streams.adapters import postgres
 from streams.adapters.errors import PgError
 from streams.adapters.postgres import Conn, Pool
+from streams.collector import tuned_collector
 from streams.config import Settings
 from streams.domain_events import EventRelay
 from streams.errors import TidewayError
@@ -189,7 +190,8 @@ async def run_worker(
         rand=rand,
         hooks=hooks,
     )
-    await worker.run()
+    with tuned_collector():
+        await worker.run()
 
 
 class _Worker:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import threading
 
@@ -218,3 +219,28 @@ async def test_a_worker_abandons_a_job_reaped_from_under_it(
     assert await conn.fetchval("SELECT output FROM jobs WHERE run_id = $1", run_id) == {
         "attempt": 2
     }
+
+
+async def test_the_worker_tunes_the_collector_while_it_runs(
+    settings: Settings, conn: asyncpg.Connection, owner: Owner
+) -> None:
+    """Jobs run with the collector tuned (streams.collector); the process's own thresholds are
+    back once the worker returns."""
+    seen: list[tuple[int, int, int]] = []
+
+    async def look(ctx: JobContext) -> JobResult:
+        seen.append(gc.get_threshold())
+        return JobResult()
+
+    before = gc.get_threshold()
+    gc.set_threshold(600, 9, 9)
+    try:
+        run_id = await start_run(
+            conn, owner, dag={"look": JobSpec(name="look")}, channel=queue.jobs_channel(settings)
+        )
+        async with workers(fast_settings(settings), {"look": look}):
+            assert await wait_run(conn, run_id) == "succeeded"
+        assert seen == [(50_000, 20, 100)]
+        assert gc.get_threshold() == (600, 9, 9)
+    finally:
+        gc.set_threshold(*before)

@@ -1,4 +1,5 @@
-"""The consumer's garbage-collector settings are put back when the last consumer returns."""
+"""The long-running loops' garbage-collector settings (the consumer's, the worker's) are put back
+when the last of them returns."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from streams.ingest.consumer import tuned_collector
+from streams.collector import tuned_collector
 
 
 @pytest.fixture(autouse=True)
